@@ -1,0 +1,541 @@
+//! The caching allocator, shared by every device.
+//!
+//! The design follows PyTorch's CUDA caching allocator
+//! (`c10/cuda/CUDACachingAllocator.cpp`):
+//!
+//! * requests round up to a multiple of 512 bytes ([`MIN_BLOCK`]);
+//! * requests up to 1 MiB are *small* and are carved from 2 MiB segments; larger
+//!   ones are *large*: 20 MiB segments below 10 MiB, otherwise the request
+//!   rounded up to 2 MiB;
+//! * each pool is an ordered set keyed by (stream, size, address), so a best
+//!   fit is one `range` lookup;
+//! * a block bigger than the request is split when the remainder is at least
+//!   512 B (small pool) or over 1 MiB (large pool); freeing a block merges it
+//!   with free neighbours of the same segment;
+//! * a request that cannot be served (system refusal or the limit) first
+//!   releases every whole cached segment and retries; then it is an
+//!   [`Error::OutOfMemory`].
+//!
+//! The segments themselves come from a [`SegmentSource`]: the system allocator
+//! for the CPU, the driver for CUDA.
+
+use super::{MemoryStats, Pool};
+use crate::error::{Error, Result};
+use crate::Device;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+/// Every request is rounded up to a multiple of this.
+pub const MIN_BLOCK: usize = 512;
+/// Requests up to this size use the small pool.
+pub const SMALL_SIZE: usize = 1 << 20;
+/// Segment size of the small pool.
+pub const SMALL_BUFFER: usize = 2 << 20;
+/// Requests below this (and above `SMALL_SIZE`) get a `LARGE_BUFFER` segment.
+pub const MIN_LARGE_ALLOC: usize = 10 << 20;
+/// Segment size for mid-sized large requests.
+pub const LARGE_BUFFER: usize = 20 << 20;
+/// Large segments round up to a multiple of this.
+pub const ROUND_LARGE: usize = 2 << 20;
+
+/// Where segments come from.
+pub(crate) trait SegmentSource: Send + Sync {
+    /// The device this source allocates on.
+    fn device(&self) -> Device;
+    /// A new segment of exactly `bytes` bytes, or `None` if the system refuses.
+    fn alloc_segment(&self, bytes: usize) -> Option<usize>;
+    /// Gives a segment back.
+    ///
+    /// # Safety
+    /// `addr` and `bytes` must come from one earlier `alloc_segment` call, and
+    /// nothing may use the memory afterwards.
+    unsafe fn free_segment(&self, addr: usize, bytes: usize);
+    /// `(free, total)` bytes of the device, where the system reports them.
+    fn mem_info(&self) -> Option<(usize, usize)>;
+}
+
+/// A block handed out by the allocator. It must be given back with
+/// [`CachingAllocator::free`] exactly once.
+#[derive(Debug)]
+pub struct Block {
+    /// Address of the first byte (host address or device pointer).
+    pub addr: usize,
+    /// Rounded size in bytes.
+    pub size: usize,
+    pub(crate) id: u32,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct BlockInfo {
+    addr: usize,
+    size: usize,
+    requested: usize,
+    stream: u64,
+    prev: u32,
+    next: u32,
+    allocated: bool,
+    pool: Pool,
+    live: bool,
+}
+
+type Key = (u64, usize, usize, u32);
+
+#[derive(Default)]
+struct Inner {
+    blocks: Vec<BlockInfo>,
+    free_ids: Vec<u32>,
+    small: BTreeSet<Key>,
+    large: BTreeSet<Key>,
+    stats: MemoryStats,
+    limit: Option<usize>,
+}
+
+/// A caching allocator over a [`SegmentSource`].
+pub(crate) struct CachingAllocator<S: SegmentSource> {
+    source: S,
+    inner: Mutex<Inner>,
+}
+
+/// Rounds a request to the allocator's block size.
+pub fn round_size(bytes: usize) -> usize {
+    if bytes < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        bytes.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+}
+
+/// The segment size used for a (rounded) request.
+pub fn segment_size(size: usize) -> usize {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+impl Inner {
+    fn pool_set(&mut self, pool: Pool) -> &mut BTreeSet<Key> {
+        match pool {
+            Pool::Small => &mut self.small,
+            Pool::Large => &mut self.large,
+        }
+    }
+
+    fn key(&self, id: u32) -> Key {
+        let b = &self.blocks[id as usize];
+        (b.stream, b.size, b.addr, id)
+    }
+
+    fn is_split(&self, id: u32) -> bool {
+        let b = &self.blocks[id as usize];
+        b.prev != NONE || b.next != NONE
+    }
+
+    /// Puts a free block in its pool, keeping the inactive-split statistics.
+    fn pool_insert(&mut self, id: u32) {
+        let key = self.key(id);
+        let pool = self.blocks[id as usize].pool;
+        if self.is_split(id) {
+            self.stats.inactive_split.add(pool, 1);
+            self.stats.inactive_split_bytes.add(pool, key.1 as i64);
+        }
+        self.pool_set(pool).insert(key);
+    }
+
+    fn pool_remove(&mut self, id: u32) {
+        let key = self.key(id);
+        let pool = self.blocks[id as usize].pool;
+        if self.is_split(id) {
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, key.1 as i64);
+        }
+        let removed = self.pool_set(pool).remove(&key);
+        debug_assert!(removed);
+    }
+
+    fn new_block(&mut self, info: BlockInfo) -> u32 {
+        if let Some(id) = self.free_ids.pop() {
+            self.blocks[id as usize] = info;
+            id
+        } else {
+            self.blocks.push(info);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn retire_block(&mut self, id: u32) {
+        self.blocks[id as usize].live = false;
+        self.free_ids.push(id);
+    }
+
+    /// Best fit from the pool, on the same stream.
+    fn find_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
+        let set = self.pool_set(pool);
+        let key = set.range((stream, size, 0, 0)..).next().copied()?;
+        if key.0 != stream {
+            return None;
+        }
+        Some(key.3)
+    }
+
+    /// Releases every cached segment that is whole (not split). Returns the
+    /// `(addr, size)` pairs to hand back to the source, after updating stats.
+    fn release_cached(&mut self) -> Vec<(usize, usize)> {
+        let mut victims = Vec::new();
+        for pool in [Pool::Small, Pool::Large] {
+            let all: Vec<u32> = self.pool_set(pool).iter().map(|k| k.3).collect();
+            let ids: Vec<u32> = all.into_iter().filter(|&id| !self.is_split(id)).collect();
+            for id in ids {
+                self.pool_remove(id);
+                let b = &self.blocks[id as usize];
+                let (addr, size) = (b.addr, b.size);
+                self.stats.segment.sub(pool, 1);
+                self.stats.reserved_bytes.sub(pool, size as i64);
+                self.stats.num_sys_free += 1;
+                self.retire_block(id);
+                victims.push((addr, size));
+            }
+        }
+        victims
+    }
+}
+
+impl<S: SegmentSource> CachingAllocator<S> {
+    pub(crate) fn new(source: S) -> Self {
+        CachingAllocator { source, inner: Mutex::new(Inner::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while the lock is held cannot leave the books half-written
+        // (no user code runs under it), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Allocates `bytes` (at least 1) on `stream` (0 for the CPU).
+    pub(crate) fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
+        let size = round_size(bytes);
+        let pool = if size <= SMALL_SIZE { Pool::Small } else { Pool::Large };
+        let mut inner = self.lock();
+        let id = match inner.find_free(pool, stream, size) {
+            Some(id) => {
+                inner.pool_remove(id);
+                id
+            }
+            None => self.new_segment(&mut inner, bytes, size, pool, stream)?,
+        };
+        // Split off the remainder if it is worth keeping.
+        let remaining = inner.blocks[id as usize].size - size;
+        let split = match pool {
+            Pool::Small => remaining >= MIN_BLOCK,
+            Pool::Large => remaining > SMALL_SIZE,
+        };
+        if split {
+            let b = inner.blocks[id as usize].clone();
+            let rest = inner.new_block(BlockInfo {
+                addr: b.addr + size,
+                size: remaining,
+                requested: 0,
+                stream,
+                prev: id,
+                next: b.next,
+                allocated: false,
+                pool,
+                live: true,
+            });
+            if b.next != NONE {
+                inner.blocks[b.next as usize].prev = rest;
+            }
+            let blk = &mut inner.blocks[id as usize];
+            blk.size = size;
+            blk.next = rest;
+            inner.pool_insert(rest);
+        }
+        let (addr, size) = {
+            let blk = &mut inner.blocks[id as usize];
+            blk.allocated = true;
+            blk.requested = bytes;
+            (blk.addr, blk.size)
+        };
+        let st = &mut inner.stats;
+        st.allocation.add(pool, 1);
+        st.active.add(pool, 1);
+        st.allocated_bytes.add(pool, size as i64);
+        st.active_bytes.add(pool, size as i64);
+        st.requested_bytes.add(pool, bytes as i64);
+        Ok(Block { addr, size, id })
+    }
+
+    /// Gets a fresh segment, releasing the cache and retrying once if the
+    /// limit or the system refuses. On success the whole segment is one block.
+    fn new_segment(&self, inner: &mut Inner, bytes: usize, size: usize, pool: Pool, stream: u64) -> Result<u32> {
+        let seg = segment_size(size);
+        let mut retried = false;
+        loop {
+            let within_limit = inner.limit.is_none_or(|l| inner.stats.reserved_bytes.all.current as usize + seg <= l);
+            let addr = if within_limit { self.source.alloc_segment(seg) } else { None };
+            if let Some(addr) = addr {
+                let st = &mut inner.stats;
+                st.segment.add(pool, 1);
+                st.reserved_bytes.add(pool, seg as i64);
+                st.num_sys_alloc += 1;
+                return Ok(inner.new_block(BlockInfo {
+                    addr,
+                    size: seg,
+                    requested: 0,
+                    stream,
+                    prev: NONE,
+                    next: NONE,
+                    allocated: false,
+                    pool,
+                    live: true,
+                }));
+            }
+            if retried {
+                inner.stats.num_ooms += 1;
+                let info = self.source.mem_info();
+                return Err(Error::OutOfMemory {
+                    device: self.source.device(),
+                    requested: bytes,
+                    allocated: inner.stats.allocated_bytes.all.current as usize,
+                    reserved: inner.stats.reserved_bytes.all.current as usize,
+                    limit: inner.limit,
+                    device_free: info.map(|i| i.0),
+                    device_total: info.map(|i| i.1),
+                });
+            }
+            retried = true;
+            inner.stats.num_alloc_retries += 1;
+            for (a, s) in inner.release_cached() {
+                // SAFETY: the segment came from this source and no block of it is in use.
+                unsafe { self.source.free_segment(a, s) };
+            }
+        }
+    }
+
+    /// Returns a block to the cache, merging it with free neighbours.
+    pub(crate) fn free(&self, block: Block) {
+        let mut inner = self.lock();
+        let id = block.id;
+        let (pool, size, requested) = {
+            let b = &mut inner.blocks[id as usize];
+            debug_assert!(b.live && b.allocated && b.addr == block.addr);
+            b.allocated = false;
+            (b.pool, b.size, b.requested)
+        };
+        let st = &mut inner.stats;
+        st.allocation.sub(pool, 1);
+        st.active.sub(pool, 1);
+        st.allocated_bytes.sub(pool, size as i64);
+        st.active_bytes.sub(pool, size as i64);
+        st.requested_bytes.sub(pool, requested as i64);
+        // Merge with the previous block, then the next, if free.
+        let mut id = id;
+        let prev = inner.blocks[id as usize].prev;
+        if prev != NONE && !inner.blocks[prev as usize].allocated {
+            inner.pool_remove(prev);
+            let b = inner.blocks[id as usize].clone();
+            let p = &mut inner.blocks[prev as usize];
+            p.size += b.size;
+            p.next = b.next;
+            if b.next != NONE {
+                inner.blocks[b.next as usize].prev = prev;
+            }
+            inner.retire_block(id);
+            id = prev;
+        }
+        let next = inner.blocks[id as usize].next;
+        if next != NONE && !inner.blocks[next as usize].allocated {
+            inner.pool_remove(next);
+            let n = inner.blocks[next as usize].clone();
+            let b = &mut inner.blocks[id as usize];
+            b.size += n.size;
+            b.next = n.next;
+            if n.next != NONE {
+                inner.blocks[n.next as usize].prev = id;
+            }
+            inner.retire_block(next);
+        }
+        inner.pool_insert(id);
+    }
+
+    /// Returns every whole cached segment to the system.
+    pub(crate) fn empty_cache(&self) {
+        let victims = self.lock().release_cached();
+        for (a, s) in victims {
+            // SAFETY: each segment came from this source and is entirely free.
+            unsafe { self.source.free_segment(a, s) };
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        let mut s = self.lock().stats.clone();
+        s.limit = self.lock().limit;
+        s
+    }
+
+    pub(crate) fn reset_peak(&self) {
+        self.lock().stats.reset_peak();
+    }
+
+    pub(crate) fn reset_accumulated(&self) {
+        self.lock().stats.reset_accumulated();
+    }
+
+    /// Sets (or clears) the cap on reserved bytes. Cached segments above the
+    /// new limit are released at once.
+    pub(crate) fn set_limit(&self, limit: Option<usize>) {
+        let over = {
+            let mut inner = self.lock();
+            inner.limit = limit;
+            limit.is_some_and(|l| inner.stats.reserved_bytes.all.current as usize > l)
+        };
+        if over {
+            self.empty_cache();
+        }
+    }
+
+    pub(crate) fn mem_info(&self) -> Option<(usize, usize)> {
+        self.source.mem_info()
+    }
+}
+
+impl<S: SegmentSource> Drop for CachingAllocator<S> {
+    fn drop(&mut self) {
+        self.empty_cache();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fake address space: hands out increasing addresses, counts calls.
+    struct Fake {
+        next: AtomicUsize,
+        live: AtomicUsize,
+        cap: usize,
+    }
+    impl SegmentSource for Fake {
+        fn device(&self) -> Device {
+            Device::Cpu
+        }
+        fn alloc_segment(&self, bytes: usize) -> Option<usize> {
+            if self.live.load(Ordering::SeqCst) + bytes > self.cap {
+                return None;
+            }
+            self.live.fetch_add(bytes, Ordering::SeqCst);
+            Some(self.next.fetch_add(bytes + 4096, Ordering::SeqCst))
+        }
+        unsafe fn free_segment(&self, _addr: usize, bytes: usize) {
+            self.live.fetch_sub(bytes, Ordering::SeqCst);
+        }
+        fn mem_info(&self) -> Option<(usize, usize)> {
+            None
+        }
+    }
+    fn fake(cap: usize) -> CachingAllocator<Fake> {
+        CachingAllocator::new(Fake { next: AtomicUsize::new(1 << 20), live: AtomicUsize::new(0), cap })
+    }
+
+    #[test]
+    fn rounding_and_segments() {
+        assert_eq!(round_size(1), 512);
+        assert_eq!(round_size(513), 1024);
+        assert_eq!(segment_size(512), SMALL_BUFFER);
+        assert_eq!(segment_size(SMALL_SIZE + 512), LARGE_BUFFER);
+        assert_eq!(segment_size(11 << 20), 12 << 20);
+    }
+
+    #[test]
+    fn split_merge_reuse() {
+        let a = fake(usize::MAX);
+        let b1 = a.allocate(1000, 0).unwrap();
+        let b2 = a.allocate(1000, 0).unwrap();
+        assert_eq!(b1.size, 1024);
+        assert_eq!(b2.addr, b1.addr + 1024, "carved from the same segment");
+        let s = a.stats();
+        assert_eq!(s.segment.all.current, 1);
+        assert_eq!(s.allocated_bytes.all.current, 2048);
+        assert_eq!(s.reserved_bytes.all.current, SMALL_BUFFER as i64);
+        assert_eq!(s.inactive_split.all.current, 1);
+        let addr1 = b1.addr;
+        a.free(b1);
+        a.free(b2);
+        let s = a.stats();
+        assert_eq!(s.allocated_bytes.all.current, 0);
+        assert_eq!(s.inactive_split.all.current, 0, "everything merged back into one block");
+        let b3 = a.allocate(2048, 0).unwrap();
+        assert_eq!(b3.addr, addr1, "merged block reused");
+        a.free(b3);
+        assert_eq!(a.stats().num_sys_alloc, 1);
+        a.empty_cache();
+        let s = a.stats();
+        assert_eq!(s.reserved_bytes.all.current, 0);
+        assert_eq!(s.num_sys_free, 1);
+    }
+
+    #[test]
+    fn large_pool_split_threshold() {
+        let a = fake(usize::MAX);
+        // 2 MiB request: a 20 MiB segment, remainder 18 MiB > 1 MiB, so split.
+        let b = a.allocate(2 << 20, 0).unwrap();
+        assert_eq!(a.stats().reserved_bytes.large.current, LARGE_BUFFER as i64);
+        assert_eq!(a.stats().inactive_split_bytes.large.current, (18 << 20) as i64);
+        a.free(b);
+        // 12 MiB request: exact 12 MiB segment, nothing to split.
+        let c = a.allocate(12 << 20, 0).unwrap();
+        let d = a.allocate(12 << 20, 0).unwrap();
+        assert_eq!(c.size, 12 << 20);
+        a.free(c);
+        a.free(d);
+    }
+
+    #[test]
+    fn streams_do_not_share_blocks() {
+        let a = fake(usize::MAX);
+        let b = a.allocate(4096, 1).unwrap();
+        a.free(b);
+        let c = a.allocate(4096, 2).unwrap();
+        assert_eq!(a.stats().segment.all.current, 2);
+        a.free(c);
+    }
+
+    #[test]
+    fn limit_releases_cache_then_ooms() {
+        let a = fake(usize::MAX);
+        a.set_limit(Some(4 << 20));
+        let b = a.allocate(100, 0).unwrap(); // small: 2 MiB segment
+        a.free(b);
+        // A large request needs 20 MiB: over the limit even after the cache goes.
+        let err = a.allocate(2 << 20, 0).unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory { limit: Some(l), .. } if l == 4 << 20));
+        let s = a.stats();
+        assert_eq!(s.num_alloc_retries, 1);
+        assert_eq!(s.num_ooms, 1);
+        assert_eq!(s.reserved_bytes.all.current, 0, "the retry released the cached segment");
+        // Still works afterwards.
+        let b = a.allocate(100, 0).unwrap();
+        a.free(b);
+    }
+
+    #[test]
+    fn system_refusal_then_recovery() {
+        let a = fake(3 << 20);
+        let b = a.allocate(100, 0).unwrap();
+        let err = a.allocate(SMALL_SIZE, 0);
+        // Same segment has room: the 1 MiB request fits in the 2 MiB segment's rest.
+        let c = err.unwrap();
+        let e = a.allocate(SMALL_SIZE, 0).unwrap_err();
+        assert!(matches!(e, Error::OutOfMemory { .. }));
+        a.free(b);
+        a.free(c);
+        let d = a.allocate(SMALL_SIZE, 0).unwrap();
+        a.free(d);
+    }
+}

@@ -1,0 +1,308 @@
+//! Elementwise CPU kernels: copy/cast, fill, unary, binary, where.
+
+use super::num::{erf_f64, gelu, round_even, Flt, Num};
+use super::ptr;
+use super::strided::{Plan, SendPtr};
+use crate::backend::{BinaryOp, Operand, UnaryOp};
+use crate::{with_dtype, with_float_dtype, with_numeric_dtype, DType, Element};
+
+/// `out[i] = f(a[i])` over any layouts of one shape.
+///
+/// # Safety
+/// Storages are CPU storages of the operands' dtypes, locked by the caller,
+/// and every layout fits its storage.
+#[inline]
+unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
+    let pa = SendPtr(ptr::<A>(a.storage));
+    let po = SendPtr(ptr::<O>(out.storage));
+    let plan = Plan::new([&out.layout, &a.layout]);
+    plan.par_runs(|o, len, s| unsafe {
+        let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
+        if s == [1, 1] {
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i).read()));
+            }
+        } else {
+            for i in 0..len {
+                po.add(i * s[0]).write(f(pa.add(i * s[1]).read()));
+            }
+        }
+    });
+}
+
+/// `out[i] = f(a[i], b[i])` over any layouts of one shape.
+///
+/// # Safety
+/// As for [`map1`].
+#[inline]
+unsafe fn map2<A: Copy, B: Copy, O>(a: &Operand, b: &Operand, out: &Operand, f: impl Fn(A, B) -> O + Sync) {
+    let pa = SendPtr(ptr::<A>(a.storage));
+    let pb = SendPtr(ptr::<B>(b.storage));
+    let po = SendPtr(ptr::<O>(out.storage));
+    let plan = Plan::new([&out.layout, &a.layout, &b.layout]);
+    plan.par_runs(|o, len, s| unsafe {
+        let (po, pa, pb) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A, pb.get().add(o[2]) as *const B);
+        if s == [1, 1, 1] {
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i).read(), pb.add(i).read()));
+            }
+        } else if s == [1, 1, 0] {
+            let bv = pb.read();
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i).read(), bv));
+            }
+        } else if s == [1, 0, 1] {
+            let av = pa.read();
+            for i in 0..len {
+                po.add(i).write(f(av, pb.add(i).read()));
+            }
+        } else {
+            for i in 0..len {
+                po.add(i * s[0]).write(f(pa.add(i * s[1]).read(), pb.add(i * s[2]).read()));
+            }
+        }
+    });
+}
+
+/// Converts one element between dtypes with `as` semantics.
+trait CastTo<D> {
+    fn cast(self) -> D;
+}
+impl<S: Element, D: Element> CastTo<D> for S {
+    #[inline(always)]
+    fn cast(self) -> D {
+        D::from_f64(self.to_f64())
+    }
+}
+
+pub(crate) fn copy(src: &Operand, dst: &Operand) {
+    // Same dtype and both dense: one memcpy (memmove: they may overlap).
+    let esz = src.dtype.size_in_bytes();
+    if src.dtype == dst.dtype && src.layout.is_contiguous() && dst.layout.is_contiguous() {
+        let n = dst.layout.numel() * esz;
+        // SAFETY: both layouts are dense and fit their storages; locks are held.
+        unsafe {
+            let s = (src.storage.addr() + src.layout.offset() * esz) as *const u8;
+            let d = (dst.storage.addr() + dst.layout.offset() * esz) as *mut u8;
+            std::ptr::copy(s, d, n);
+        }
+        return;
+    }
+    if src.dtype == dst.dtype {
+        // Reinterpret as same-width integers: no conversion, exact bits.
+        // SAFETY: as for `map1`; both operands have the element size `esz`.
+        unsafe {
+            match esz {
+                1 => map1::<u8, u8>(src, dst, |x| x),
+                2 => map1::<u16, u16>(src, dst, |x| x),
+                4 => map1::<u32, u32>(src, dst, |x| x),
+                _ => map1::<u64, u64>(src, dst, |x| x),
+            }
+        }
+        return;
+    }
+    with_dtype!(src.dtype, S => with_dtype!(dst.dtype, D => {
+        // SAFETY: dtypes match the operands; the caller holds the locks.
+        unsafe { map1::<S, D>(src, dst, |x| CastTo::<D>::cast(x)) }
+    }))
+}
+
+pub(crate) fn fill(dst: &Operand, value: f64) {
+    with_dtype!(dst.dtype, T => {
+        let v = T::from_f64(value);
+        let p = SendPtr(ptr::<T>(dst.storage));
+        let plan = Plan::new([&dst.layout]);
+        // SAFETY: the layout fits the storage; the caller holds the write lock.
+        plan.par_runs(|o, len, s| unsafe {
+            let p = p.get().add(o[0]);
+            for i in 0..len {
+                p.add(i * s[0]).write(v);
+            }
+        });
+    })
+}
+
+fn float_unary<T: Flt>(op: UnaryOp, src: &Operand, dst: &Operand) {
+    use num_traits::{Float, One, Zero};
+    type F<T> = <T as Flt>::C;
+    let one = F::<T>::one();
+    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    unsafe {
+        match op {
+            UnaryOp::Exp => map1::<T, T>(src, dst, |x| T::down(x.up().exp())),
+            UnaryOp::Log => map1::<T, T>(src, dst, |x| T::down(x.up().ln())),
+            UnaryOp::Sqrt => map1::<T, T>(src, dst, |x| T::down(x.up().sqrt())),
+            UnaryOp::Rsqrt => map1::<T, T>(src, dst, |x| T::down(one / x.up().sqrt())),
+            UnaryOp::Sin => map1::<T, T>(src, dst, |x| T::down(x.up().sin())),
+            UnaryOp::Cos => map1::<T, T>(src, dst, |x| T::down(x.up().cos())),
+            UnaryOp::Tanh => map1::<T, T>(src, dst, |x| T::down(x.up().tanh())),
+            UnaryOp::Sigmoid => map1::<T, T>(src, dst, |x| T::down(one / (one + (-x.up()).exp()))),
+            UnaryOp::Gelu => map1::<T, T>(src, dst, |x| T::down(gelu(x.up()))),
+            UnaryOp::Floor => map1::<T, T>(src, dst, |x| T::down(x.up().floor())),
+            UnaryOp::Round => map1::<T, T>(src, dst, |x| T::down(round_even(x.up()))),
+            UnaryOp::Recip => map1::<T, T>(src, dst, |x| T::down(one / x.up())),
+            UnaryOp::Sign => map1::<T, T>(src, dst, |x| {
+                let c = x.up();
+                T::down(if c > F::<T>::zero() { one } else if c < F::<T>::zero() { -one } else { c })
+            }),
+            _ => generic_unary::<T>(op, src, dst),
+        }
+    }
+}
+
+fn generic_unary<T: Num>(op: UnaryOp, src: &Operand, dst: &Operand) {
+    let zero = T::zero();
+    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    unsafe {
+        match op {
+            UnaryOp::Neg => map1::<T, T>(src, dst, |x| x.neg()),
+            UnaryOp::Abs => map1::<T, T>(src, dst, |x| x.abs()),
+            UnaryOp::Relu => map1::<T, T>(src, dst, |x| if x.is_nan() || x > zero { x } else { zero }),
+            UnaryOp::Square => map1::<T, T>(src, dst, |x| x.mul(x)),
+            UnaryOp::Floor | UnaryOp::Round => map1::<T, T>(src, dst, |x| x),
+            UnaryOp::Sign => map1::<T, T>(src, dst, |x| if x > zero { T::one() } else if x < zero { zero.sub(T::one()) } else { zero }),
+            UnaryOp::Clamp(lo, hi) => {
+                let lo = (!lo.is_nan()).then(|| T::from_f64(lo));
+                let hi = (!hi.is_nan()).then(|| T::from_f64(hi));
+                map1::<T, T>(src, dst, move |x| {
+                    let mut x = x;
+                    if let Some(l) = lo {
+                        if x < l {
+                            x = l;
+                        }
+                    }
+                    if let Some(h) = hi {
+                        if x > h {
+                            x = h;
+                        }
+                    }
+                    x
+                })
+            }
+            _ => unreachable!("float op {} on a non-float dtype: the op layer promotes first", op.name()),
+        }
+    }
+}
+
+pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) {
+    debug_assert_eq!(src.dtype, dst.dtype);
+    let _ = erf_f64;
+    with_float_dtype!(src.dtype, T => float_unary::<T>(op, src, dst), _ => {
+        with_numeric_dtype!(src.dtype, T => generic_unary::<T>(op, src, dst), _ => {
+            // bool: only the identity-like ops make sense; the op layer refuses the rest.
+            // SAFETY: dtypes match; the caller holds the locks.
+            unsafe { map1::<bool, bool>(src, dst, |x| x) }
+        })
+    })
+}
+
+/// The comparison kernels, for any dtype.
+fn compare<T: Element>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
+    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    unsafe {
+        match op {
+            BinaryOp::Eq => map2::<T, T, bool>(a, b, dst, |x, y| x == y),
+            BinaryOp::Ne => map2::<T, T, bool>(a, b, dst, |x, y| x != y),
+            BinaryOp::Lt => map2::<T, T, bool>(a, b, dst, |x, y| x < y),
+            BinaryOp::Le => map2::<T, T, bool>(a, b, dst, |x, y| x <= y),
+            BinaryOp::Gt => map2::<T, T, bool>(a, b, dst, |x, y| x > y),
+            BinaryOp::Ge => map2::<T, T, bool>(a, b, dst, |x, y| x >= y),
+            _ => unreachable!(),
+        }
+    }
+}
+
+fn arith<T: Num>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
+    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    unsafe {
+        match op {
+            BinaryOp::Add => map2::<T, T, T>(a, b, dst, |x, y| x.add(y)),
+            BinaryOp::Sub => map2::<T, T, T>(a, b, dst, |x, y| x.sub(y)),
+            BinaryOp::Mul => map2::<T, T, T>(a, b, dst, |x, y| x.mul(y)),
+            BinaryOp::Div => map2::<T, T, T>(a, b, dst, |x, y| x.div(y)),
+            BinaryOp::Pow => map2::<T, T, T>(a, b, dst, |x, y| x.pow(y)),
+            BinaryOp::Maximum => map2::<T, T, T>(a, b, dst, |x, y| x.max(y)),
+            BinaryOp::Minimum => map2::<T, T, T>(a, b, dst, |x, y| x.min(y)),
+            _ => compare::<T>(op, a, b, dst),
+        }
+    }
+}
+
+pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
+    debug_assert_eq!(a.dtype, b.dtype);
+    if op.is_comparison() {
+        return with_dtype!(a.dtype, T => compare::<T>(op, a, b, dst));
+    }
+    with_numeric_dtype!(a.dtype, T => arith::<T>(op, a, b, dst), _ => {
+        // bool arithmetic: maximum is `or`, minimum and mul are `and` (the op layer refuses the rest).
+        // SAFETY: dtypes match; the caller holds the locks.
+        unsafe {
+            match op {
+                BinaryOp::Maximum | BinaryOp::Add => map2::<bool, bool, bool>(a, b, dst, |x, y| x | y),
+                _ => map2::<bool, bool, bool>(a, b, dst, |x, y| x & y),
+            }
+        }
+    })
+}
+
+pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operand) {
+    // A scalar is a broadcast operand with stride 0: reuse `binary` through a
+    // one-element stack buffer seen as a storage would need an allocation, so
+    // instead the closures capture the converted value.
+    fn go<T: Num>(op: BinaryOp, a: &Operand, s: T, dst: &Operand) {
+        // SAFETY (every arm): dtypes match; the caller holds the locks.
+        unsafe {
+            match op {
+                BinaryOp::Add => map1::<T, T>(a, dst, |x| x.add(s)),
+                BinaryOp::Sub => map1::<T, T>(a, dst, |x| x.sub(s)),
+                BinaryOp::Mul => map1::<T, T>(a, dst, |x| x.mul(s)),
+                BinaryOp::Div => map1::<T, T>(a, dst, |x| x.div(s)),
+                BinaryOp::Pow => map1::<T, T>(a, dst, |x| x.pow(s)),
+                BinaryOp::Maximum => map1::<T, T>(a, dst, |x| x.max(s)),
+                BinaryOp::Minimum => map1::<T, T>(a, dst, |x| x.min(s)),
+                BinaryOp::Eq => map1::<T, bool>(a, dst, |x| x == s),
+                BinaryOp::Ne => map1::<T, bool>(a, dst, |x| x != s),
+                BinaryOp::Lt => map1::<T, bool>(a, dst, |x| x < s),
+                BinaryOp::Le => map1::<T, bool>(a, dst, |x| x <= s),
+                BinaryOp::Gt => map1::<T, bool>(a, dst, |x| x > s),
+                BinaryOp::Ge => map1::<T, bool>(a, dst, |x| x >= s),
+            }
+        }
+    }
+    with_numeric_dtype!(a.dtype, T => go::<T>(op, a, T::from_f64(scalar), dst), _ => {
+        let s = scalar != 0.0;
+        // SAFETY: dtypes match; the caller holds the locks.
+        unsafe {
+            match op {
+                BinaryOp::Eq => map1::<bool, bool>(a, dst, |x| x == s),
+                BinaryOp::Ne => map1::<bool, bool>(a, dst, |x| x != s),
+                BinaryOp::Lt => map1::<bool, bool>(a, dst, |x| !x & s),
+                BinaryOp::Le => map1::<bool, bool>(a, dst, |x| x <= s),
+                BinaryOp::Gt => map1::<bool, bool>(a, dst, |x| x & !s),
+                BinaryOp::Ge => map1::<bool, bool>(a, dst, |x| x >= s),
+                BinaryOp::Maximum | BinaryOp::Add => map1::<bool, bool>(a, dst, |x| x | s),
+                _ => map1::<bool, bool>(a, dst, |x| x & s),
+            }
+        }
+    })
+}
+
+pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand) {
+    debug_assert_eq!(cond.dtype, DType::Bool);
+    with_dtype!(a.dtype, T => {
+        // Read as bytes: any non-zero byte is true.
+        let pc = SendPtr(ptr::<u8>(cond.storage));
+        let pa = SendPtr(ptr::<T>(a.storage));
+        let pb = SendPtr(ptr::<T>(b.storage));
+        let po = SendPtr(ptr::<T>(dst.storage));
+        let plan = Plan::new([&dst.layout, &cond.layout, &a.layout, &b.layout]);
+        // SAFETY: dtypes match; the caller holds the locks.
+        plan.par_runs(|o, len, s| unsafe {
+            for i in 0..len {
+                let c = pc.get().add(o[1] + i * s[1]).read() != 0;
+                let v = if c { pa.get().add(o[2] + i * s[2]).read() } else { pb.get().add(o[3] + i * s[3]).read() };
+                po.get().add(o[0] + i * s[0]).write(v);
+            }
+        });
+    })
+}

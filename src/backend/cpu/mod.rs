@@ -1,0 +1,38 @@
+//! The CPU backend.
+//!
+//! Kernels get raw pointers into storages whose locks the caller holds, and
+//! walk them through a [`strided::Plan`]. They read and write through raw
+//! pointers (never `&mut [T]`), because an in-place op's input and output may
+//! be the same memory.
+
+pub(crate) mod elementwise;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod num;
+pub(crate) mod reduce;
+pub(crate) mod strided;
+
+pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
+
+use crate::storage::Storage;
+
+/// A typed pointer to a CPU storage's first element.
+#[inline]
+pub(crate) fn ptr<T>(s: &Storage) -> *mut T {
+    debug_assert!(s.device().is_cpu());
+    s.addr() as *mut T
+}
+
+/// Views `len` elements of a CPU storage from `offset` as a slice.
+///
+/// # Safety
+/// The caller holds at least a read lock on `s`, nothing writes those elements
+/// while the slice lives, the storage holds `offset + len` elements of `T`,
+/// and they are initialised.
+pub(crate) unsafe fn slice<'a, T>(s: &'a Storage, offset: usize, len: usize) -> &'a [T] {
+    debug_assert!((offset + len) * std::mem::size_of::<T>() <= s.nbytes());
+    if len == 0 {
+        return &[];
+    }
+    unsafe { std::slice::from_raw_parts(ptr::<T>(s).add(offset), len) }
+}

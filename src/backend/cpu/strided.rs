@@ -1,0 +1,260 @@
+//! Strided iteration: how every CPU kernel walks N operands of one shape.
+//!
+//! A [`Plan`] coalesces dimensions that are contiguous in every operand (so a
+//! contiguous tensor is one run), then hands out *runs*: a base offset per
+//! operand, a length, and an inner stride per operand. Kernels loop over a run
+//! with plain pointer arithmetic; the caller never sees multi-indices.
+//!
+//! Large plans are split into chunks of linear index ranges and run on rayon.
+//! Plans whose inner dimension is strided in one operand but not in another
+//! (a transposed input) walk 2-D tiles instead, so both operands stay in cache
+//! and in the TLB.
+
+use crate::layout::{Dims, Layout};
+
+/// Elements per parallel chunk; below twice this a plan runs on the caller's thread.
+pub(crate) const PAR_CHUNK: usize = 1 << 16;
+/// Side of the square tiles used for transposed operands.
+const TILE: usize = 32;
+
+/// A raw pointer that may cross to rayon's threads. Kernels guarantee that
+/// concurrently running chunks touch disjoint output elements.
+pub(crate) struct SendPtr<T>(pub *mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    /// The pointer. (A method, so closures capture the whole `SendPtr`.)
+    #[inline(always)]
+    pub(crate) fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Plan<const N: usize> {
+    shape: Dims,
+    strides: [Dims; N],
+    offsets: [usize; N],
+}
+
+impl<const N: usize> Plan<N> {
+    /// All layouts must have the same shape (broadcast beforehand).
+    pub(crate) fn new(layouts: [&Layout; N]) -> Self {
+        let shape0 = layouts[0].shape();
+        debug_assert!(layouts.iter().all(|l| l.shape() == shape0));
+        let mut shape = Dims::new();
+        let mut strides: [Dims; N] = std::array::from_fn(|_| Dims::new());
+        // Drop size-1 dims, then merge dim i into i+1 when every operand allows.
+        for d in 0..shape0.len() {
+            if shape0[d] == 1 {
+                continue;
+            }
+            let can_merge = !shape.is_empty()
+                && (0..N).all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * shape0[d]);
+            if can_merge {
+                *shape.last_mut().unwrap() *= shape0[d];
+                for k in 0..N {
+                    *strides[k].last_mut().unwrap() = layouts[k].strides()[d];
+                }
+            } else {
+                shape.push(shape0[d]);
+                for k in 0..N {
+                    strides[k].push(layouts[k].strides()[d]);
+                }
+            }
+        }
+        if shape0.contains(&0) {
+            shape = smallvec::smallvec![0];
+            strides = std::array::from_fn(|_| smallvec::smallvec![1]);
+        }
+        Plan { shape, strides, offsets: std::array::from_fn(|k| layouts[k].offset()) }
+    }
+
+    pub(crate) fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// `true` when every operand is one dense run with stride 1.
+    pub(crate) fn is_dense(&self) -> bool {
+        self.shape.len() <= 1 && (0..N).all(|k| self.strides[k].first().is_none_or(|&s| s == 1))
+    }
+
+    pub(crate) fn offsets(&self) -> [usize; N] {
+        self.offsets
+    }
+
+    /// `true` when a tiled walk pays: rank 2 after coalescing, and some
+    /// operand's inner stride is not 1 while it is 1 along the outer dim.
+    fn wants_tiles(&self) -> bool {
+        let r = self.shape.len();
+        r == 2 && self.shape[0] >= TILE && self.shape[1] >= TILE && (0..N).any(|k| self.strides[k][1] != 1 && self.strides[k][0] == 1)
+    }
+
+    /// Calls `f(offsets, len, inner_strides)` for every run covering linear
+    /// indices `start..end`, in order.
+    pub(crate) fn runs(&self, start: usize, end: usize, f: &mut impl FnMut([usize; N], usize, [usize; N])) {
+        if start >= end {
+            return;
+        }
+        let r = self.shape.len();
+        if r == 0 {
+            f(self.offsets, 1, [0; N]);
+            return;
+        }
+        let inner = self.shape[r - 1];
+        let inner_strides: [usize; N] = std::array::from_fn(|k| self.strides[k][r - 1]);
+        // Multi-index of `start`.
+        let mut idx: Dims = smallvec::smallvec![0; r];
+        let mut rem = start;
+        for d in (0..r).rev() {
+            idx[d] = rem % self.shape[d];
+            rem /= self.shape[d];
+        }
+        let mut offs: [usize; N] = std::array::from_fn(|k| {
+            self.offsets[k] + (0..r).map(|d| idx[d] * self.strides[k][d]).sum::<usize>()
+        });
+        let mut pos = start;
+        while pos < end {
+            let len = (inner - idx[r - 1]).min(end - pos);
+            f(offs, len, inner_strides);
+            pos += len;
+            if pos >= end {
+                break;
+            }
+            // Advance to the start of the next row.
+            for k in 0..N {
+                offs[k] -= idx[r - 1] * inner_strides[k];
+            }
+            idx[r - 1] = 0;
+            let mut d = r - 1;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                idx[d] += 1;
+                for k in 0..N {
+                    offs[k] += self.strides[k][d];
+                }
+                if idx[d] < self.shape[d] {
+                    break;
+                }
+                for k in 0..N {
+                    offs[k] -= idx[d] * self.strides[k][d];
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+
+    /// Runs `f` over every run, in parallel chunks when the plan is large.
+    /// `f` must only write output elements of the runs it is given.
+    pub(crate) fn par_runs(&self, f: impl Fn([usize; N], usize, [usize; N]) + Sync) {
+        let n = self.numel();
+        if self.wants_tiles() {
+            return self.tiled(f);
+        }
+        if n < 2 * PAR_CHUNK || rayon::current_num_threads() == 1 {
+            self.runs(0, n, &mut |o, l, s| f(o, l, s));
+            return;
+        }
+        let chunks = n.div_ceil(PAR_CHUNK);
+        use rayon::prelude::*;
+        (0..chunks).into_par_iter().for_each(|c| {
+            let start = c * PAR_CHUNK;
+            self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
+        });
+    }
+
+    /// 2-D tiled walk: TILE x TILE blocks, each walked as TILE short runs
+    /// along dim 1, blocks of rows in parallel.
+    fn tiled(&self, f: impl Fn([usize; N], usize, [usize; N]) + Sync) {
+        let (rows, cols) = (self.shape[0], self.shape[1]);
+        let s0: [usize; N] = std::array::from_fn(|k| self.strides[k][0]);
+        let s1: [usize; N] = std::array::from_fn(|k| self.strides[k][1]);
+        let band = |rb: usize| {
+            let r0 = rb * TILE;
+            let r1 = (r0 + TILE).min(rows);
+            let mut c0 = 0;
+            while c0 < cols {
+                let len = TILE.min(cols - c0);
+                for r in r0..r1 {
+                    let o: [usize; N] = std::array::from_fn(|k| self.offsets[k] + r * s0[k] + c0 * s1[k]);
+                    f(o, len, s1);
+                }
+                c0 += TILE;
+            }
+        };
+        let bands = rows.div_ceil(TILE);
+        if rows * cols < 2 * PAR_CHUNK {
+            (0..bands).for_each(band);
+        } else {
+            use rayon::prelude::*;
+            (0..bands).into_par_iter().for_each(band);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect<const N: usize>(p: &Plan<N>) -> Vec<[usize; N]> {
+        let mut v = Vec::new();
+        p.runs(0, p.numel(), &mut |o, l, s| {
+            for i in 0..l {
+                v.push(std::array::from_fn(|k| o[k] + i * s[k]));
+            }
+        });
+        v
+    }
+
+    #[test]
+    fn coalesces_contiguous() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        let p = Plan::new([&l, &l]);
+        assert!(p.is_dense());
+        assert_eq!(collect(&p).len(), 24);
+    }
+
+    #[test]
+    fn transposed_offsets_in_logical_order() {
+        let base = Layout::contiguous(&[2, 3]);
+        let t = base.transpose(0, 1).unwrap(); // shape [3, 2], strides [1, 3]
+        let out = Layout::contiguous(&[3, 2]);
+        let p = Plan::new([&out, &t]);
+        let v: Vec<usize> = collect(&p).iter().map(|o| o[1]).collect();
+        assert_eq!(v, vec![0, 3, 1, 4, 2, 5]);
+        // Ranges split anywhere give the same sequence.
+        let mut w = Vec::new();
+        for (a, b) in [(0, 1), (1, 4), (4, 6)] {
+            p.runs(a, b, &mut |o, l, s| (0..l).for_each(|i| w.push(o[1] + i * s[1])));
+        }
+        assert_eq!(v, w);
+    }
+
+    #[test]
+    fn tiles_cover_everything_once() {
+        let base = Layout::contiguous(&[70, 45]);
+        let t = base.transpose(0, 1).unwrap();
+        let out = Layout::contiguous(&[45, 70]);
+        let p = Plan::new([&out, &t]);
+        assert!(p.wants_tiles());
+        let seen = std::sync::Mutex::new(vec![0u8; 45 * 70]);
+        p.par_runs(|o, l, s| {
+            let mut g = seen.lock().unwrap();
+            for i in 0..l {
+                let (oi, ti) = (o[0] + i * s[0], o[1] + i * s[1]);
+                assert_eq!(ti, (oi % 70) * 45 + oi / 70);
+                g[oi] += 1;
+            }
+        });
+        assert!(seen.into_inner().unwrap().iter().all(|&c| c == 1));
+    }
+}

@@ -1,0 +1,1 @@
+//! Dispatch of index, gather/scatter, cat and mask kernels (to be written).

@@ -1,0 +1,260 @@
+//! The one internal interface every device implements.
+//!
+//! The op layer (`src/ops/`) validates arguments, works out dtypes and
+//! layouts, allocates outputs and then calls the functions here. They take
+//! [`Operand`]s (storage + layout + dtype) with layouts already broadcast to the
+//! output's shape, lock the storages involved, and dispatch on the device.
+//! Kernels are written against layouts, never against "contiguous slices".
+
+pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_stub.rs"]
+pub mod cuda;
+
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::storage::{lock, Storage};
+use crate::{DType, Device, Tensor};
+
+/// One operand of a kernel: a storage seen through a layout.
+pub(crate) struct Operand<'a> {
+    pub storage: &'a Storage,
+    pub layout: Layout,
+    pub dtype: DType,
+}
+
+impl<'a> Operand<'a> {
+    pub(crate) fn of(t: &'a Tensor) -> Self {
+        Operand { storage: t.storage(), layout: t.layout().clone(), dtype: t.dtype() }
+    }
+    /// The tensor seen through another layout (e.g. broadcast).
+    pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {
+        Operand { storage: t.storage(), layout, dtype: t.dtype() }
+    }
+}
+
+/// Elementwise functions of one operand.
+#[derive(Copy, Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    Floor,
+    Round,
+    Sign,
+    Recip,
+    Square,
+    /// Clamp to `[min, max]`; either bound may be absent (NaN here means absent).
+    Clamp(f64, f64),
+}
+
+impl UnaryOp {
+    /// The op's name in error messages and kernel names.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Round => "round",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Recip => "reciprocal",
+            UnaryOp::Square => "square",
+            UnaryOp::Clamp(..) => "clamp",
+        }
+    }
+    /// Ops defined only on floats (integer inputs are promoted to f32 first, as in PyTorch).
+    pub fn needs_float(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Sin | UnaryOp::Cos
+                | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::Recip
+        )
+    }
+}
+
+/// Elementwise functions of two operands.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinaryOp {
+    /// The op's name in error messages and kernel names.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+        }
+    }
+    /// Comparisons return bool.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+}
+
+/// Reductions over a set of dimensions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+    Prod,
+}
+
+/// The stream allocations on `device` are associated with (0 on the CPU).
+pub(crate) fn current_stream_id(device: Device) -> u64 {
+    match device {
+        Device::Cpu => 0,
+        Device::Cuda(i) => cuda::current_stream_id(i),
+    }
+}
+
+fn unavailable(op: &'static str, d: Device) -> Error {
+    Error::DeviceUnavailable { op, device: d, reason: "no kernel for this device".into() }
+}
+
+/// Fails unless every operand is on the device of the first.
+fn device_of(op: &'static str, ops: &[&Operand]) -> Result<Device> {
+    let d = ops[0].storage.device();
+    for o in &ops[1..] {
+        if o.storage.device() != d {
+            return Err(Error::DeviceMismatch { op, lhs: d, rhs: o.storage.device() });
+        }
+    }
+    Ok(d)
+}
+
+/// Copies `src` into `dst` element by element, converting dtypes
+/// (`src.layout` already has `dst`'s shape; it may be broadcast).
+pub(crate) fn copy(src: &Operand, dst: &Operand) -> Result<()> {
+    let d = (src.storage.device(), dst.storage.device());
+    let _l = lock(&[src.storage], &[dst.storage]);
+    match d {
+        (Device::Cpu, Device::Cpu) => {
+            cpu::copy(src, dst);
+            Ok(())
+        }
+        _ => cuda::copy(src, dst),
+    }
+}
+
+/// Writes `value` (converted to `dst`'s dtype) into every element of `dst`.
+pub(crate) fn fill(dst: &Operand, value: f64) -> Result<()> {
+    let _l = lock(&[], &[dst.storage]);
+    match dst.storage.device() {
+        Device::Cpu => {
+            cpu::fill(dst, value);
+            Ok(())
+        }
+        d @ Device::Cuda(_) => cuda::fill(dst, value).map_err(|_| unavailable("fill", d)),
+    }
+}
+
+/// `dst = op(src)`, same dtype.
+pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of(op.name(), &[src, dst])?;
+    let _l = lock(&[src.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::unary(op, src, dst);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::unary(op, src, dst),
+    }
+}
+
+/// `dst = op(a, b)`; `a` and `b` share a dtype and are broadcast to `dst`'s shape.
+pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of(op.name(), &[a, b, dst])?;
+    let _l = lock(&[a.storage, b.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::binary(op, a, b, dst);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::binary(op, a, b, dst),
+    }
+}
+
+/// `dst = op(a, scalar)`, the scalar converted to `a`'s dtype.
+pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operand) -> Result<()> {
+    let d = device_of(op.name(), &[a, dst])?;
+    let _l = lock(&[a.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::binary_scalar(op, a, scalar, dst);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::binary_scalar(op, a, scalar, dst),
+    }
+}
+
+/// `dst = cond ? a : b`; all broadcast to `dst`'s shape.
+pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of("where", &[cond, a, b, dst])?;
+    let _l = lock(&[cond.storage, a.storage, b.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::where_cond(cond, a, b, dst);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::where_cond(cond, a, b, dst),
+    }
+}
+
+mod index;
+mod reduce;
+#[allow(unused_imports)]
+pub(crate) use index::*;
+#[allow(unused_imports)]
+pub(crate) use reduce::*;

@@ -1,0 +1,1 @@
+//! Dispatch of reduction, softmax and matmul kernels (to be written).

@@ -1,0 +1,206 @@
+//! Creating tensors: constant fills, ranges, identity, random, from data, and
+//! the `*_like` / `new_*` families (which match dtype and device).
+
+use crate::backend::{self, Operand};
+use crate::error::{bail, Error, Result};
+use crate::random::{with_global, Generator};
+use crate::{DType, Device, Element, Tensor};
+
+impl Tensor {
+    /// A tensor of uninitialised values (in practice: whatever the cached block
+    /// held; never uninitialised memory in Rust's sense, and bool tensors are
+    /// zeroed so every byte is a valid bool).
+    pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let mut t = Tensor::alloc(shape, dtype, device)?;
+        if dtype == DType::Bool {
+            t.fill_(0.0)?;
+        }
+        Ok(t)
+    }
+
+    /// A tensor filled with `value` (converted to `dtype`).
+    pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        let t = Tensor::alloc(shape, dtype, device)?;
+        backend::fill(&Operand::of(&t), value)?;
+        Ok(t)
+    }
+
+    /// Zeros.
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::full(shape, 0.0, dtype, device)
+    }
+
+    /// Ones.
+    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::full(shape, 1.0, dtype, device)
+    }
+
+    /// A rank-0 tensor holding `v`.
+    pub fn scalar<T: Element>(v: T, device: Device) -> Result<Tensor> {
+        Tensor::from_slice(&[v], &[], device)
+    }
+
+    /// A tensor with the elements of `data` (row-major) and `shape`.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            bail!(Error::ElementCount {
+                op: "from_slice",
+                from: vec![data.len()],
+                from_numel: data.len(),
+                to: shape.iter().map(|&d| d as isize).collect(),
+            });
+        }
+        let t = Tensor::alloc(shape, T::DTYPE, Device::Cpu)?;
+        {
+            let _l = crate::storage::lock(&[], &[t.storage()]);
+            // SAFETY: fresh contiguous CPU storage of n elements of T; exclusive lock held.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), crate::backend::cpu::ptr::<T>(t.storage()), n) };
+        }
+        t.to_device(device)
+    }
+
+    /// Like [`from_slice`](Tensor::from_slice), taking the vector.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: Device) -> Result<Tensor> {
+        Tensor::from_slice(&data, shape, device)
+    }
+
+    /// `start, start + step, ...` below `end` (PyTorch's `arange`).
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            bail!(Error::arg("arange", format!("start {start}, end {end} and step {step} must be finite and step non-zero")));
+        }
+        if (end - start) * step < 0.0 {
+            bail!(Error::arg("arange", format!("step {step} goes away from end {end} (start {start})")));
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        Tensor::from_slice(&v, &[n], Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+    }
+
+    /// `steps` points evenly spaced from `start` to `end`, both included.
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: Device) -> Result<Tensor> {
+        let v: Vec<f64> = match steps {
+            0 => vec![],
+            1 => vec![start],
+            n => {
+                let step = (end - start) / (n - 1) as f64;
+                // PyTorch fills the second half from the end, so `end` is exact.
+                (0..n).map(|i| if i < n / 2 { start + step * i as f64 } else { end - step * (n - 1 - i) as f64 }).collect()
+            }
+        };
+        Tensor::from_slice(&v, &[steps], Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+    }
+
+    /// The `n x m` identity (ones on the main diagonal).
+    pub fn eye(n: usize, m: usize, dtype: DType, device: Device) -> Result<Tensor> {
+        let t = Tensor::zeros(&[n, m], dtype, device)?;
+        // The diagonal is a strided view: stride m + 1.
+        let mut diag = t.as_strided(&[n.min(m)], &[m + 1], 0)?;
+        diag.fill_(1.0)?;
+        Ok(t)
+    }
+
+    /// Uniform in `[0, 1)` from the global generator.
+    pub fn rand(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let mut t = Tensor::alloc(shape, dtype, device)?;
+        t.uniform_(0.0, 1.0)?;
+        Ok(t)
+    }
+
+    /// Standard normal from the global generator.
+    pub fn randn(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let mut t = Tensor::alloc(shape, dtype, device)?;
+        t.normal_(0.0, 1.0)?;
+        Ok(t)
+    }
+
+    /// Uniform in `[0, 1)` from an explicit generator.
+    pub fn rand_with(shape: &[usize], dtype: DType, device: Device, gen: &mut Generator) -> Result<Tensor> {
+        let mut t = Tensor::alloc(shape, dtype, device)?;
+        t.random_fill(gen, |g| g.next_f64())?;
+        Ok(t)
+    }
+
+    /// Standard normal from an explicit generator.
+    pub fn randn_with(shape: &[usize], dtype: DType, device: Device, gen: &mut Generator) -> Result<Tensor> {
+        let mut t = Tensor::alloc(shape, dtype, device)?;
+        t.random_fill(gen, |g| g.next_normal())?;
+        Ok(t)
+    }
+
+    /// Fills in place with values drawn on the host (in row-major order of
+    /// this tensor's shape, so results do not depend on strides or device).
+    fn random_fill(&mut self, gen: &mut Generator, mut draw: impl FnMut(&mut Generator) -> f64) -> Result<&mut Tensor> {
+        self.check_writable("random")?;
+        if !self.dtype().is_float() {
+            bail!(Error::dtype("random", "a float dtype", self.dtype()));
+        }
+        let v: Vec<f64> = (0..self.numel()).map(|_| draw(gen)).collect();
+        let src = Tensor::from_slice(&v, self.shape(), Device::Cpu)?;
+        self.copy_(&src)
+    }
+
+    /// Fills in place, uniform in `[low, high)`, from the global generator.
+    pub fn uniform_(&mut self, low: f64, high: f64) -> Result<&mut Tensor> {
+        if !(low <= high) {
+            bail!(Error::arg("uniform_", format!("low {low} must not exceed high {high}")));
+        }
+        with_global(|g| self.random_fill(g, |g| low + (high - low) * g.next_f64()).map(|_| ()))?;
+        Ok(self)
+    }
+
+    /// Fills in place, normal with `mean` and `std`, from the global generator.
+    pub fn normal_(&mut self, mean: f64, std: f64) -> Result<&mut Tensor> {
+        if !(std >= 0.0) {
+            bail!(Error::arg("normal_", format!("std must be non-negative, got {std}")));
+        }
+        with_global(|g| self.random_fill(g, |g| mean + std * g.next_normal()).map(|_| ()))?;
+        Ok(self)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::zeros(self.shape(), self.dtype(), self.device())
+    }
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::ones(self.shape(), self.dtype(), self.device())
+    }
+    /// `value` with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::full(self.shape(), value, self.dtype(), self.device())
+    }
+    /// Uninitialised, with this tensor's shape, dtype and device.
+    pub fn empty_like(&self) -> Result<Tensor> {
+        Tensor::empty(self.shape(), self.dtype(), self.device())
+    }
+    /// Uniform `[0, 1)` with this tensor's shape, dtype and device.
+    pub fn rand_like(&self) -> Result<Tensor> {
+        Tensor::rand(self.shape(), self.dtype(), self.device())
+    }
+    /// Standard normal with this tensor's shape, dtype and device.
+    pub fn randn_like(&self) -> Result<Tensor> {
+        Tensor::randn(self.shape(), self.dtype(), self.device())
+    }
+    /// Zeros of `shape` with this tensor's dtype and device.
+    pub fn new_zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        Tensor::zeros(shape, self.dtype(), self.device())
+    }
+    /// Ones of `shape` with this tensor's dtype and device.
+    pub fn new_ones(&self, shape: &[usize]) -> Result<Tensor> {
+        Tensor::ones(shape, self.dtype(), self.device())
+    }
+    /// `value` in `shape` with this tensor's dtype and device.
+    pub fn new_full(&self, shape: &[usize], value: f64) -> Result<Tensor> {
+        Tensor::full(shape, value, self.dtype(), self.device())
+    }
+    /// Uninitialised `shape` with this tensor's dtype and device.
+    pub fn new_empty(&self, shape: &[usize]) -> Result<Tensor> {
+        Tensor::empty(shape, self.dtype(), self.device())
+    }
+    /// `data` in `shape`, converted to this tensor's dtype, on its device.
+    pub fn new_tensor<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        Tensor::from_slice(data, shape, Device::Cpu)?.to_dtype(self.dtype())?.to_device(self.device())
+    }
+}

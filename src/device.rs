@@ -1,0 +1,45 @@
+//! Devices: where a tensor's bytes live.
+
+use std::fmt;
+
+/// Where a tensor's storage lives.
+///
+/// `Cpu` is always available. `Cuda(ordinal)` names a GPU; without the `cuda`
+/// feature (or without a GPU) every allocation on it returns
+/// [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Device {
+    /// Host memory, served by the CPU caching allocator.
+    #[default]
+    Cpu,
+    /// A CUDA device, by ordinal.
+    Cuda(usize),
+}
+
+impl Device {
+    /// `true` for [`Device::Cpu`].
+    pub fn is_cpu(self) -> bool {
+        matches!(self, Device::Cpu)
+    }
+    /// `true` for [`Device::Cuda`].
+    pub fn is_cuda(self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+    /// CUDA device 0 if one is usable, otherwise the CPU. Never panics.
+    pub fn cuda_if_available() -> Device {
+        if crate::backend::cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Display: a PyTorch-like printout that truncates large tensors.

@@ -1,0 +1,56 @@
+//! # tensorscope
+//!
+//! A tensor library in which memory has an owner.
+//!
+//! * [`Tensor`] is an owned handle over refcounted storage. When the last
+//!   handle goes, the bytes go back to the device's caching allocator at once.
+//! * Views (`view`, `transpose`, `narrow`, `expand`, ...) share storage;
+//!   copies (`deep_clone`, `repeat`, `index_select`, `to_dtype`, ...) do not,
+//!   exactly as in PyTorch's storage-stride model.
+//! * Memory is observable: see [`memory`] for PyTorch-style statistics.
+//!
+//! ```
+//! use tensorscope::{memory, DType, Device, Tensor};
+//! let base = memory::memory_allocated(Device::Cpu);
+//! {
+//!     let a = Tensor::ones(&[256, 256], DType::F32, Device::Cpu)?;
+//!     let b = a.transpose(0, 1)?;            // a view: no new bytes
+//!     let c = a.add(&b)?;                    // a fresh result
+//!     assert_eq!(c.shape(), &[256, 256]);
+//! }
+//! assert_eq!(memory::memory_allocated(Device::Cpu), base); // every byte is back
+//! # Ok::<(), tensorscope::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod backend;
+mod creation;
+mod display;
+mod dtype;
+mod device;
+mod error;
+pub mod layout;
+mod ops;
+pub mod random;
+mod static_checks;
+mod storage;
+mod tensor;
+
+pub use alloc as memory;
+pub use device::Device;
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use random::{manual_seed, Generator};
+pub use tensor::Tensor;
+
+#[doc(hidden)]
+pub use half;
+pub use half::{bf16, f16};
+
+/// `true` if the two tensors view the same storage.
+pub fn shares_storage(a: &Tensor, b: &Tensor) -> bool {
+    a.shares_storage(b)
+}

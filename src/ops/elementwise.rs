@@ -1,0 +1,391 @@
+//! Elementwise ops: binary (with broadcasting and PyTorch's type promotion),
+//! scalar forms, comparisons, unary ops, `where`, their in-place forms
+//! (`&mut self`) and their `out` forms (which allocate nothing).
+//!
+//! **Promotion**: two tensor operands compute in `DType::promote` of their
+//! dtypes; true division and float-only unary ops on integers compute in f32;
+//! an integer tensor with a non-integral scalar computes in f32 (PyTorch's
+//! result type). Arithmetic on bool tensors other than `add`/`mul`/
+//! `maximum`/`minimum` (which are `or`/`and`) is an error.
+//!
+//! **In place**: the other operand must broadcast to `self`'s shape, the
+//! result dtype must be castable to `self`'s (a float result into an integer
+//! tensor is an error, as in PyTorch), and `self` must not be an expanded view
+//! (several elements sharing one memory location). An operand that overlaps
+//! `self` in memory with a different layout is copied first, so the result is
+//! always as if the right-hand side were evaluated before the write.
+
+use crate::backend::{self, BinaryOp, Operand, UnaryOp};
+use crate::error::{bail, Error, Result};
+use crate::layout::broadcast_shapes;
+use crate::{DType, Tensor};
+
+/// The dtype `op` computes in for operand dtypes `a` and `b`.
+fn compute_dtype(op: BinaryOp, a: DType, b: DType) -> Result<DType> {
+    let dt = a.promote(b);
+    if op.is_comparison() {
+        return Ok(dt);
+    }
+    match (op, dt) {
+        (BinaryOp::Div, d) if !d.is_float() => Ok(DType::F32),
+        (BinaryOp::Add | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum, DType::Bool) => Ok(DType::Bool),
+        (_, DType::Bool) => bail!(Error::dtype(op.name(), "a numeric dtype (this op is not defined on bool tensors)", DType::Bool)),
+        (_, d) => Ok(d),
+    }
+}
+
+/// The dtype a tensor of dtype `a` with a scalar computes in.
+fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
+    let integral = s.fract() == 0.0 && s.is_finite();
+    let dt = match a {
+        d if d.is_float() => d,
+        DType::Bool if op.is_comparison() => {
+            if integral { DType::I64 } else { DType::F32 }
+        }
+        DType::Bool => match op {
+            BinaryOp::Div => DType::F32,
+            _ if integral => DType::I64,
+            _ => DType::F32,
+        },
+        d => {
+            if integral && op != BinaryOp::Div { d } else { DType::F32 }
+        }
+    };
+    Ok(dt)
+}
+
+/// The tensor converted to `dt` if needed (a new handle otherwise).
+fn as_dtype(t: &Tensor, dt: DType) -> Result<Tensor> {
+    t.to_dtype(dt)
+}
+
+impl Tensor {
+    /// Refuses writes that would be ill-defined. Autograd adds its checks here.
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.layout().has_internal_overlap() {
+            bail!(Error::InvalidInPlace {
+                op,
+                msg: format!("unsupported operation: more than one element of the written-to tensor (shape {:?}, strides {:?}) refers to a single memory location; call contiguous() first", self.shape(), self.strides()),
+            });
+        }
+        Ok(())
+    }
+
+    /// `other` ready to be read while `self` is written: copied if it overlaps
+    /// `self`'s storage with a different layout.
+    fn detangle(&self, other: &Tensor) -> Result<Tensor> {
+        if self.shares_storage(other) && self.layout() != other.layout() {
+            other.deep_clone()
+        } else {
+            Ok(other.alias())
+        }
+    }
+
+    fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        self.same_device(op.name(), other)?;
+        let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+        let dt = compute_dtype(op, self.dtype(), other.dtype())?;
+        let (a, b) = (as_dtype(self, dt)?, as_dtype(other, dt)?);
+        let out_dt = if op.is_comparison() { DType::Bool } else { dt };
+        let out = Tensor::alloc(&shape, out_dt, self.device())?;
+        backend::binary(
+            op,
+            &Operand::with(&a, a.layout().broadcast_to(&shape)?),
+            &Operand::with(&b, b.layout().broadcast_to(&shape)?),
+            &Operand::of(&out),
+        )?;
+        Ok(out)
+    }
+
+    fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
+        let dt = scalar_compute_dtype(op, self.dtype(), s)?;
+        let a = as_dtype(self, dt)?;
+        let out_dt = if op.is_comparison() { DType::Bool } else { dt };
+        let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+        backend::binary_scalar(op, &Operand::of(&a), s, &Operand::of(&out))?;
+        Ok(out)
+    }
+
+    /// Writes `op(self, other)` into `out`, which must have the broadcast
+    /// shape and a dtype the result casts to. Allocates nothing when the
+    /// operands already have the compute dtype.
+    fn binary_into(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.same_device(op.name(), other)?;
+        self.same_device(op.name(), out)?;
+        let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+        if shape.as_slice() != out.shape() {
+            bail!(Error::shape(op.name(), &shape, out.shape(), "the output must have the broadcast shape of the inputs"));
+        }
+        out.check_writable(op.name())?;
+        let dt = compute_dtype(op, self.dtype(), other.dtype())?;
+        let res_dt = if op.is_comparison() { DType::Bool } else { dt };
+        if res_dt != out.dtype() && (res_dt.is_float() && !out.dtype().is_float()) {
+            bail!(Error::dtype(op.name(), format!("an output dtype that {res_dt} can be cast to"), out.dtype()));
+        }
+        let a = out.detangle(&as_dtype(self, dt)?)?;
+        let b = out.detangle(&as_dtype(other, dt)?)?;
+        let (la, lb) = (a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?);
+        if res_dt == out.dtype() {
+            backend::binary(op, &Operand::with(&a, la), &Operand::with(&b, lb), &Operand::of(out))?;
+        } else {
+            let tmp = Tensor::alloc(&shape, res_dt, out.device())?;
+            backend::binary(op, &Operand::with(&a, la), &Operand::with(&b, lb), &Operand::of(&tmp))?;
+            backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
+        }
+        out.storage().bump_version();
+        Ok(())
+    }
+
+    fn binary_inplace(&mut self, op: BinaryOp, other: &Tensor) -> Result<&mut Tensor> {
+        let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+        if shape.as_slice() != self.shape() {
+            bail!(Error::shape(op.name(), self.shape(), other.shape(), "in place, the other operand must broadcast to self's shape"));
+        }
+        let a = self.alias();
+        a.binary_into(op, other, self)?;
+        Ok(self)
+    }
+
+    fn scalar_inplace(&mut self, op: BinaryOp, s: f64) -> Result<&mut Tensor> {
+        self.check_writable(op.name())?;
+        let dt = scalar_compute_dtype(op, self.dtype(), s)?;
+        if dt != self.dtype() {
+            if dt.is_float() && !self.dtype().is_float() {
+                bail!(Error::dtype(op.name(), format!("a float tensor (result type {dt} cannot be cast in place to {})", self.dtype()), self.dtype()));
+            }
+            let r = self.scalar_op(op, s)?;
+            backend::copy(&Operand::of(&r), &Operand::of(self))?;
+        } else {
+            backend::binary_scalar(op, &Operand::of(self), s, &Operand::of(self))?;
+        }
+        self.storage().bump_version();
+        Ok(self)
+    }
+
+    fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        let src = self.unary_input(op)?;
+        let out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
+        backend::unary(op, &Operand::of(&src), &Operand::of(&out))?;
+        Ok(out)
+    }
+
+    /// The input converted to the dtype `op` computes in.
+    fn unary_input(&self, op: UnaryOp) -> Result<Tensor> {
+        match self.dtype() {
+            DType::Bool if !matches!(op, UnaryOp::Floor | UnaryOp::Round) => {
+                bail!(Error::dtype(op.name(), "a numeric dtype", DType::Bool))
+            }
+            d if op.needs_float() && !d.is_float() => self.to_dtype(DType::F32),
+            _ => Ok(self.alias()),
+        }
+    }
+
+    fn unary_inplace(&mut self, op: UnaryOp) -> Result<&mut Tensor> {
+        self.check_writable(op.name())?;
+        if op.needs_float() && !self.dtype().is_float() {
+            bail!(Error::dtype(op.name(), "a float tensor (the result of this op cannot be stored in place in an integer tensor)", self.dtype()));
+        }
+        if self.dtype() == DType::Bool {
+            bail!(Error::dtype(op.name(), "a numeric dtype", DType::Bool));
+        }
+        backend::unary(op, &Operand::of(self), &Operand::of(self))?;
+        self.storage().bump_version();
+        Ok(self)
+    }
+
+    /// `where(cond, a, b)`: elements of `a` where `cond` is true, of `b`
+    /// elsewhere; all three broadcast together; `a` and `b` promote.
+    pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if cond.dtype() != DType::Bool {
+            bail!(Error::dtype("where", "bool (the condition)", cond.dtype()));
+        }
+        cond.same_device("where", a)?;
+        cond.same_device("where", b)?;
+        let shape = broadcast_shapes("where", cond.shape(), a.shape())?;
+        let shape = broadcast_shapes("where", &shape, b.shape())?;
+        let dt = a.dtype().promote(b.dtype());
+        let (a, b) = (as_dtype(a, dt)?, as_dtype(b, dt)?);
+        let out = Tensor::alloc(&shape, dt, cond.device())?;
+        backend::where_cond(
+            &Operand::with(cond, cond.layout().broadcast_to(&shape)?),
+            &Operand::with(&a, a.layout().broadcast_to(&shape)?),
+            &Operand::with(&b, b.layout().broadcast_to(&shape)?),
+            &Operand::of(&out),
+        )?;
+        Ok(out)
+    }
+
+    /// Writes `value` where `mask` is true (mask broadcasts to `self`'s shape).
+    pub fn masked_fill_(&mut self, mask: &Tensor, value: f64) -> Result<&mut Tensor> {
+        if mask.dtype() != DType::Bool {
+            bail!(Error::dtype("masked_fill_", "bool (the mask)", mask.dtype()));
+        }
+        self.same_device("masked_fill_", mask)?;
+        self.check_writable("masked_fill_")?;
+        let shape = broadcast_shapes("masked_fill_", self.shape(), mask.shape())?;
+        if shape.as_slice() != self.shape() {
+            bail!(Error::shape("masked_fill_", self.shape(), mask.shape(), "the mask must broadcast to self's shape"));
+        }
+        let mask = self.detangle(mask)?;
+        let v = Tensor::full(&[], value, self.dtype(), self.device())?;
+        let keep = self.alias();
+        backend::where_cond(
+            &Operand::with(&mask, mask.layout().broadcast_to(&shape)?),
+            &Operand::with(&v, v.layout().broadcast_to(&shape)?),
+            &Operand::of(&keep),
+            &Operand::of(self),
+        )?;
+        self.storage().bump_version();
+        Ok(self)
+    }
+
+    /// Out-of-place [`masked_fill_`](Tensor::masked_fill_).
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let mut out = self.deep_clone()?;
+        out.masked_fill_(mask, value)?;
+        Ok(out)
+    }
+
+    /// Copies `src` into `self` in place: `src` broadcasts to `self`'s shape,
+    /// and may have another dtype (converted) or live on another device.
+    pub fn copy_(&mut self, src: &Tensor) -> Result<&mut Tensor> {
+        self.check_writable("copy_")?;
+        let shape = broadcast_shapes("copy_", self.shape(), src.shape())?;
+        if shape.as_slice() != self.shape() {
+            bail!(Error::shape("copy_", self.shape(), src.shape(), "the source must broadcast to the destination's shape"));
+        }
+        let src = self.detangle(src)?;
+        backend::copy(&Operand::with(&src, src.layout().broadcast_to(&shape)?), &Operand::of(self))?;
+        self.storage().bump_version();
+        Ok(self)
+    }
+
+    /// Writes `value` into every element.
+    pub fn fill_(&mut self, value: f64) -> Result<&mut Tensor> {
+        self.check_writable("fill_")?;
+        backend::fill(&Operand::of(self), value)?;
+        self.storage().bump_version();
+        Ok(self)
+    }
+
+    /// Writes zeros into every element.
+    pub fn zero_(&mut self) -> Result<&mut Tensor> {
+        self.fill_(0.0)
+    }
+
+    /// Clamps to `[min, max]` (either may be `None`).
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        self.unary_op(UnaryOp::Clamp(min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)))
+    }
+
+    /// In-place [`clamp`](Tensor::clamp).
+    pub fn clamp_(&mut self, min: Option<f64>, max: Option<f64>) -> Result<&mut Tensor> {
+        self.unary_inplace(UnaryOp::Clamp(min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)))
+    }
+}
+
+macro_rules! binary_methods {
+    ($($op:ident: $name:ident, $scalar:ident, $inplace:ident, $scalar_inplace:ident, $out:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting and type promotion.")]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                    self.binary_op(BinaryOp::$op, other)
+                }
+                #[doc = concat!("Elementwise `", stringify!($name), "` with a scalar.")]
+                pub fn $scalar(&self, s: f64) -> Result<Tensor> {
+                    self.scalar_op(BinaryOp::$op, s)
+                }
+                #[doc = concat!("In-place `", stringify!($name), "`: `other` broadcasts to `self`'s shape.")]
+                pub fn $inplace(&mut self, other: &Tensor) -> Result<&mut Tensor> {
+                    self.binary_inplace(BinaryOp::$op, other)
+                }
+                #[doc = concat!("In-place `", stringify!($name), "` with a scalar.")]
+                pub fn $scalar_inplace(&mut self, s: f64) -> Result<&mut Tensor> {
+                    self.scalar_inplace(BinaryOp::$op, s)
+                }
+                #[doc = concat!("`", stringify!($name), "` written into `out` (broadcast shape); allocates nothing when dtypes already match.")]
+                pub fn $out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+                    self.binary_into(BinaryOp::$op, other, out)
+                }
+            )*
+        }
+    };
+}
+
+binary_methods! {
+    Add: add, add_scalar, add_, add_scalar_, add_out;
+    Sub: sub, sub_scalar, sub_, sub_scalar_, sub_out;
+    Mul: mul, mul_scalar, mul_, mul_scalar_, mul_out;
+    Div: div, div_scalar, div_, div_scalar_, div_out;
+    Pow: pow, pow_scalar, pow_, pow_scalar_, pow_out;
+    Maximum: maximum, maximum_scalar, maximum_, maximum_scalar_, maximum_out;
+    Minimum: minimum, minimum_scalar, minimum_, minimum_scalar_, minimum_out;
+}
+
+macro_rules! compare_methods {
+    ($($op:ident: $name:ident, $scalar:ident, $out:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("Elementwise `", stringify!($name), "` comparison; returns a bool tensor.")]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                    self.binary_op(BinaryOp::$op, other)
+                }
+                #[doc = concat!("Elementwise `", stringify!($name), "` against a scalar; returns a bool tensor.")]
+                pub fn $scalar(&self, s: f64) -> Result<Tensor> {
+                    self.scalar_op(BinaryOp::$op, s)
+                }
+                #[doc = concat!("`", stringify!($name), "` written into a bool (or numeric) `out`.")]
+                pub fn $out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+                    self.binary_into(BinaryOp::$op, other, out)
+                }
+            )*
+        }
+    };
+}
+
+compare_methods! {
+    Eq: eq, eq_scalar, eq_out;
+    Ne: ne, ne_scalar, ne_out;
+    Lt: lt, lt_scalar, lt_out;
+    Le: le, le_scalar, le_out;
+    Gt: gt, gt_scalar, gt_out;
+    Ge: ge, ge_scalar, ge_out;
+}
+
+macro_rules! unary_methods {
+    ($($op:ident: $name:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("Elementwise `", stringify!($name), "` (integer inputs of float-only ops compute in f32).")]
+                pub fn $name(&self) -> Result<Tensor> {
+                    self.unary_op(UnaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+unary_methods! {
+    Neg: neg; Abs: abs; Exp: exp; Log: log; Sqrt: sqrt; Rsqrt: rsqrt; Sin: sin; Cos: cos;
+    Tanh: tanh; Sigmoid: sigmoid; Relu: relu; Gelu: gelu; Floor: floor; Round: round;
+    Sign: sign; Recip: reciprocal; Square: square;
+}
+
+macro_rules! unary_inplace_methods {
+    ($($op:ident: $name:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("In-place `", stringify!($name), "`.")]
+                pub fn $name(&mut self) -> Result<&mut Tensor> {
+                    self.unary_inplace(UnaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+unary_inplace_methods! {
+    Neg: neg_; Abs: abs_; Exp: exp_; Log: log_; Sqrt: sqrt_; Sigmoid: sigmoid_; Tanh: tanh_;
+    Relu: relu_; Gelu: gelu_; Floor: floor_; Round: round_;
+}

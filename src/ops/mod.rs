@@ -1,0 +1,10 @@
+//! The op layer: validation, dtype promotion and output allocation, then a
+//! call into [`crate::backend`]. One file per family.
+
+mod elementwise;
+mod index;
+mod matmul;
+mod operators;
+mod reduce;
+mod shape;
+mod views;

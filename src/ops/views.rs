@@ -1,0 +1,236 @@
+//! View operations: new layouts over the same storage. Nothing here copies
+//! data, except `reshape`/`flatten` when the strides cannot express the new
+//! shape (exactly PyTorch's rule) and `contiguous` on a non-contiguous tensor.
+
+use crate::error::{bail, Error, Result};
+use crate::layout::{normalize_dim, resolve_shape};
+use crate::Tensor;
+
+impl Tensor {
+    /// A view with a new shape (one dimension may be `-1`). An error if the
+    /// strides cannot express it: use [`reshape`](Tensor::reshape) then.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?;
+    /// let v = x.view(&[2, -1])?;
+    /// assert_eq!(v.shape(), &[2, 3]);
+    /// assert!(v.shares_storage(&x));
+    /// assert!(x.view(&[2, 3])?.t()?.view(&[6]).is_err());
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        let to = resolve_shape("view", self.shape(), shape)?;
+        match self.layout().view(&to) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => bail!(Error::NotViewable {
+                op: "view",
+                shape: shape.to_vec(),
+                from: self.shape().to_vec(),
+                strides: self.strides().to_vec(),
+            }),
+        }
+    }
+
+    /// A view with a new shape when the strides allow one, otherwise a
+    /// contiguous copy with that shape (PyTorch's `reshape`).
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let to = resolve_shape("reshape", self.shape(), shape)?;
+        match self.layout().view(&to) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => {
+                let c = self.contiguous()?;
+                Ok(c.with_layout(crate::Layout::contiguous(&to)))
+            }
+        }
+    }
+
+    /// Merges dimensions `start..=end` into one (a view when possible, as `reshape`).
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape(&[1]);
+        }
+        let s = normalize_dim("flatten", start, self.rank())?;
+        let e = normalize_dim("flatten", end, self.rank())?;
+        if s > e {
+            bail!(Error::arg("flatten", format!("start dim {start} comes after end dim {end}")));
+        }
+        let shape = self.shape();
+        let mut to: Vec<isize> = shape[..s].iter().map(|&d| d as isize).collect();
+        to.push(shape[s..=e].iter().product::<usize>() as isize);
+        to.extend(shape[e + 1..].iter().map(|&d| d as isize));
+        self.reshape(&to)
+    }
+
+    /// Swaps two dimensions (a view).
+    pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().transpose(d0, d1)?))
+    }
+
+    /// Transpose of a tensor of rank at most 2 (a view); rank 0 and 1 are returned as they are.
+    pub fn t(&self) -> Result<Tensor> {
+        match self.rank() {
+            0 | 1 => Ok(self.with_layout(self.layout().clone())),
+            2 => self.transpose(0, 1),
+            r => bail!(Error::arg("t", format!("expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose", self.shape()))),
+        }
+    }
+
+    /// Reorders dimensions (a view).
+    pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().permute(dims)?))
+    }
+
+    /// Elements `start .. start + len` of `dim` (a view).
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().narrow(dim, start, len)?))
+    }
+
+    /// Python's `t[start:end:step]` along `dim` (a view). `end` is clamped to
+    /// the dimension's size; `step` must be positive.
+    pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().slice("slice", dim, start, end, step)?))
+    }
+
+    /// Removes `dim` by fixing it at `index` (negative counts from the end); a view.
+    pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().select(dim, index)?))
+    }
+
+    /// Removes every dimension of size 1 (a view).
+    pub fn squeeze(&self) -> Tensor {
+        self.with_layout(self.layout().squeeze_all())
+    }
+
+    /// Removes `dim` if it has size 1 (a view).
+    pub fn squeeze_dim(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().squeeze_dim(dim)?))
+    }
+
+    /// Inserts a dimension of size 1 at `dim` (a view).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().unsqueeze(dim)?))
+    }
+
+    /// Broadcasts size-1 dimensions to `shape` with stride 0 (a view; no
+    /// memory is used). `-1` keeps a dimension's size.
+    pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().expand(shape)?))
+    }
+
+    /// [`expand`](Tensor::expand) to another tensor's shape.
+    pub fn expand_as(&self, other: &Tensor) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().broadcast_to(other.shape())?))
+    }
+
+    /// Views of every index along `dim`, each without that dimension.
+    pub fn unbind(&self, dim: isize) -> Result<Vec<Tensor>> {
+        let d = normalize_dim("unbind", dim, self.rank())?;
+        (0..self.shape()[d]).map(|i| self.select(d as isize, i as isize)).collect()
+    }
+
+    /// Splits `dim` into pieces of `size` (the last may be smaller); views.
+    pub fn split(&self, size: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let d = normalize_dim("split", dim, self.rank())?;
+        if size == 0 {
+            bail!(Error::arg("split", "split size must be positive"));
+        }
+        let n = self.shape()[d];
+        let mut out = Vec::with_capacity(n.div_ceil(size).max(1));
+        let mut start = 0;
+        loop {
+            let len = size.min(n - start);
+            out.push(self.narrow(d as isize, start, len)?);
+            start += len;
+            if start >= n {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Splits `dim` into pieces of the given sizes, which must add up to its size; views.
+    pub fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor>> {
+        let d = normalize_dim("split", dim, self.rank())?;
+        let total: usize = sizes.iter().sum();
+        if total != self.shape()[d] {
+            bail!(Error::arg("split", format!("sizes {sizes:?} add up to {total}, but dimension {d} has size {} (shape {:?})", self.shape()[d], self.shape())));
+        }
+        let mut start = 0;
+        sizes
+            .iter()
+            .map(|&s| {
+                let t = self.narrow(d as isize, start, s);
+                start += s;
+                t
+            })
+            .collect()
+    }
+
+    /// Splits `dim` into `chunks` nearly equal pieces (PyTorch's `chunk`:
+    /// pieces of `ceil(size / chunks)`, so there may be fewer); views.
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
+        if chunks == 0 {
+            bail!(Error::arg("chunk", "number of chunks must be positive"));
+        }
+        let d = normalize_dim("chunk", dim, self.rank())?;
+        let size = self.shape()[d].div_ceil(chunks).max(1);
+        self.split(size, d as isize)
+    }
+
+    /// A view with explicit shape, strides and offset (in elements) over this
+    /// tensor's storage. An error if any element would fall outside the storage.
+    pub fn as_strided(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor> {
+        if shape.len() != strides.len() {
+            bail!(Error::arg("as_strided", format!("shape {shape:?} and strides {strides:?} differ in length")));
+        }
+        let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
+        let cap = self.storage_nbytes() / self.dtype().size_in_bytes();
+        if l.numel() > 0 && l.storage_span() > cap {
+            bail!(Error::arg("as_strided", format!("shape {shape:?}, strides {strides:?} and offset {offset} reach element {} of a storage of {cap} elements", l.storage_span() - 1)));
+        }
+        Ok(self.with_layout(l))
+    }
+
+    /// This tensor if it is already contiguous (a new handle to the same
+    /// storage: no copy), otherwise a contiguous copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            Ok(self.with_layout(self.layout().clone()))
+        } else {
+            self.deep_clone()
+        }
+    }
+
+    /// An independent, contiguous copy with its own storage (PyTorch's
+    /// `clone()`; named so because `Tensor` deliberately does not implement
+    /// [`Clone`]: a copy of the data is never made implicitly).
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
+        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        Ok(out)
+    }
+
+    /// A copy converted to `dtype`. As in PyTorch's `to(dtype)` (and the seed's
+    /// table: "new storage unless same dtype"), when the dtype already matches
+    /// this returns a new handle to the same storage and copies nothing.
+    pub fn to_dtype(&self, dtype: crate::DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.with_layout(self.layout().clone()));
+        }
+        let out = Tensor::alloc(self.shape(), dtype, self.device())?;
+        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        Ok(out)
+    }
+
+    /// A copy on `device`. When the tensor is already there this returns a new
+    /// handle to the same storage, as PyTorch's `to(device)` does.
+    pub fn to_device(&self, device: crate::Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.with_layout(self.layout().clone()));
+        }
+        let out = Tensor::alloc(self.shape(), self.dtype(), device)?;
+        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,198 @@
+//! The tensor handle.
+
+use crate::error::{bail, Error, Result};
+use crate::layout::Layout;
+use crate::storage::Storage;
+use crate::{DType, Device, Element};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Live [`Tensor`] handles' implementations (counted once per `alias` group).
+pub(crate) static LIVE_TENSORS: AtomicUsize = AtomicUsize::new(0);
+
+/// An owned handle to a tensor: a [`Layout`] over a refcounted storage.
+///
+/// * `Tensor` is not `Copy` and not `Clone`: a second handle is made only on
+///   purpose, with [`alias`](Tensor::alias) (same tensor), a view (same storage,
+///   new layout) or [`deep_clone`](Tensor::deep_clone) (independent copy).
+/// * Every operation returns a fresh handle. Dropping the last handle to a
+///   storage returns its bytes to the device's caching allocator at once.
+/// * The handle is one pointer wide.
+/// * It is `Send` (data-loading threads hand tensors over) and `Sync`: shared
+///   `&Tensor`s can be read from many threads, e.g. model weights in a server.
+///   Every storage has a reader-writer lock, so an in-place write through one
+///   alias never races with a read through another.
+///
+/// ```
+/// use tensorscope::{Tensor, DType, Device};
+/// let a = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?;
+/// let v = a.view(&[2, 3])?;          // a view: same storage
+/// assert!(a.shares_storage(&v));
+/// let c = v.deep_clone()?;            // a copy: its own storage
+/// assert!(!a.shares_storage(&c));
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub struct Tensor {
+    pub(crate) inner: Arc<TensorImpl>,
+}
+
+pub(crate) struct TensorImpl {
+    pub(crate) storage: Storage,
+    pub(crate) layout: Layout,
+    pub(crate) dtype: DType,
+}
+
+impl Drop for TensorImpl {
+    fn drop(&mut self) {
+        LIVE_TENSORS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Tensor {
+    /// Wraps a storage and a layout. The layout must fit the storage.
+    pub(crate) fn from_parts(storage: Storage, layout: Layout, dtype: DType) -> Tensor {
+        debug_assert!(layout.storage_span() * dtype.size_in_bytes() <= storage.nbytes().max(layout.offset() * dtype.size_in_bytes()));
+        LIVE_TENSORS.fetch_add(1, Ordering::Relaxed);
+        Tensor { inner: Arc::new(TensorImpl { storage, layout, dtype }) }
+    }
+
+    /// A new tensor over the same storage with another layout (a view).
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor::from_parts(self.inner.storage.clone(), layout, self.inner.dtype)
+    }
+
+    /// Allocates an uninitialised contiguous tensor.
+    pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let layout = Layout::contiguous(shape);
+        let bytes = layout.numel().checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
+            Error::arg("alloc", format!("shape {shape:?} of {dtype} overflows the address space"))
+        })?;
+        let storage = Storage::new(device, bytes)?;
+        Ok(Tensor::from_parts(storage, layout, dtype))
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.inner.storage
+    }
+
+    /// A new handle to this same tensor: same storage, same layout, and (once
+    /// autograd exists) the same autograd identity. Nothing is copied. This is
+    /// TorchSharp's `alias()`: use it to return a fresh handle from a function
+    /// that would otherwise return its input.
+    pub fn alias(&self) -> Tensor {
+        Tensor { inner: Arc::clone(&self.inner) }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.inner.layout.shape()
+    }
+    /// The shape (PyTorch's name).
+    pub fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    /// The size of one dimension (negative counts from the end).
+    pub fn size(&self, dim: isize) -> Result<usize> {
+        let d = crate::layout::normalize_dim("size", dim, self.rank())?;
+        Ok(self.shape()[d])
+    }
+    /// The strides, in elements.
+    pub fn strides(&self) -> &[usize] {
+        self.inner.layout.strides()
+    }
+    /// Offset of the first element in the storage, in elements.
+    pub fn storage_offset(&self) -> usize {
+        self.inner.layout.offset()
+    }
+    /// The layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.inner.layout.rank()
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.inner.layout.numel()
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.inner.dtype
+    }
+    /// The device.
+    pub fn device(&self) -> Device {
+        self.inner.storage.device()
+    }
+    /// `true` if the elements are row-major with no gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.inner.layout.is_contiguous()
+    }
+    /// Address of the first element (host address, or device pointer on CUDA).
+    pub fn data_ptr(&self) -> usize {
+        self.inner.storage.addr() + self.storage_offset() * self.dtype().size_in_bytes()
+    }
+    /// Address of the first byte of the underlying storage.
+    pub fn storage_ptr(&self) -> usize {
+        self.inner.storage.addr()
+    }
+    /// Bytes of the underlying storage (what keeping this tensor alive costs).
+    pub fn storage_nbytes(&self) -> usize {
+        self.inner.storage.nbytes()
+    }
+    /// Bytes of this tensor's elements (`numel * element size`).
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype().size_in_bytes()
+    }
+    /// `true` if both tensors view the same storage (PyTorch's
+    /// `a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()`).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        self.inner.storage.same(&other.inner.storage)
+    }
+    /// How many tensors (handles' implementations, views included) keep this
+    /// storage alive.
+    pub fn storage_use_count(&self) -> usize {
+        self.inner.storage.ref_count()
+    }
+    /// The storage's version counter: bumped by every in-place write, shared
+    /// by every view.
+    pub fn version(&self) -> u64 {
+        self.inner.storage.version()
+    }
+
+    /// Checks that `self` and `other` are on one device.
+    pub(crate) fn same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.device() != other.device() {
+            bail!(Error::DeviceMismatch { op, lhs: self.device(), rhs: other.device() });
+        }
+        Ok(())
+    }
+
+    /// The elements in row-major order, converted to `T` with `as` semantics.
+    /// On CUDA this copies to the host.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let src = if self.device().is_cpu() { self.alias() } else { self.to_device(Device::Cpu)? };
+        let c = src.to_dtype(T::DTYPE)?.contiguous()?;
+        let _l = crate::storage::lock(&[c.storage()], &[]);
+        // SAFETY: `c` is contiguous, of dtype T, on the CPU, and its storage
+        // holds at least offset + numel elements; we hold a read lock.
+        let s = unsafe { crate::backend::cpu::slice::<T>(c.storage(), c.storage_offset(), c.numel()) };
+        Ok(s.to_vec())
+    }
+
+    /// The single element of a one-element tensor (any shape), converted to `T`.
+    /// An error for any other number of elements.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            bail!(Error::NotAScalar { op: "item", shape: self.shape().to_vec(), numel: self.numel() });
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor[shape={:?}, strides={:?}, offset={}, dtype={}, device={}]",
+            self.shape(), self.strides(), self.storage_offset(), self.dtype(), self.device())
+    }
+}

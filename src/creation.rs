@@ -55,7 +55,13 @@ impl Tensor {
         {
             let _l = crate::storage::lock(&[], &[t.storage()]);
             // SAFETY: fresh contiguous CPU storage of n elements of T; exclusive lock held.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), crate::backend::cpu::ptr::<T>(t.storage()), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    crate::backend::cpu::ptr::<T>(t.storage()),
+                    n,
+                )
+            };
         }
         t.to_device(device)
     }
@@ -68,28 +74,54 @@ impl Tensor {
     /// `start, start + step, ...` below `end` (PyTorch's `arange`).
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-            bail!(Error::arg("arange", format!("start {start}, end {end} and step {step} must be finite and step non-zero")));
+            bail!(Error::arg(
+                "arange",
+                format!(
+                    "start {start}, end {end} and step {step} must be finite and step non-zero"
+                )
+            ));
         }
         if (end - start) * step < 0.0 {
-            bail!(Error::arg("arange", format!("step {step} goes away from end {end} (start {start})")));
+            bail!(Error::arg(
+                "arange",
+                format!("step {step} goes away from end {end} (start {start})")
+            ));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        Tensor::from_slice(&v, &[n], Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+        Tensor::from_slice(&v, &[n], Device::Cpu)?
+            .to_dtype(dtype)?
+            .to_device(device)
     }
 
     /// `steps` points evenly spaced from `start` to `end`, both included.
-    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn linspace(
+        start: f64,
+        end: f64,
+        steps: usize,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         let v: Vec<f64> = match steps {
             0 => vec![],
             1 => vec![start],
             n => {
                 let step = (end - start) / (n - 1) as f64;
                 // PyTorch fills the second half from the end, so `end` is exact.
-                (0..n).map(|i| if i < n / 2 { start + step * i as f64 } else { end - step * (n - 1 - i) as f64 }).collect()
+                (0..n)
+                    .map(|i| {
+                        if i < n / 2 {
+                            start + step * i as f64
+                        } else {
+                            end - step * (n - 1 - i) as f64
+                        }
+                    })
+                    .collect()
             }
         };
-        Tensor::from_slice(&v, &[steps], Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+        Tensor::from_slice(&v, &[steps], Device::Cpu)?
+            .to_dtype(dtype)?
+            .to_device(device)
     }
 
     /// The `n x m` identity (ones on the main diagonal).
@@ -116,14 +148,24 @@ impl Tensor {
     }
 
     /// Uniform in `[0, 1)` from an explicit generator.
-    pub fn rand_with(shape: &[usize], dtype: DType, device: Device, gen: &mut Generator) -> Result<Tensor> {
+    pub fn rand_with(
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        gen: &mut Generator,
+    ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
         t.random_fill(gen, |g| g.next_f64())?;
         Ok(t)
     }
 
     /// Standard normal from an explicit generator.
-    pub fn randn_with(shape: &[usize], dtype: DType, device: Device, gen: &mut Generator) -> Result<Tensor> {
+    pub fn randn_with(
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        gen: &mut Generator,
+    ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
         t.random_fill(gen, |g| g.next_normal())?;
         Ok(t)
@@ -131,7 +173,11 @@ impl Tensor {
 
     /// Fills in place with values drawn on the host (in row-major order of
     /// this tensor's shape, so results do not depend on strides or device).
-    fn random_fill(&mut self, gen: &mut Generator, mut draw: impl FnMut(&mut Generator) -> f64) -> Result<&mut Tensor> {
+    fn random_fill(
+        &mut self,
+        gen: &mut Generator,
+        mut draw: impl FnMut(&mut Generator) -> f64,
+    ) -> Result<&mut Tensor> {
         self.check_writable("random")?;
         if !self.dtype().is_float() {
             bail!(Error::dtype("random", "a float dtype", self.dtype()));
@@ -144,18 +190,30 @@ impl Tensor {
     /// Fills in place, uniform in `[low, high)`, from the global generator.
     pub fn uniform_(&mut self, low: f64, high: f64) -> Result<&mut Tensor> {
         if !(low <= high) {
-            bail!(Error::arg("uniform_", format!("low {low} must not exceed high {high}")));
+            bail!(Error::arg(
+                "uniform_",
+                format!("low {low} must not exceed high {high}")
+            ));
         }
-        with_global(|g| self.random_fill(g, |g| low + (high - low) * g.next_f64()).map(|_| ()))?;
+        with_global(|g| {
+            self.random_fill(g, |g| low + (high - low) * g.next_f64())
+                .map(|_| ())
+        })?;
         Ok(self)
     }
 
     /// Fills in place, normal with `mean` and `std`, from the global generator.
     pub fn normal_(&mut self, mean: f64, std: f64) -> Result<&mut Tensor> {
         if !(std >= 0.0) {
-            bail!(Error::arg("normal_", format!("std must be non-negative, got {std}")));
+            bail!(Error::arg(
+                "normal_",
+                format!("std must be non-negative, got {std}")
+            ));
         }
-        with_global(|g| self.random_fill(g, |g| mean + std * g.next_normal()).map(|_| ()))?;
+        with_global(|g| {
+            self.random_fill(g, |g| mean + std * g.next_normal())
+                .map(|_| ())
+        })?;
         Ok(self)
     }
 
@@ -201,6 +259,8 @@ impl Tensor {
     }
     /// `data` in `shape`, converted to this tensor's dtype, on its device.
     pub fn new_tensor<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        Tensor::from_slice(data, shape, Device::Cpu)?.to_dtype(self.dtype())?.to_device(self.device())
+        Tensor::from_slice(data, shape, Device::Cpu)?
+            .to_dtype(self.dtype())?
+            .to_device(self.device())
     }
 }

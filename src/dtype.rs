@@ -26,8 +26,16 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in promotion order within each family.
-    pub const ALL: [DType; 8] =
-        [DType::Bool, DType::U8, DType::I32, DType::I64, DType::F16, DType::BF16, DType::F32, DType::F64];
+    pub const ALL: [DType; 8] = [
+        DType::Bool,
+        DType::U8,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
 
     /// Bytes per element.
     pub const fn size_in_bytes(self) -> usize {
@@ -91,7 +99,9 @@ impl fmt::Display for DType {
 ///
 /// Implemented for `f32`, `f64`, [`half::f16`], [`half::bf16`], `i64`, `i32`,
 /// `u8` and `bool`.
-pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + 'static + private::Sealed {
+pub trait Element:
+    Copy + Send + Sync + PartialOrd + fmt::Debug + 'static + private::Sealed
+{
     /// The matching [`DType`].
     const DTYPE: DType;
     /// Converts to f64 (exact for every type but i64 beyond 2^53).
@@ -137,12 +147,33 @@ macro_rules! impl_element {
 
 impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32, 0.0, 1.0);
 impl_element!(f64, F64, |x: f64| x, |v: f64| v, 0.0, 1.0);
-impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64, f16::ZERO, f16::ONE);
-impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64, bf16::ZERO, bf16::ONE);
+impl_element!(
+    f16,
+    F16,
+    |x: f16| x.to_f64(),
+    f16::from_f64,
+    f16::ZERO,
+    f16::ONE
+);
+impl_element!(
+    bf16,
+    BF16,
+    |x: bf16| x.to_f64(),
+    bf16::from_f64,
+    bf16::ZERO,
+    bf16::ONE
+);
 impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64, 0, 1);
 impl_element!(i32, I32, |x: i32| x as f64, |v: f64| v as i32, 0, 1);
 impl_element!(u8, U8, |x: u8| x as f64, |v: f64| v as u8, 0, 1);
-impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v != 0.0, false, true);
+impl_element!(
+    bool,
+    Bool,
+    |x: bool| if x { 1.0 } else { 0.0 },
+    |v: f64| v != 0.0,
+    false,
+    true
+);
 
 /// Runs `$body` with `$T` bound to the Rust type of `$dt`, for every dtype.
 #[macro_export]
@@ -150,14 +181,38 @@ impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v != 0.0
 macro_rules! with_dtype {
     ($dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::Bool => { type $T = bool; $body }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
         }
     };
 }
@@ -169,10 +224,22 @@ macro_rules! with_dtype {
 macro_rules! with_float_dtype {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
         match $dt {
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
             _ => $other,
         }
     };
@@ -185,13 +252,34 @@ macro_rules! with_float_dtype {
 macro_rules! with_numeric_dtype {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
         match $dt {
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
             _ => $other,
         }
     };

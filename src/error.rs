@@ -92,7 +92,9 @@ pub enum Error {
         strides: Vec<usize>,
     },
     /// `item()` on a tensor that does not hold exactly one element.
-    #[error("{op}: a tensor with {numel} elements (shape {shape:?}) cannot be converted to a scalar")]
+    #[error(
+        "{op}: a tensor with {numel} elements (shape {shape:?}) cannot be converted to a scalar"
+    )]
     NotAScalar {
         /// The operation.
         op: &'static str,
@@ -185,14 +187,31 @@ fn fmt_free_total(free: &Option<usize>, total: &Option<usize>) -> String {
 }
 
 impl Error {
-    pub(crate) fn shape(op: &'static str, lhs: &[usize], rhs: &[usize], note: impl Into<String>) -> Self {
-        Error::ShapeMismatch { op, lhs: lhs.to_vec(), rhs: rhs.to_vec(), note: note.into() }
+    pub(crate) fn shape(
+        op: &'static str,
+        lhs: &[usize],
+        rhs: &[usize],
+        note: impl Into<String>,
+    ) -> Self {
+        Error::ShapeMismatch {
+            op,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+            note: note.into(),
+        }
     }
     pub(crate) fn arg(op: &'static str, msg: impl Into<String>) -> Self {
-        Error::InvalidArgument { op, msg: msg.into() }
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
     }
     pub(crate) fn dtype(op: &'static str, expected: impl Into<String>, got: DType) -> Self {
-        Error::DTypeMismatch { op, expected: expected.into(), got }
+        Error::DTypeMismatch {
+            op,
+            expected: expected.into(),
+            got,
+        }
     }
 }
 

@@ -59,14 +59,27 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Di
     let rank = a.len().max(b.len());
     let mut out: Dims = smallvec::smallvec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            bail!(Error::shape(op, a, b, format!("dimension {i} of the broadcast shape: {da} vs {db}")));
+            bail!(Error::shape(
+                op,
+                a,
+                b,
+                format!("dimension {i} of the broadcast shape: {da} vs {db}")
+            ));
         };
     }
     Ok(out)
@@ -80,10 +93,16 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
     for (i, &d) in to.iter().enumerate() {
         if d == -1 {
             if infer.replace(i).is_some() {
-                bail!(Error::arg(op, format!("only one dimension can be -1, got {to:?}")));
+                bail!(Error::arg(
+                    op,
+                    format!("only one dimension can be -1, got {to:?}")
+                ));
             }
         } else if d < 0 {
-            bail!(Error::arg(op, format!("invalid shape dimension {d} in {to:?}")));
+            bail!(Error::arg(
+                op,
+                format!("invalid shape dimension {d} in {to:?}")
+            ));
         } else {
             known = known.saturating_mul(d as usize);
         }
@@ -91,11 +110,21 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
     let mut out: Dims = to.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
         if known == 0 || n % known != 0 {
-            bail!(Error::ElementCount { op, from: from.to_vec(), from_numel: n, to: to.to_vec() });
+            bail!(Error::ElementCount {
+                op,
+                from: from.to_vec(),
+                from_numel: n,
+                to: to.to_vec()
+            });
         }
         out[i] = n / known;
     } else if known != n {
-        bail!(Error::ElementCount { op, from: from.to_vec(), from_numel: n, to: to.to_vec() });
+        bail!(Error::ElementCount {
+            op,
+            from: from.to_vec(),
+            from_numel: n,
+            to: to.to_vec()
+        });
     }
     Ok(out)
 }
@@ -103,13 +132,21 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
 impl Layout {
     /// A contiguous row-major layout at offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
-        Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: 0 }
+        Layout {
+            shape: shape.into(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
     }
 
     /// A layout from its parts. The caller guarantees that it fits its storage.
     pub(crate) fn from_parts(shape: Dims, strides: Dims, offset: usize) -> Layout {
         debug_assert_eq!(shape.len(), strides.len());
-        Layout { shape, strides, offset }
+        Layout {
+            shape,
+            strides,
+            offset,
+        }
     }
 
     /// The shape.
@@ -157,18 +194,33 @@ impl Layout {
         if self.numel() == 0 {
             return self.offset;
         }
-        self.offset + self.shape.iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&d, &s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
     }
 
     /// `true` when two different indices may reach the same storage element
     /// (an expanded dimension). Writes through such a layout are refused.
     pub fn has_internal_overlap(&self) -> bool {
-        self.shape.iter().zip(&self.strides).any(|(&d, &s)| d > 1 && s == 0)
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .any(|(&d, &s)| d > 1 && s == 0)
     }
 
     /// Storage index of a multi-index.
     pub fn index_of(&self, idx: &[usize]) -> usize {
-        self.offset + idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum::<usize>()
+        self.offset
+            + idx
+                .iter()
+                .zip(&self.strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
     }
 
     /// Swaps two dimensions.
@@ -184,14 +236,25 @@ impl Layout {
     /// Reorders dimensions.
     pub fn permute(&self, dims: &[isize]) -> Result<Layout> {
         if dims.len() != self.rank() {
-            bail!(Error::arg("permute", format!("{} dims given for a tensor of rank {} (shape {:?})", dims.len(), self.rank(), self.shape)));
+            bail!(Error::arg(
+                "permute",
+                format!(
+                    "{} dims given for a tensor of rank {} (shape {:?})",
+                    dims.len(),
+                    self.rank(),
+                    self.shape
+                )
+            ));
         }
         let mut seen = [false; 64];
         let mut l = self.clone();
         for (i, &d) in dims.iter().enumerate() {
             let d = normalize_dim("permute", d, self.rank())?;
             if seen[d] {
-                bail!(Error::arg("permute", format!("dimension {d} repeated in {dims:?}")));
+                bail!(Error::arg(
+                    "permute",
+                    format!("dimension {d} repeated in {dims:?}")
+                ));
             }
             seen[d] = true;
             l.shape[i] = self.shape[d];
@@ -202,19 +265,37 @@ impl Layout {
 
     /// Elements `start .. start + len` of dimension `dim`.
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Layout> {
-        self.slice("narrow", dim, start, start.checked_add(len).unwrap_or(usize::MAX), 1)
+        self.slice(
+            "narrow",
+            dim,
+            start,
+            start.checked_add(len).unwrap_or(usize::MAX),
+            1,
+        )
     }
 
     /// Elements `start, start + step, ...` below `end` of dimension `dim` (Python's `t[start:end:step]`).
     /// `end` is clamped to the dimension's size, as in Python; `start > size` is an error.
-    pub fn slice(&self, op: &'static str, dim: isize, start: usize, end: usize, step: usize) -> Result<Layout> {
+    pub fn slice(
+        &self,
+        op: &'static str,
+        dim: isize,
+        start: usize,
+        end: usize,
+        step: usize,
+    ) -> Result<Layout> {
         let d = normalize_dim(op, dim, self.rank())?;
         if step == 0 {
             bail!(Error::arg(op, "slice step must be positive, got 0"));
         }
         let size = self.shape[d];
         if start > size || (op == "narrow" && end > size) {
-            bail!(Error::IndexOutOfRange { op, index: end.max(start) as i64, dim: d, size });
+            bail!(Error::IndexOutOfRange {
+                op,
+                index: end.max(start) as i64,
+                dim: d,
+                size
+            });
         }
         let end = end.min(size).max(start);
         let len = (end - start).div_ceil(step);
@@ -233,7 +314,12 @@ impl Layout {
         let size = self.shape[d] as isize;
         let i = if index < 0 { index + size } else { index };
         if i < 0 || i >= size {
-            bail!(Error::IndexOutOfRange { op: "select", index: index as i64, dim: d, size: size as usize });
+            bail!(Error::IndexOutOfRange {
+                op: "select",
+                index: index as i64,
+                dim: d,
+                size: size as usize
+            });
         }
         let mut l = self.clone();
         l.offset += i as usize * self.strides[d];
@@ -255,14 +341,28 @@ impl Layout {
 
     /// Removes every dimension of size 1.
     pub fn squeeze_all(&self) -> Layout {
-        let (shape, strides) = self.shape.iter().zip(&self.strides).filter(|(&d, _)| d != 1).map(|(&d, &s)| (d, s)).unzip();
-        Layout { shape, strides, offset: self.offset }
+        let (shape, strides) = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(&d, _)| d != 1)
+            .map(|(&d, &s)| (d, s))
+            .unzip();
+        Layout {
+            shape,
+            strides,
+            offset: self.offset,
+        }
     }
 
     /// Inserts a dimension of size 1 at `dim`.
     pub fn unsqueeze(&self, dim: isize) -> Result<Layout> {
         let d = normalize_dim_inclusive("unsqueeze", dim, self.rank())?;
-        let stride = if d < self.rank() { self.strides[d] * self.shape[d] } else { 1 };
+        let stride = if d < self.rank() {
+            self.strides[d] * self.shape[d]
+        } else {
+            1
+        };
         let mut l = self.clone();
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
@@ -273,7 +373,13 @@ impl Layout {
     pub fn expand(&self, shape: &[isize]) -> Result<Layout> {
         let op = "expand";
         if shape.len() < self.rank() {
-            bail!(Error::arg(op, format!("the target shape {shape:?} has fewer dimensions than the tensor's shape {:?}", self.shape)));
+            bail!(Error::arg(
+                op,
+                format!(
+                    "the target shape {shape:?} has fewer dimensions than the tensor's shape {:?}",
+                    self.shape
+                )
+            ));
         }
         let lead = shape.len() - self.rank();
         let mut out_shape = Dims::new();
@@ -281,7 +387,10 @@ impl Layout {
         for (i, &want) in shape.iter().enumerate() {
             if i < lead {
                 if want < 0 {
-                    bail!(Error::arg(op, format!("-1 is not allowed in a new leading dimension ({shape:?})")));
+                    bail!(Error::arg(
+                        op,
+                        format!("-1 is not allowed in a new leading dimension ({shape:?})")
+                    ));
                 }
                 out_shape.push(want as usize);
                 out_strides.push(0);
@@ -303,7 +412,11 @@ impl Layout {
                 });
             }
         }
-        Ok(Layout { shape: out_shape, strides: out_strides, offset: self.offset })
+        Ok(Layout {
+            shape: out_shape,
+            strides: out_strides,
+            offset: self.offset,
+        })
     }
 
     /// Broadcasts to a concrete shape (used by binary ops).
@@ -319,11 +432,19 @@ impl Layout {
         let old_strides: &[usize] = &self.strides;
         let mut new_strides: Dims = smallvec::smallvec![0; new_shape.len()];
         if self.numel() == 0 {
-            return Some(Layout { shape: new_shape.into(), strides: contiguous_strides(new_shape), offset: self.offset });
+            return Some(Layout {
+                shape: new_shape.into(),
+                strides: contiguous_strides(new_shape),
+                offset: self.offset,
+            });
         }
         if old_shape.is_empty() {
             // A scalar views as any all-ones shape.
-            return Some(Layout { shape: new_shape.into(), strides: contiguous_strides(new_shape), offset: self.offset });
+            return Some(Layout {
+                shape: new_shape.into(),
+                strides: contiguous_strides(new_shape),
+                offset: self.offset,
+            });
         }
         let mut view_d = new_shape.len() as isize - 1;
         let mut chunk_base_stride = *old_strides.last().unwrap();
@@ -332,9 +453,11 @@ impl Layout {
         for tensor_d in (0..old_shape.len()).rev() {
             tensor_numel *= old_shape[tensor_d];
             if tensor_d == 0
-                || (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)
+                || (old_shape[tensor_d - 1] != 1
+                    && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)
             {
-                while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1)
+                {
                     new_strides[view_d as usize] = view_numel * chunk_base_stride;
                     view_numel *= new_shape[view_d as usize];
                     view_d -= 1;
@@ -352,7 +475,11 @@ impl Layout {
         if view_d != -1 {
             return None;
         }
-        Some(Layout { shape: new_shape.into(), strides: new_strides, offset: self.offset })
+        Some(Layout {
+            shape: new_shape.into(),
+            strides: new_strides,
+            offset: self.offset,
+        })
     }
 }
 

@@ -27,9 +27,9 @@
 pub mod alloc;
 pub mod backend;
 mod creation;
+mod device;
 mod display;
 mod dtype;
-mod device;
 mod error;
 pub mod layout;
 mod ops;

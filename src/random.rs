@@ -23,7 +23,9 @@ impl Generator {
             x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             x ^ (x >> 31)
         };
-        Generator { s: [next(), next(), next(), next()] }
+        Generator {
+            s: [next(), next(), next(), next()],
+        }
     }
 
     /// The next 64 random bits.
@@ -68,7 +70,10 @@ pub fn manual_seed(seed: u64) {
 pub(crate) fn with_global<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
     let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
     let gen = g.get_or_insert_with(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         Generator::new(t)
     });
     f(gen)

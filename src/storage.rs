@@ -51,8 +51,17 @@ impl Storage {
         let (addr, block, block_bytes) = if nbytes == 0 {
             (64usize, None, 0)
         } else {
-            let b = allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
-            (b.addr, Some(BlockId(Block { addr: b.addr, size: b.size, id: b.id })), b.size)
+            let b =
+                allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
+            (
+                b.addr,
+                Some(BlockId(Block {
+                    addr: b.addr,
+                    size: b.size,
+                    id: b.id,
+                })),
+                b.size,
+            )
         };
         LIVE_STORAGES[dev_index(device)].fetch_add(1, Ordering::Relaxed);
         Ok(Storage(Arc::new(StorageInner {

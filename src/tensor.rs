@@ -51,9 +51,20 @@ impl Drop for TensorImpl {
 impl Tensor {
     /// Wraps a storage and a layout. The layout must fit the storage.
     pub(crate) fn from_parts(storage: Storage, layout: Layout, dtype: DType) -> Tensor {
-        debug_assert!(layout.storage_span() * dtype.size_in_bytes() <= storage.nbytes().max(layout.offset() * dtype.size_in_bytes()));
+        debug_assert!(
+            layout.storage_span() * dtype.size_in_bytes()
+                <= storage
+                    .nbytes()
+                    .max(layout.offset() * dtype.size_in_bytes())
+        );
         LIVE_TENSORS.fetch_add(1, Ordering::Relaxed);
-        Tensor { inner: Arc::new(TensorImpl { storage, layout, dtype }) }
+        Tensor {
+            inner: Arc::new(TensorImpl {
+                storage,
+                layout,
+                dtype,
+            }),
+        }
     }
 
     /// A new tensor over the same storage with another layout (a view).
@@ -64,9 +75,15 @@ impl Tensor {
     /// Allocates an uninitialised contiguous tensor.
     pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let layout = Layout::contiguous(shape);
-        let bytes = layout.numel().checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
-            Error::arg("alloc", format!("shape {shape:?} of {dtype} overflows the address space"))
-        })?;
+        let bytes = layout
+            .numel()
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| {
+                Error::arg(
+                    "alloc",
+                    format!("shape {shape:?} of {dtype} overflows the address space"),
+                )
+            })?;
         let storage = Storage::new(device, bytes)?;
         Ok(Tensor::from_parts(storage, layout, dtype))
     }
@@ -80,7 +97,9 @@ impl Tensor {
     /// TorchSharp's `alias()`: use it to return a fresh handle from a function
     /// that would otherwise return its input.
     pub fn alias(&self) -> Tensor {
-        Tensor { inner: Arc::clone(&self.inner) }
+        Tensor {
+            inner: Arc::clone(&self.inner),
+        }
     }
 
     /// The shape.
@@ -163,7 +182,11 @@ impl Tensor {
     /// Checks that `self` and `other` are on one device.
     pub(crate) fn same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if self.device() != other.device() {
-            bail!(Error::DeviceMismatch { op, lhs: self.device(), rhs: other.device() });
+            bail!(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: other.device()
+            });
         }
         Ok(())
     }
@@ -171,12 +194,17 @@ impl Tensor {
     /// The elements in row-major order, converted to `T` with `as` semantics.
     /// On CUDA this copies to the host.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let src = if self.device().is_cpu() { self.alias() } else { self.to_device(Device::Cpu)? };
+        let src = if self.device().is_cpu() {
+            self.alias()
+        } else {
+            self.to_device(Device::Cpu)?
+        };
         let c = src.to_dtype(T::DTYPE)?.contiguous()?;
         let _l = crate::storage::lock(&[c.storage()], &[]);
         // SAFETY: `c` is contiguous, of dtype T, on the CPU, and its storage
         // holds at least offset + numel elements; we hold a read lock.
-        let s = unsafe { crate::backend::cpu::slice::<T>(c.storage(), c.storage_offset(), c.numel()) };
+        let s =
+            unsafe { crate::backend::cpu::slice::<T>(c.storage(), c.storage_offset(), c.numel()) };
         Ok(s.to_vec())
     }
 
@@ -184,7 +212,11 @@ impl Tensor {
     /// An error for any other number of elements.
     pub fn item<T: Element>(&self) -> Result<T> {
         if self.numel() != 1 {
-            bail!(Error::NotAScalar { op: "item", shape: self.shape().to_vec(), numel: self.numel() });
+            bail!(Error::NotAScalar {
+                op: "item",
+                shape: self.shape().to_vec(),
+                numel: self.numel()
+            });
         }
         Ok(self.to_vec::<T>()?[0])
     }
@@ -192,7 +224,14 @@ impl Tensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor[shape={:?}, strides={:?}, offset={}, dtype={}, device={}]",
-            self.shape(), self.strides(), self.storage_offset(), self.dtype(), self.device())
+        write!(
+            f,
+            "Tensor[shape={:?}, strides={:?}, offset={}, dtype={}, device={}]",
+            self.shape(),
+            self.strides(),
+            self.storage_offset(),
+            self.dtype(),
+            self.device()
+        )
     }
 }

@@ -207,7 +207,10 @@ impl Inner {
 
 impl<S: SegmentSource> CachingAllocator<S> {
     pub(crate) fn new(source: S) -> Self {
-        CachingAllocator { source, inner: Mutex::new(Inner::default()) }
+        CachingAllocator {
+            source,
+            inner: Mutex::new(Inner::default()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -219,7 +222,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// Allocates `bytes` (at least 1) on `stream` (0 for the CPU).
     pub(crate) fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
         let size = round_size(bytes);
-        let pool = if size <= SMALL_SIZE { Pool::Small } else { Pool::Large };
+        let pool = if size <= SMALL_SIZE {
+            Pool::Small
+        } else {
+            Pool::Large
+        };
         let mut inner = self.lock();
         let id = match inner.find_free(pool, stream, size) {
             Some(id) => {
@@ -272,12 +279,25 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// Gets a fresh segment, releasing the cache and retrying once if the
     /// limit or the system refuses. On success the whole segment is one block.
-    fn new_segment(&self, inner: &mut Inner, bytes: usize, size: usize, pool: Pool, stream: u64) -> Result<u32> {
+    fn new_segment(
+        &self,
+        inner: &mut Inner,
+        bytes: usize,
+        size: usize,
+        pool: Pool,
+        stream: u64,
+    ) -> Result<u32> {
         let seg = segment_size(size);
         let mut retried = false;
         loop {
-            let within_limit = inner.limit.is_none_or(|l| inner.stats.reserved_bytes.all.current as usize + seg <= l);
-            let addr = if within_limit { self.source.alloc_segment(seg) } else { None };
+            let within_limit = inner
+                .limit
+                .is_none_or(|l| inner.stats.reserved_bytes.all.current as usize + seg <= l);
+            let addr = if within_limit {
+                self.source.alloc_segment(seg)
+            } else {
+                None
+            };
             if let Some(addr) = addr {
                 let st = &mut inner.stats;
                 st.segment.add(pool, 1);
@@ -440,7 +460,11 @@ mod tests {
         }
     }
     fn fake(cap: usize) -> CachingAllocator<Fake> {
-        CachingAllocator::new(Fake { next: AtomicUsize::new(1 << 20), live: AtomicUsize::new(0), cap })
+        CachingAllocator::new(Fake {
+            next: AtomicUsize::new(1 << 20),
+            live: AtomicUsize::new(0),
+            cap,
+        })
     }
 
     #[test]
@@ -469,7 +493,10 @@ mod tests {
         a.free(b2);
         let s = a.stats();
         assert_eq!(s.allocated_bytes.all.current, 0);
-        assert_eq!(s.inactive_split.all.current, 0, "everything merged back into one block");
+        assert_eq!(
+            s.inactive_split.all.current, 0,
+            "everything merged back into one block"
+        );
         let b3 = a.allocate(2048, 0).unwrap();
         assert_eq!(b3.addr, addr1, "merged block reused");
         a.free(b3);
@@ -486,7 +513,10 @@ mod tests {
         // 2 MiB request: a 20 MiB segment, remainder 18 MiB > 1 MiB, so split.
         let b = a.allocate(2 << 20, 0).unwrap();
         assert_eq!(a.stats().reserved_bytes.large.current, LARGE_BUFFER as i64);
-        assert_eq!(a.stats().inactive_split_bytes.large.current, (18 << 20) as i64);
+        assert_eq!(
+            a.stats().inactive_split_bytes.large.current,
+            (18 << 20) as i64
+        );
         a.free(b);
         // 12 MiB request: exact 12 MiB segment, nothing to split.
         let c = a.allocate(12 << 20, 0).unwrap();
@@ -518,7 +548,10 @@ mod tests {
         let s = a.stats();
         assert_eq!(s.num_alloc_retries, 1);
         assert_eq!(s.num_ooms, 1);
-        assert_eq!(s.reserved_bytes.all.current, 0, "the retry released the cached segment");
+        assert_eq!(
+            s.reserved_bytes.all.current, 0,
+            "the retry released the cached segment"
+        );
         // Still works afterwards.
         let b = a.allocate(100, 0).unwrap();
         a.free(b);

@@ -23,7 +23,8 @@ impl SegmentSource for SystemSource {
         (!p.is_null()).then_some(p as usize)
     }
     unsafe fn free_segment(&self, addr: usize, bytes: usize) {
-        let layout = Layout::from_size_align(bytes, CPU_ALIGN).expect("layout was valid at allocation");
+        let layout =
+            Layout::from_size_align(bytes, CPU_ALIGN).expect("layout was valid at allocation");
         // SAFETY: the caller guarantees (addr, bytes) came from `alloc_segment`.
         unsafe { dealloc(addr as *mut u8, layout) }
     }
@@ -38,7 +39,8 @@ impl SegmentSource for SystemSource {
     }
 }
 
-static CPU: LazyLock<CachingAllocator<SystemSource>> = LazyLock::new(|| CachingAllocator::new(SystemSource));
+static CPU: LazyLock<CachingAllocator<SystemSource>> =
+    LazyLock::new(|| CachingAllocator::new(SystemSource));
 
 pub(crate) fn allocator() -> &'static CachingAllocator<SystemSource> {
     &CPU

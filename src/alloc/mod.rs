@@ -142,10 +142,16 @@ pub fn set_memory_limit(device: Device, limit: MemoryLimit) -> Result<()> {
         MemoryLimit::Bytes(b) => Some(b),
         MemoryLimit::Fraction(f) => {
             if !(f > 0.0 && f <= 1.0) {
-                return Err(crate::Error::arg("set_memory_limit", format!("fraction must be in (0, 1], got {f}")));
+                return Err(crate::Error::arg(
+                    "set_memory_limit",
+                    format!("fraction must be in (0, 1], got {f}"),
+                ));
             }
             let total = a.mem_info().map(|m| m.1).ok_or_else(|| {
-                crate::Error::arg("set_memory_limit", format!("the total memory of {device} is unknown"))
+                crate::Error::arg(
+                    "set_memory_limit",
+                    format!("the total memory of {device} is unknown"),
+                )
             })?;
             Some((total as f64 * f) as usize)
         }

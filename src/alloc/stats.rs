@@ -143,13 +143,21 @@ pub(crate) fn summary(device: Device, s: &MemoryStats) -> String {
     let sep = format!("|{}|\n", "-".repeat(w));
     let mut out = String::new();
     out += &line;
-    out += &format!("|{:^w$}|\n", format!("tensorscope memory summary, device {device}"));
+    out += &format!(
+        "|{:^w$}|\n",
+        format!("tensorscope memory summary, device {device}")
+    );
     out += &sep;
     let limit = s.limit.map(fmt_bytes).unwrap_or_else(|| "none".into());
-    out += &format!("|  OOMs: {:<8} retries: {:<8} system allocs: {:<8} limit: {:<10}|\n",
-        s.num_ooms, s.num_alloc_retries, s.num_sys_alloc, limit);
+    out += &format!(
+        "|  OOMs: {:<8} retries: {:<8} system allocs: {:<8} limit: {:<10}|\n",
+        s.num_ooms, s.num_alloc_retries, s.num_sys_alloc, limit
+    );
     out += &line;
-    out += &format!("| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
+    out += &format!(
+        "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
+        "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"
+    );
     out += &sep;
     let bytes = |v: i64| fmt_bytes(v.max(0) as usize);
     let rows: [(&str, &StatTriple, bool); 9] = [
@@ -164,13 +172,30 @@ pub(crate) fn summary(device: Device, s: &MemoryStats) -> String {
         ("Non-releasable allocs", &s.inactive_split, false),
     ];
     for (name, t, is_bytes) in rows {
-        for (label, st) in [("", &t.all), ("  from large pool", &t.large), ("  from small pool", &t.small)] {
-            let n = if label.is_empty() { name.to_string() } else { label.to_string() };
-            if is_bytes {
-                out += &format!("| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n", n, bytes(st.current), bytes(st.peak),
-                    fmt_bytes(st.allocated as usize), fmt_bytes(st.freed as usize));
+        for (label, st) in [
+            ("", &t.all),
+            ("  from large pool", &t.large),
+            ("  from small pool", &t.small),
+        ] {
+            let n = if label.is_empty() {
+                name.to_string()
             } else {
-                out += &format!("| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n", n, st.current, st.peak, st.allocated, st.freed);
+                label.to_string()
+            };
+            if is_bytes {
+                out += &format!(
+                    "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
+                    n,
+                    bytes(st.current),
+                    bytes(st.peak),
+                    fmt_bytes(st.allocated as usize),
+                    fmt_bytes(st.freed as usize)
+                );
+            } else {
+                out += &format!(
+                    "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
+                    n, st.current, st.peak, st.allocated, st.freed
+                );
             }
         }
         out += &sep;

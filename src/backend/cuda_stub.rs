@@ -11,7 +11,11 @@ use crate::Device;
 const REASON: &str = "tensorscope was built without the `cuda` feature";
 
 fn err<T>(op: &'static str, ordinal: usize) -> Result<T> {
-    Err(Error::DeviceUnavailable { op, device: Device::Cuda(ordinal), reason: REASON.into() })
+    Err(Error::DeviceUnavailable {
+        op,
+        device: Device::Cuda(ordinal),
+        reason: REASON.into(),
+    })
 }
 
 fn ordinal(o: &Operand) -> usize {

@@ -27,11 +27,19 @@ pub(crate) struct Operand<'a> {
 
 impl<'a> Operand<'a> {
     pub(crate) fn of(t: &'a Tensor) -> Self {
-        Operand { storage: t.storage(), layout: t.layout().clone(), dtype: t.dtype() }
+        Operand {
+            storage: t.storage(),
+            layout: t.layout().clone(),
+            dtype: t.dtype(),
+        }
     }
     /// The tensor seen through another layout (e.g. broadcast).
     pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {
-        Operand { storage: t.storage(), layout, dtype: t.dtype() }
+        Operand {
+            storage: t.storage(),
+            layout,
+            dtype: t.dtype(),
+        }
     }
 }
 
@@ -88,8 +96,16 @@ impl UnaryOp {
     pub fn needs_float(self) -> bool {
         matches!(
             self,
-            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Sin | UnaryOp::Cos
-                | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::Recip
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Sqrt
+                | UnaryOp::Rsqrt
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+                | UnaryOp::Tanh
+                | UnaryOp::Sigmoid
+                | UnaryOp::Gelu
+                | UnaryOp::Recip
         )
     }
 }
@@ -134,7 +150,10 @@ impl BinaryOp {
     }
     /// Comparisons return bool.
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
     }
 }
 
@@ -160,7 +179,11 @@ pub(crate) fn current_stream_id(device: Device) -> u64 {
 }
 
 fn unavailable(op: &'static str, d: Device) -> Error {
-    Error::DeviceUnavailable { op, device: d, reason: "no kernel for this device".into() }
+    Error::DeviceUnavailable {
+        op,
+        device: d,
+        reason: "no kernel for this device".into(),
+    }
 }
 
 /// Fails unless every operand is on the device of the first.
@@ -168,7 +191,11 @@ fn device_of(op: &'static str, ops: &[&Operand]) -> Result<Device> {
     let d = ops[0].storage.device();
     for o in &ops[1..] {
         if o.storage.device() != d {
-            return Err(Error::DeviceMismatch { op, lhs: d, rhs: o.storage.device() });
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: d,
+                rhs: o.storage.device(),
+            });
         }
     }
     Ok(d)

@@ -28,8 +28,14 @@ fn compute_dtype(op: BinaryOp, a: DType, b: DType) -> Result<DType> {
     }
     match (op, dt) {
         (BinaryOp::Div, d) if !d.is_float() => Ok(DType::F32),
-        (BinaryOp::Add | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum, DType::Bool) => Ok(DType::Bool),
-        (_, DType::Bool) => bail!(Error::dtype(op.name(), "a numeric dtype (this op is not defined on bool tensors)", DType::Bool)),
+        (BinaryOp::Add | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum, DType::Bool) => {
+            Ok(DType::Bool)
+        }
+        (_, DType::Bool) => bail!(Error::dtype(
+            op.name(),
+            "a numeric dtype (this op is not defined on bool tensors)",
+            DType::Bool
+        )),
         (_, d) => Ok(d),
     }
 }
@@ -40,7 +46,11 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
     let dt = match a {
         d if d.is_float() => d,
         DType::Bool if op.is_comparison() => {
-            if integral { DType::I64 } else { DType::F32 }
+            if integral {
+                DType::I64
+            } else {
+                DType::F32
+            }
         }
         DType::Bool => match op {
             BinaryOp::Div => DType::F32,
@@ -48,7 +58,11 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
             _ => DType::F32,
         },
         d => {
-            if integral && op != BinaryOp::Div { d } else { DType::F32 }
+            if integral && op != BinaryOp::Div {
+                d
+            } else {
+                DType::F32
+            }
         }
     };
     Ok(dt)
@@ -114,22 +128,44 @@ impl Tensor {
         self.same_device(op.name(), out)?;
         let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
         if shape.as_slice() != out.shape() {
-            bail!(Error::shape(op.name(), &shape, out.shape(), "the output must have the broadcast shape of the inputs"));
+            bail!(Error::shape(
+                op.name(),
+                &shape,
+                out.shape(),
+                "the output must have the broadcast shape of the inputs"
+            ));
         }
         out.check_writable(op.name())?;
         let dt = compute_dtype(op, self.dtype(), other.dtype())?;
         let res_dt = if op.is_comparison() { DType::Bool } else { dt };
         if res_dt != out.dtype() && (res_dt.is_float() && !out.dtype().is_float()) {
-            bail!(Error::dtype(op.name(), format!("an output dtype that {res_dt} can be cast to"), out.dtype()));
+            bail!(Error::dtype(
+                op.name(),
+                format!("an output dtype that {res_dt} can be cast to"),
+                out.dtype()
+            ));
         }
         let a = out.detangle(&as_dtype(self, dt)?)?;
         let b = out.detangle(&as_dtype(other, dt)?)?;
-        let (la, lb) = (a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?);
+        let (la, lb) = (
+            a.layout().broadcast_to(&shape)?,
+            b.layout().broadcast_to(&shape)?,
+        );
         if res_dt == out.dtype() {
-            backend::binary(op, &Operand::with(&a, la), &Operand::with(&b, lb), &Operand::of(out))?;
+            backend::binary(
+                op,
+                &Operand::with(&a, la),
+                &Operand::with(&b, lb),
+                &Operand::of(out),
+            )?;
         } else {
             let tmp = Tensor::alloc(&shape, res_dt, out.device())?;
-            backend::binary(op, &Operand::with(&a, la), &Operand::with(&b, lb), &Operand::of(&tmp))?;
+            backend::binary(
+                op,
+                &Operand::with(&a, la),
+                &Operand::with(&b, lb),
+                &Operand::of(&tmp),
+            )?;
             backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
         }
         out.storage().bump_version();
@@ -139,7 +175,12 @@ impl Tensor {
     fn binary_inplace(&mut self, op: BinaryOp, other: &Tensor) -> Result<&mut Tensor> {
         let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
         if shape.as_slice() != self.shape() {
-            bail!(Error::shape(op.name(), self.shape(), other.shape(), "in place, the other operand must broadcast to self's shape"));
+            bail!(Error::shape(
+                op.name(),
+                self.shape(),
+                other.shape(),
+                "in place, the other operand must broadcast to self's shape"
+            ));
         }
         let a = self.alias();
         a.binary_into(op, other, self)?;
@@ -151,7 +192,14 @@ impl Tensor {
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
         if dt != self.dtype() {
             if dt.is_float() && !self.dtype().is_float() {
-                bail!(Error::dtype(op.name(), format!("a float tensor (result type {dt} cannot be cast in place to {})", self.dtype()), self.dtype()));
+                bail!(Error::dtype(
+                    op.name(),
+                    format!(
+                        "a float tensor (result type {dt} cannot be cast in place to {})",
+                        self.dtype()
+                    ),
+                    self.dtype()
+                ));
             }
             let r = self.scalar_op(op, s)?;
             backend::copy(&Operand::of(&r), &Operand::of(self))?;
@@ -218,13 +266,22 @@ impl Tensor {
     /// Writes `value` where `mask` is true (mask broadcasts to `self`'s shape).
     pub fn masked_fill_(&mut self, mask: &Tensor, value: f64) -> Result<&mut Tensor> {
         if mask.dtype() != DType::Bool {
-            bail!(Error::dtype("masked_fill_", "bool (the mask)", mask.dtype()));
+            bail!(Error::dtype(
+                "masked_fill_",
+                "bool (the mask)",
+                mask.dtype()
+            ));
         }
         self.same_device("masked_fill_", mask)?;
         self.check_writable("masked_fill_")?;
         let shape = broadcast_shapes("masked_fill_", self.shape(), mask.shape())?;
         if shape.as_slice() != self.shape() {
-            bail!(Error::shape("masked_fill_", self.shape(), mask.shape(), "the mask must broadcast to self's shape"));
+            bail!(Error::shape(
+                "masked_fill_",
+                self.shape(),
+                mask.shape(),
+                "the mask must broadcast to self's shape"
+            ));
         }
         let mask = self.detangle(mask)?;
         let v = Tensor::full(&[], value, self.dtype(), self.device())?;
@@ -252,10 +309,18 @@ impl Tensor {
         self.check_writable("copy_")?;
         let shape = broadcast_shapes("copy_", self.shape(), src.shape())?;
         if shape.as_slice() != self.shape() {
-            bail!(Error::shape("copy_", self.shape(), src.shape(), "the source must broadcast to the destination's shape"));
+            bail!(Error::shape(
+                "copy_",
+                self.shape(),
+                src.shape(),
+                "the source must broadcast to the destination's shape"
+            ));
         }
         let src = self.detangle(src)?;
-        backend::copy(&Operand::with(&src, src.layout().broadcast_to(&shape)?), &Operand::of(self))?;
+        backend::copy(
+            &Operand::with(&src, src.layout().broadcast_to(&shape)?),
+            &Operand::of(self),
+        )?;
         self.storage().bump_version();
         Ok(self)
     }
@@ -275,12 +340,18 @@ impl Tensor {
 
     /// Clamps to `[min, max]` (either may be `None`).
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-        self.unary_op(UnaryOp::Clamp(min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)))
+        self.unary_op(UnaryOp::Clamp(
+            min.unwrap_or(f64::NAN),
+            max.unwrap_or(f64::NAN),
+        ))
     }
 
     /// In-place [`clamp`](Tensor::clamp).
     pub fn clamp_(&mut self, min: Option<f64>, max: Option<f64>) -> Result<&mut Tensor> {
-        self.unary_inplace(UnaryOp::Clamp(min.unwrap_or(f64::NAN), max.unwrap_or(f64::NAN)))
+        self.unary_inplace(UnaryOp::Clamp(
+            min.unwrap_or(f64::NAN),
+            max.unwrap_or(f64::NAN),
+        ))
     }
 }
 

@@ -53,7 +53,10 @@ impl Tensor {
         let s = normalize_dim("flatten", start, self.rank())?;
         let e = normalize_dim("flatten", end, self.rank())?;
         if s > e {
-            bail!(Error::arg("flatten", format!("start dim {start} comes after end dim {end}")));
+            bail!(Error::arg(
+                "flatten",
+                format!("start dim {start} comes after end dim {end}")
+            ));
         }
         let shape = self.shape();
         let mut to: Vec<isize> = shape[..s].iter().map(|&d| d as isize).collect();
@@ -72,7 +75,13 @@ impl Tensor {
         match self.rank() {
             0 | 1 => Ok(self.with_layout(self.layout().clone())),
             2 => self.transpose(0, 1),
-            r => bail!(Error::arg("t", format!("expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose", self.shape()))),
+            r => bail!(Error::arg(
+                "t",
+                format!(
+                    "expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose",
+                    self.shape()
+                )
+            )),
         }
     }
 
@@ -126,7 +135,9 @@ impl Tensor {
     /// Views of every index along `dim`, each without that dimension.
     pub fn unbind(&self, dim: isize) -> Result<Vec<Tensor>> {
         let d = normalize_dim("unbind", dim, self.rank())?;
-        (0..self.shape()[d]).map(|i| self.select(d as isize, i as isize)).collect()
+        (0..self.shape()[d])
+            .map(|i| self.select(d as isize, i as isize))
+            .collect()
     }
 
     /// Splits `dim` into pieces of `size` (the last may be smaller); views.
@@ -154,7 +165,14 @@ impl Tensor {
         let d = normalize_dim("split", dim, self.rank())?;
         let total: usize = sizes.iter().sum();
         if total != self.shape()[d] {
-            bail!(Error::arg("split", format!("sizes {sizes:?} add up to {total}, but dimension {d} has size {} (shape {:?})", self.shape()[d], self.shape())));
+            bail!(Error::arg(
+                "split",
+                format!(
+                    "sizes {sizes:?} add up to {total}, but dimension {d} has size {} (shape {:?})",
+                    self.shape()[d],
+                    self.shape()
+                )
+            ));
         }
         let mut start = 0;
         sizes
@@ -182,7 +200,10 @@ impl Tensor {
     /// tensor's storage. An error if any element would fall outside the storage.
     pub fn as_strided(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor> {
         if shape.len() != strides.len() {
-            bail!(Error::arg("as_strided", format!("shape {shape:?} and strides {strides:?} differ in length")));
+            bail!(Error::arg(
+                "as_strided",
+                format!("shape {shape:?} and strides {strides:?} differ in length")
+            ));
         }
         let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
         let cap = self.storage_nbytes() / self.dtype().size_in_bytes();
@@ -207,7 +228,10 @@ impl Tensor {
     /// [`Clone`]: a copy of the data is never made implicitly).
     pub fn deep_clone(&self) -> Result<Tensor> {
         let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
-        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        crate::backend::copy(
+            &crate::backend::Operand::of(self),
+            &crate::backend::Operand::of(&out),
+        )?;
         Ok(out)
     }
 
@@ -219,7 +243,10 @@ impl Tensor {
             return Ok(self.with_layout(self.layout().clone()));
         }
         let out = Tensor::alloc(self.shape(), dtype, self.device())?;
-        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        crate::backend::copy(
+            &crate::backend::Operand::of(self),
+            &crate::backend::Operand::of(&out),
+        )?;
         Ok(out)
     }
 
@@ -230,7 +257,10 @@ impl Tensor {
             return Ok(self.with_layout(self.layout().clone()));
         }
         let out = Tensor::alloc(self.shape(), self.dtype(), device)?;
-        crate::backend::copy(&crate::backend::Operand::of(self), &crate::backend::Operand::of(&out))?;
+        crate::backend::copy(
+            &crate::backend::Operand::of(self),
+            &crate::backend::Operand::of(&out),
+        )?;
         Ok(out)
     }
 }

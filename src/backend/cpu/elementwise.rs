@@ -35,13 +35,22 @@ unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync
 /// # Safety
 /// As for [`map1`].
 #[inline]
-unsafe fn map2<A: Copy, B: Copy, O>(a: &Operand, b: &Operand, out: &Operand, f: impl Fn(A, B) -> O + Sync) {
+unsafe fn map2<A: Copy, B: Copy, O>(
+    a: &Operand,
+    b: &Operand,
+    out: &Operand,
+    f: impl Fn(A, B) -> O + Sync,
+) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let pb = SendPtr(ptr::<B>(b.storage));
     let po = SendPtr(ptr::<O>(out.storage));
     let plan = Plan::new([&out.layout, &a.layout, &b.layout]);
     plan.par_runs(|o, len, s| unsafe {
-        let (po, pa, pb) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A, pb.get().add(o[2]) as *const B);
+        let (po, pa, pb) = (
+            po.get().add(o[0]),
+            pa.get().add(o[1]) as *const A,
+            pb.get().add(o[2]) as *const B,
+        );
         if s == [1, 1, 1] {
             for i in 0..len {
                 po.add(i).write(f(pa.add(i).read(), pb.add(i).read()));
@@ -58,7 +67,8 @@ unsafe fn map2<A: Copy, B: Copy, O>(a: &Operand, b: &Operand, out: &Operand, f: 
             }
         } else {
             for i in 0..len {
-                po.add(i * s[0]).write(f(pa.add(i * s[1]).read(), pb.add(i * s[2]).read()));
+                po.add(i * s[0])
+                    .write(f(pa.add(i * s[1]).read(), pb.add(i * s[2]).read()));
             }
         }
     });
@@ -143,7 +153,13 @@ fn float_unary<T: Flt>(op: UnaryOp, src: &Operand, dst: &Operand) {
             UnaryOp::Recip => map1::<T, T>(src, dst, |x| T::down(one / x.up())),
             UnaryOp::Sign => map1::<T, T>(src, dst, |x| {
                 let c = x.up();
-                T::down(if c > F::<T>::zero() { one } else if c < F::<T>::zero() { -one } else { c })
+                T::down(if c > F::<T>::zero() {
+                    one
+                } else if c < F::<T>::zero() {
+                    -one
+                } else {
+                    c
+                })
             }),
             _ => generic_unary::<T>(op, src, dst),
         }
@@ -157,10 +173,20 @@ fn generic_unary<T: Num>(op: UnaryOp, src: &Operand, dst: &Operand) {
         match op {
             UnaryOp::Neg => map1::<T, T>(src, dst, |x| x.neg()),
             UnaryOp::Abs => map1::<T, T>(src, dst, |x| x.abs()),
-            UnaryOp::Relu => map1::<T, T>(src, dst, |x| if x.is_nan() || x > zero { x } else { zero }),
+            UnaryOp::Relu => {
+                map1::<T, T>(src, dst, |x| if x.is_nan() || x > zero { x } else { zero })
+            }
             UnaryOp::Square => map1::<T, T>(src, dst, |x| x.mul(x)),
             UnaryOp::Floor | UnaryOp::Round => map1::<T, T>(src, dst, |x| x),
-            UnaryOp::Sign => map1::<T, T>(src, dst, |x| if x > zero { T::one() } else if x < zero { zero.sub(T::one()) } else { zero }),
+            UnaryOp::Sign => map1::<T, T>(src, dst, |x| {
+                if x > zero {
+                    T::one()
+                } else if x < zero {
+                    zero.sub(T::one())
+                } else {
+                    zero
+                }
+            }),
             UnaryOp::Clamp(lo, hi) => {
                 let lo = (!lo.is_nan()).then(|| T::from_f64(lo));
                 let hi = (!hi.is_nan()).then(|| T::from_f64(hi));
@@ -179,7 +205,10 @@ fn generic_unary<T: Num>(op: UnaryOp, src: &Operand, dst: &Operand) {
                     x
                 })
             }
-            _ => unreachable!("float op {} on a non-float dtype: the op layer promotes first", op.name()),
+            _ => unreachable!(
+                "float op {} on a non-float dtype: the op layer promotes first",
+                op.name()
+            ),
         }
     }
 }

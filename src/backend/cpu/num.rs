@@ -22,25 +22,57 @@ macro_rules! num_float {
     ($t:ty) => {
         impl Num for $t {
             #[inline(always)]
-            fn add(self, o: Self) -> Self { self + o }
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
             #[inline(always)]
-            fn sub(self, o: Self) -> Self { self - o }
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
             #[inline(always)]
-            fn mul(self, o: Self) -> Self { self * o }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
             #[inline(always)]
-            fn div(self, o: Self) -> Self { self / o }
+            fn div(self, o: Self) -> Self {
+                self / o
+            }
             #[inline(always)]
-            fn pow(self, o: Self) -> Self { num_traits::Float::powf(self, o) }
+            fn pow(self, o: Self) -> Self {
+                num_traits::Float::powf(self, o)
+            }
             #[inline(always)]
-            fn max(self, o: Self) -> Self { if self.is_nan() || o.is_nan() { <$t as num_traits::Float>::nan() } else if self > o { self } else { o } }
+            fn max(self, o: Self) -> Self {
+                if self.is_nan() || o.is_nan() {
+                    <$t as num_traits::Float>::nan()
+                } else if self > o {
+                    self
+                } else {
+                    o
+                }
+            }
             #[inline(always)]
-            fn min(self, o: Self) -> Self { if self.is_nan() || o.is_nan() { <$t as num_traits::Float>::nan() } else if self < o { self } else { o } }
+            fn min(self, o: Self) -> Self {
+                if self.is_nan() || o.is_nan() {
+                    <$t as num_traits::Float>::nan()
+                } else if self < o {
+                    self
+                } else {
+                    o
+                }
+            }
             #[inline(always)]
-            fn neg(self) -> Self { -self }
+            fn neg(self) -> Self {
+                -self
+            }
             #[inline(always)]
-            fn abs(self) -> Self { num_traits::Float::abs(self) }
+            fn abs(self) -> Self {
+                num_traits::Float::abs(self)
+            }
             #[inline(always)]
-            fn is_nan(self) -> bool { num_traits::Float::is_nan(self) }
+            fn is_nan(self) -> bool {
+                num_traits::Float::is_nan(self)
+            }
         }
     };
 }
@@ -54,37 +86,65 @@ macro_rules! num_int {
         #[allow(unused_comparisons)]
         impl Num for $t {
             #[inline(always)]
-            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
             #[inline(always)]
-            fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            fn sub(self, o: Self) -> Self {
+                self.wrapping_sub(o)
+            }
             #[inline(always)]
-            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn mul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
             /// Floor division (PyTorch's `//`); division by zero gives 0
             /// rather than a panic (`div` on integer tensors is promoted to
             /// float by the op layer, so only `floor_divide` reaches this).
             #[inline(always)]
             fn div(self, o: Self) -> Self {
-                if o == 0 { 0 } else {
+                if o == 0 {
+                    0
+                } else {
                     let q = self.wrapping_div(o);
-                    if (self % o != 0) && ((self < 0) != (o < 0)) { q - 1 } else { q }
+                    if (self % o != 0) && ((self < 0) != (o < 0)) {
+                        q - 1
+                    } else {
+                        q
+                    }
                 }
             }
             #[inline(always)]
             fn pow(self, o: Self) -> Self {
-                if o < 0 { return if self == 1 { 1 } else { 0 }; }
+                if o < 0 {
+                    return if self == 1 { 1 } else { 0 };
+                }
                 self.wrapping_pow(o as u32)
             }
             #[inline(always)]
-            fn max(self, o: Self) -> Self { Ord::max(self, o) }
+            fn max(self, o: Self) -> Self {
+                Ord::max(self, o)
+            }
             #[inline(always)]
-            fn min(self, o: Self) -> Self { Ord::min(self, o) }
+            fn min(self, o: Self) -> Self {
+                Ord::min(self, o)
+            }
             #[inline(always)]
-            fn neg(self) -> Self { self.wrapping_neg() }
+            fn neg(self) -> Self {
+                self.wrapping_neg()
+            }
             #[inline(always)]
             #[allow(unused_comparisons)]
-            fn abs(self) -> Self { if self < 0 { self.wrapping_neg() } else { self } }
+            fn abs(self) -> Self {
+                if self < 0 {
+                    self.wrapping_neg()
+                } else {
+                    self
+                }
+            }
             #[inline(always)]
-            fn is_nan(self) -> bool { false }
+            fn is_nan(self) -> bool {
+                false
+            }
         }
     };
 }
@@ -155,13 +215,16 @@ pub(crate) fn erf<C: num_traits::Float>(x: C) -> C {
 pub(crate) fn erf_f64(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 {
         1.0 - r
     } else {

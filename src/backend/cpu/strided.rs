@@ -56,7 +56,8 @@ impl<const N: usize> Plan<N> {
                 continue;
             }
             let can_merge = !shape.is_empty()
-                && (0..N).all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * shape0[d]);
+                && (0..N)
+                    .all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * shape0[d]);
             if can_merge {
                 *shape.last_mut().unwrap() *= shape0[d];
                 for k in 0..N {
@@ -73,7 +74,11 @@ impl<const N: usize> Plan<N> {
             shape = smallvec::smallvec![0];
             strides = std::array::from_fn(|_| smallvec::smallvec![1]);
         }
-        Plan { shape, strides, offsets: std::array::from_fn(|k| layouts[k].offset()) }
+        Plan {
+            shape,
+            strides,
+            offsets: std::array::from_fn(|k| layouts[k].offset()),
+        }
     }
 
     pub(crate) fn numel(&self) -> usize {
@@ -93,12 +98,20 @@ impl<const N: usize> Plan<N> {
     /// operand's inner stride is not 1 while it is 1 along the outer dim.
     fn wants_tiles(&self) -> bool {
         let r = self.shape.len();
-        r == 2 && self.shape[0] >= TILE && self.shape[1] >= TILE && (0..N).any(|k| self.strides[k][1] != 1 && self.strides[k][0] == 1)
+        r == 2
+            && self.shape[0] >= TILE
+            && self.shape[1] >= TILE
+            && (0..N).any(|k| self.strides[k][1] != 1 && self.strides[k][0] == 1)
     }
 
     /// Calls `f(offsets, len, inner_strides)` for every run covering linear
     /// indices `start..end`, in order.
-    pub(crate) fn runs(&self, start: usize, end: usize, f: &mut impl FnMut([usize; N], usize, [usize; N])) {
+    pub(crate) fn runs(
+        &self,
+        start: usize,
+        end: usize,
+        f: &mut impl FnMut([usize; N], usize, [usize; N]),
+    ) {
         if start >= end {
             return;
         }
@@ -185,7 +198,8 @@ impl<const N: usize> Plan<N> {
             while c0 < cols {
                 let len = TILE.min(cols - c0);
                 for r in r0..r1 {
-                    let o: [usize; N] = std::array::from_fn(|k| self.offsets[k] + r * s0[k] + c0 * s1[k]);
+                    let o: [usize; N] =
+                        std::array::from_fn(|k| self.offsets[k] + r * s0[k] + c0 * s1[k]);
                     f(o, len, s1);
                 }
                 c0 += TILE;
@@ -234,7 +248,9 @@ mod tests {
         // Ranges split anywhere give the same sequence.
         let mut w = Vec::new();
         for (a, b) in [(0, 1), (1, 4), (4, 6)] {
-            p.runs(a, b, &mut |o, l, s| (0..l).for_each(|i| w.push(o[1] + i * s[1])));
+            p.runs(a, b, &mut |o, l, s| {
+                (0..l).for_each(|i| w.push(o[1] + i * s[1]))
+            });
         }
         assert_eq!(v, w);
     }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use super::{BinaryOp, Operand, UnaryOp};
+use crate::backend::{BinaryOp, Operand, UnaryOp};
 use crate::alloc::DeviceAllocator;
 use crate::error::{Error, Result};
 use crate::Device;

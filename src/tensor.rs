@@ -40,6 +40,10 @@ pub(crate) struct TensorImpl {
     pub(crate) storage: Storage,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
+    /// `None` for tensors that do not require grad (the fast path).
+    pub(crate) autograd: Option<Box<crate::autograd::AutogradMeta>>,
+    /// Made in inference mode: may never be saved for backward.
+    pub(crate) inference: bool,
 }
 
 impl Drop for TensorImpl {
@@ -58,12 +62,40 @@ impl Tensor {
                     .max(layout.offset() * dtype.size_in_bytes())
         );
         LIVE_TENSORS.fetch_add(1, Ordering::Relaxed);
+        let inference = crate::autograd::is_inference_mode();
         Tensor {
             inner: Arc::new(TensorImpl {
                 storage,
                 layout,
                 dtype,
+                autograd: None,
+                inference,
             }),
+        }
+    }
+
+    /// A new tensor implementation over the same storage and layout, with no
+    /// autograd state (the body of `detach`).
+    pub(crate) fn detach_impl(&self) -> Tensor {
+        let mut t = Tensor::from_parts(self.inner.storage.clone(), self.inner.layout.clone(), self.inner.dtype);
+        if let Some(i) = Arc::get_mut(&mut t.inner) {
+            i.inference = self.inner.inference;
+        }
+        t
+    }
+
+    /// This tensor with autograd state (a fresh implementation if this one is shared).
+    pub(crate) fn with_autograd(mut self, meta: crate::autograd::AutogradMeta) -> Tensor {
+        match Arc::get_mut(&mut self.inner) {
+            Some(i) => {
+                i.autograd = Some(Box::new(meta));
+                self
+            }
+            None => {
+                let mut t = self.detach_impl();
+                Arc::get_mut(&mut t.inner).expect("fresh").autograd = Some(Box::new(meta));
+                t
+            }
         }
     }
 

@@ -76,6 +76,7 @@ fn as_dtype(t: &Tensor, dt: DType) -> Result<Tensor> {
 impl Tensor {
     /// Refuses writes that would be ill-defined. Autograd adds its checks here.
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        crate::autograd::check_inplace(self, op)?;
         if self.layout().has_internal_overlap() {
             bail!(Error::InvalidInPlace {
                 op,

@@ -1,42 +1,5 @@
-//! Display: a PyTorch-like printout that truncates large tensors.
-//!
-//! `format!("{t}")` follows `torch.Tensor.__repr__` with PyTorch's default
-//! print options (precision 4, threshold 1000, 3 edge items, line width 80):
-//!
-//! ```
-//! # use tensorscope::{Tensor, DType, Device};
-//! let x = Tensor::from_slice(&[1.0f32, 2., 3., 4.], &[2, 2], Device::Cpu)?;
-//! assert_eq!(x.to_string(), "tensor([[1., 2.],\n        [3., 4.]])");
-//! let y = Tensor::from_slice(&[1.5f64, -0.25], &[2], Device::Cpu)?;
-//! assert_eq!(y.to_string(), "tensor([ 1.5000, -0.2500], dtype=float64)");
-//! assert_eq!(Tensor::scalar(3.5f32, Device::Cpu)?.to_string(), "tensor(3.5000)");
-//! # Ok::<(), tensorscope::Error>(())
-//! ```
-//!
-//! The format, precisely:
-//!
-//! * **Floats** share one style per tensor, chosen from its finite non-zero
-//!   values: all integral: `1.`, `-3.`; otherwise fixed with 4 decimals
-//!   (`0.2500`); scientific (`1.0000e+08`) when the largest magnitude exceeds
-//!   1e8, when largest / smallest exceeds 1000, or (non-integral values) when
-//!   the smallest is below 1e-4. Every element is right-aligned to the widest.
-//!   Non-finite values print as `nan`, `inf`, `-inf`. A precision given to the
-//!   formatter (`{:.2}`) replaces the 4 decimals.
-//! * **Integers** print as integers; **bools** as `True` / `False` (PyTorch's
-//!   spelling), right-aligned to the widest.
-//! * **Suffixes**: `dtype=NAME` (the names of [`DType::name`], e.g.
-//!   `dtype=int32`, without PyTorch's `torch.` prefix) unless the dtype is
-//!   float32, int64 or bool, as in PyTorch; `device=cuda:0` for a tensor not
-//!   on the CPU. Suffixes move to a new line when the line would pass 80
-//!   columns.
-//! * **Empty tensors** print `tensor([])`, with `size=(0, 3)` when the rank is
-//!   not 1 and `dtype=...` unless float32 (nothing shows an empty tensor's type).
-//! * **Large tensors** (more than 1000 elements) show the first and last 3
-//!   entries of every dimension longer than 6, with `...` between them. Only
-//!   those entries are copied for printing.
-//! * Rows wrap at 80 columns, continuing under the first element.
-//! * A tensor whose values cannot be read (its device unavailable) prints
-//!   `tensor(<unprintable: REASON>)`: `Display` never panics.
+//! Display: a PyTorch-like printout that truncates large tensors (the
+//! format is documented on the `Display` impl of [`Tensor`]).
 
 use crate::error::Result;
 use crate::{DType, Device, Tensor};
@@ -47,6 +10,44 @@ const EDGE: usize = 3;
 const LINEWIDTH: usize = 80;
 const PRECISION: usize = 4;
 
+/// A PyTorch-like printout: `format!("{t}")` follows `torch.Tensor.__repr__`
+/// with PyTorch's default print options (precision 4, threshold 1000, 3 edge
+/// items, line width 80):
+///
+/// ```
+/// # use tensorscope::{Tensor, DType, Device};
+/// let x = Tensor::from_slice(&[1.0f32, 2., 3., 4.], &[2, 2], Device::Cpu)?;
+/// assert_eq!(x.to_string(), "tensor([[1., 2.],\n        [3., 4.]])");
+/// let y = Tensor::from_slice(&[1.5f64, -0.25], &[2], Device::Cpu)?;
+/// assert_eq!(y.to_string(), "tensor([ 1.5000, -0.2500], dtype=float64)");
+/// assert_eq!(Tensor::scalar(3.5f32, Device::Cpu)?.to_string(), "tensor(3.5000)");
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+///
+/// The format, precisely:
+///
+/// * **Floats** share one style per tensor, chosen from its finite non-zero
+///   values: all integral: `1.`, `-3.`; otherwise fixed with 4 decimals
+///   (`0.2500`); scientific (`1.0000e+08`) when the largest magnitude exceeds
+///   1e8, when largest / smallest exceeds 1000, or (non-integral values) when
+///   the smallest is below 1e-4. Every element is right-aligned to the widest.
+///   Non-finite values print as `nan`, `inf`, `-inf`. A precision given to the
+///   formatter (`{:.2}`) replaces the 4 decimals.
+/// * **Integers** print as integers; **bools** as `True` / `False` (PyTorch's
+///   spelling), right-aligned to the widest.
+/// * **Suffixes**: `dtype=NAME` (the names of [`DType::name`], e.g.
+///   `dtype=int32`, without PyTorch's `torch.` prefix) unless the dtype is
+///   float32, int64 or bool, as in PyTorch; `device=cuda:0` for a tensor not
+///   on the CPU. Suffixes move to a new line when the line would pass 80
+///   columns.
+/// * **Empty tensors** print `tensor([])`, with `size=(0, 3)` when the rank is
+///   not 1 and `dtype=...` unless float32 (nothing shows an empty tensor's type).
+/// * **Large tensors** (more than 1000 elements) show the first and last 3
+///   entries of every dimension longer than 6, with `...` between them. Only
+///   those entries are copied for printing.
+/// * Rows wrap at 80 columns, continuing under the first element.
+/// * A tensor whose values cannot be read (its device unavailable) prints
+///   `tensor(<unprintable: REASON>)`: `Display` never panics.
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match render(self, f.precision().unwrap_or(PRECISION)) {

@@ -783,6 +783,7 @@ fn index_errors() {
 
 // ---------------------------------------------------------------- scatter family
 
+#[allow(clippy::too_many_arguments)]
 fn ref_scatter(
     base: &[f64],
     shape: &[usize],
@@ -1575,12 +1576,12 @@ fn slice_assign_writes_the_base() {
                 let v0 = t.version();
                 t.slice_assign_(d as isize, start, end, step, &src).unwrap();
                 let mut want = bv.clone();
-                for i in 0..numel(&sshape) {
+                for (i, &x) in sv.iter().enumerate() {
                     let idx = unravel(i, &sshape);
                     want[ravel(&with_dim(&idx, d, sel[idx[d]]), &shape)] = if dtype == DType::Bool {
-                        (sv[i] != 0.0) as u8 as f64
+                        (x != 0.0) as u8 as f64
                     } else {
-                        sv[i]
+                        x
                     };
                 }
                 assert_written(
@@ -1626,4 +1627,29 @@ fn slice_assign_broadcasts_and_handles_overlap() {
     let src = x.narrow(0, 0, 4).unwrap();
     x.slice_assign_(0, 1, 5, 1, &src).unwrap();
     assert_eq!(x.to_vec::<i32>().unwrap(), vec![0, 0, 1, 2, 3, 5]);
+}
+
+#[test]
+fn large_gathers_take_the_parallel_and_tiled_paths() {
+    let _g = lock();
+    // 600 x 300 = 180 000 output elements: above the parallel threshold, and
+    // the transposed input makes the walk tiled.
+    let (r, c) = (600usize, 300usize);
+    let v: Vec<f64> = (0..r * c).map(|i| (i % 1000) as f64).collect();
+    for kind in [Kind::Contiguous, Kind::Transposed] {
+        let t = make(&v, &[r, c], DType::F32, kind);
+        let ix: Vec<i64> = (0..c as i64).rev().collect();
+        let index = Tensor::from_slice(&ix, &[c], Device::Cpu).unwrap();
+        let out = t.index_select(1, &index).unwrap();
+        let (want, _) = ref_index_select(&v, &[r, c], 1, &ix);
+        assert_eq!(vals(&out), want, "index_select {kind:?}");
+        let full: Vec<i64> = (0..r * c).map(|i| ((i * 7) % r) as i64).collect();
+        let gi = Tensor::from_slice(&full, &[r, c], Device::Cpu).unwrap();
+        let g = t.gather(0, &gi).unwrap();
+        assert_eq!(
+            vals(&g),
+            ref_gather(&v, &[r, c], 0, &full, &[r, c]),
+            "gather {kind:?}"
+        );
+    }
 }

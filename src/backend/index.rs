@@ -5,7 +5,8 @@
 //! Each function locks the storages involved (shared for reads, exclusive
 //! for the written one), checks every index against the indexed dimension
 //! before anything is written, and dispatches on the device. CUDA has no
-//! kernels for these yet and answers [`Error::DeviceUnavailable`].
+//! kernels for these yet and answers
+//! [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable).
 
 use super::{cpu, device_of, unavailable, Operand};
 use crate::error::Result;

@@ -74,10 +74,9 @@ impl Tensor {
 
     /// Allocates an uninitialised contiguous tensor.
     pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let layout = Layout::contiguous(shape);
-        let bytes = layout
-            .numel()
-            .checked_mul(dtype.size_in_bytes())
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| {
                 Error::arg(
                     "alloc",
@@ -85,7 +84,11 @@ impl Tensor {
                 )
             })?;
         let storage = Storage::new(device, bytes)?;
-        Ok(Tensor::from_parts(storage, layout, dtype))
+        Ok(Tensor::from_parts(
+            storage,
+            Layout::contiguous(shape),
+            dtype,
+        ))
     }
 
     pub(crate) fn storage(&self) -> &Storage {

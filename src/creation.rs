@@ -6,6 +6,23 @@ use crate::error::{bail, Error, Result};
 use crate::random::{with_global, Generator};
 use crate::{DType, Device, Element, Tensor};
 
+/// Significand bits of a float dtype (53 for f64 and anything else).
+fn mantissa_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 24,
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        _ => 53,
+    }
+}
+
+/// Uniform in `[0, 1)` on a grid of `2^-p`: exact in a dtype with `p`
+/// significand bits, so `rand` never rounds up to 1.0 in f32/f16/bf16. For
+/// f64 (`p = 53`) this is the generator's `next_f64`.
+fn unit(g: &mut Generator, p: u32) -> f64 {
+    (g.next_u64() >> (64 - p)) as f64 / (1u64 << p) as f64
+}
+
 impl Tensor {
     /// A tensor of uninitialised values (in practice: whatever the cached block
     /// held; never uninitialised memory in Rust's sense, and bool tensors are
@@ -126,7 +143,9 @@ impl Tensor {
         };
         // PyTorch fills the second half from the end, so `end` is exact.
         Tensor::from_fn_f64(&[n], |i| {
-            if i < n / 2 {
+            if n == 1 {
+                start
+            } else if i < n / 2 {
                 start + step * i as f64
             } else {
                 end - step * (n - 1 - i) as f64
@@ -173,7 +192,8 @@ impl Tensor {
         gen: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
-        t.random_fill("rand", gen, |g| g.next_f64())?;
+        let p = mantissa_bits(dtype);
+        t.random_fill("rand", gen, |g| unit(g, p))?;
         Ok(t)
     }
 
@@ -215,7 +235,8 @@ impl Tensor {
             ));
         }
         with_global(|g| {
-            self.random_fill("uniform_", g, |g| low + (high - low) * g.next_f64())
+            let p = mantissa_bits(self.dtype());
+            self.random_fill("uniform_", g, |g| low + (high - low) * unit(g, p))
                 .map(|_| ())
         })?;
         Ok(self)

@@ -292,6 +292,11 @@ fn cuda_without_the_cuda_feature_is_device_unavailable() {
         (Tensor::from_slice(&[1.0f32], &[1], cuda), "from_slice"),
         (Tensor::arange(0.0, 3.0, 1.0, DType::F32, cuda), "arange"),
         (Tensor::randn(&[2], DType::F32, cuda), "randn"),
+        (Tensor::empty(&[0], DType::F32, cuda), "empty of 0 elements"),
+        (
+            Tensor::from_slice::<f32>(&[], &[0], cuda),
+            "from_slice of 0 elements",
+        ),
         (t(&[2]).to_device(cuda), "to_device"),
     ];
     for (r, what) in checks {

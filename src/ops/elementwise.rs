@@ -6,11 +6,18 @@
 //! dtypes; true division and float-only unary ops on integers compute in f32;
 //! an integer tensor with a non-integral scalar computes in f32 (PyTorch's
 //! result type). Arithmetic on bool tensors other than `add`/`mul`/
-//! `maximum`/`minimum` (which are `or`/`and`) is an error.
+//! `maximum`/`minimum` (which are `or`/`and`) is an error. (Unlike PyTorch, a
+//! rank-0 tensor promotes like any other tensor: `f32 [n] + f64 []` is f64.)
 //!
-//! **In place**: the other operand must broadcast to `self`'s shape, the
-//! result dtype must be castable to `self`'s (a float result into an integer
-//! tensor is an error, as in PyTorch), and `self` must not be an expanded view
+//! **Scalars** take the tensor's dtype: rounded into a float dtype, wrapped
+//! into an integer one (`u8 + -2.0` adds 254, wrapping, as PyTorch does).
+//! Comparisons see the scalar's true value (`u8 == -2.0` is false
+//! everywhere). An integer tensor to a negative integer power is an error.
+//!
+//! **In place and `out`**: the other operand must broadcast to `self`'s shape, the
+//! result dtype must be castable to `self`'s (PyTorch's `canCast`: a float
+//! result into an integer or bool tensor, or a numeric result into a bool one,
+//! is an error), and `self` must not be an expanded view
 //! (several elements sharing one memory location). An operand that overlaps
 //! `self` in memory with a different layout is copied first, so the result is
 //! always as if the right-hand side were evaluated before the write.

@@ -47,7 +47,11 @@ impl<T> SendPtr<T> {
 ///   user's own `par_iter`) runs on that thread alone, as PyTorch's
 ///   `parallel_for` does inside a parallel region. Otherwise the waiting
 ///   worker could steal another task that blocks on the lock it holds.
-fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
+///
+/// Any kernel that parallelises under storage locks (reductions, matmul
+/// through gemm's rayon parallelism) must do so inside
+/// `kernel_pool().install(..)`, or run sequentially when this is `None`.
+pub(crate) fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::LazyLock<Option<rayon::ThreadPool>> = std::sync::LazyLock::new(|| {
         rayon::ThreadPoolBuilder::new()
             .thread_name(|i| format!("tensorscope-kernel-{i}"))

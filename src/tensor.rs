@@ -18,6 +18,11 @@ pub(crate) static LIVE_TENSORS: AtomicUsize = AtomicUsize::new(0);
 /// * Every operation returns a fresh handle. Dropping the last handle to a
 ///   storage returns its bytes to the device's caching allocator at once.
 /// * The handle is one pointer wide.
+/// * The operators `+ - * /` and unary `-` work on `&Tensor`, `Tensor` and
+///   `f64` operands and return `Result<Tensor>`, so they need `?`:
+///   `let c = (&a + &b)?;`. Bad input (shapes that do not broadcast, bool
+///   arithmetic, ...) is an `Err` naming the op, never a panic. There is no
+///   `+=`: writing in place is explicit (`a.add_(&b)?`).
 /// * It is `Send` (data-loading threads hand tensors over) and `Sync`: shared
 ///   `&Tensor`s can be read from many threads, e.g. model weights in a server.
 ///   Every storage has a reader-writer lock, so an in-place write through one
@@ -106,18 +111,26 @@ impl Tensor {
 
     /// Allocates an uninitialised contiguous tensor.
     pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let layout = Layout::contiguous(shape);
-        let bytes = layout
-            .numel()
-            .checked_mul(dtype.size_in_bytes())
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| {
                 Error::arg(
                     "alloc",
                     format!("shape {shape:?} of {dtype} overflows the address space"),
                 )
             })?;
+        if bytes == 0 {
+            // No block is allocated for an empty tensor, but the device must
+            // still exist: an empty CUDA tensor without a CUDA backend is an error.
+            crate::alloc::allocator(device)?;
+        }
         let storage = Storage::new(device, bytes)?;
-        Ok(Tensor::from_parts(storage, layout, dtype))
+        Ok(Tensor::from_parts(
+            storage,
+            Layout::contiguous(shape),
+            dtype,
+        ))
     }
 
     pub(crate) fn storage(&self) -> &Storage {

@@ -395,6 +395,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// The allocation statistics (`allocation`, `allocated_bytes`,
     /// `requested_bytes`) drop now; the block stays active, out of the pool,
     /// until [`free`](Self::free) is called once the other streams are done.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // only CUDA has other streams
     pub(crate) fn end_allocation(&self, block: &Block) {
         let mut inner = self.lock();
         let b = &inner.blocks[block.id as usize];

@@ -30,6 +30,7 @@ use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::DType;
 use cudarc::cublas::{result as blas, sys, CudaBlas};
+use std::collections::hash_map::Entry;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -301,14 +302,15 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
     g.bind(OP)?;
     {
         let mut handles = g.blas.lock().unwrap_or_else(|e| e.into_inner());
-        if !handles.contains_key(&s.id()) {
-            let h = CudaBlas::new(s.cu().clone()).map_err(|e| Error::Backend {
-                op: OP,
-                msg: format!("creating a cuBLAS handle: {e}"),
-            })?;
-            handles.insert(s.id(), h);
-        }
-        let h = &handles[&s.id()];
+        let h = match handles.entry(s.id()) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                v.insert(CudaBlas::new(s.cu().clone()).map_err(|e| Error::Backend {
+                    op: OP,
+                    msg: format!("creating a cuBLAS handle: {e}"),
+                })?)
+            }
+        };
         // SAFETY: the plan describes matrices inside live device storages of
         // `dtype` (checked layouts, or fresh contiguous temporaries), alpha
         // and beta point to host values of the compute type's scalar type,

@@ -34,7 +34,10 @@ pub(crate) struct Gpu {
     pub(crate) blas: Mutex<HashMap<u64, CudaBlas>>,
 }
 
-static GPUS: OnceLock<Box<[OnceLock<std::result::Result<Gpu, String>>]>> = OnceLock::new();
+/// A device, opened once (or the reason it cannot be).
+type Slot = OnceLock<std::result::Result<Gpu, String>>;
+
+static GPUS: OnceLock<Box<[Slot]>> = OnceLock::new();
 
 /// A driver error as a crate error naming the op.
 pub(crate) fn drv(op: &'static str) -> impl Fn(DriverError) -> Error {

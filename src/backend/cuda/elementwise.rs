@@ -26,7 +26,7 @@ pub(crate) fn scalar_bits(dt: DType, v: f64) -> u64 {
         let mut b = [0u8; 8];
         // SAFETY: T is a plain value of at most 8 bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping(&x as *const T as *const u8, b.as_mut_ptr(), std::mem::size_of::<T>())
+            std::ptr::copy_nonoverlapping((&x as *const T).cast::<u8>(), b.as_mut_ptr(), std::mem::size_of::<T>())
         };
         u64::from_le_bytes(b)
     })

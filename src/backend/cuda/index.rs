@@ -154,6 +154,7 @@ fn check_report(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     g: &Gpu,
     op: &'static str,

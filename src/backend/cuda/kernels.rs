@@ -408,7 +408,8 @@ fn disk_cache_path(m: Module, arch: &str) -> Option<PathBuf> {
 }
 
 /// PTX per (module, architecture), for the life of the process.
-static PTX: Mutex<Vec<((Module, String), Arc<str>)>> = Mutex::new(Vec::new());
+type PtxCache = Vec<((Module, String), Arc<str>)>;
+static PTX: Mutex<PtxCache> = Mutex::new(Vec::new());
 
 /// The PTX of `m` for `arch`: from memory, from the disk cache, or compiled.
 fn ptx_for(op: &'static str, m: Module, arch: &str) -> Result<Arc<str>> {

@@ -42,21 +42,24 @@ pub(crate) fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [V
     let shape0 = layouts[0].shape();
     let mut shape: Vec<usize> = Vec::new();
     let mut strides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::new());
-    for d in 0..shape0.len() {
-        if shape0[d] == 1 {
+    for (d, &size) in shape0.iter().enumerate() {
+        if size == 1 {
             continue;
         }
         let merge = !shape.is_empty()
-            && (0..N).all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * shape0[d]);
+            && strides
+                .iter()
+                .zip(&layouts)
+                .all(|(s, l)| *s.last().unwrap() == l.strides()[d] * size);
         if merge {
-            *shape.last_mut().unwrap() *= shape0[d];
-            for k in 0..N {
-                *strides[k].last_mut().unwrap() = layouts[k].strides()[d];
+            *shape.last_mut().unwrap() *= size;
+            for (s, l) in strides.iter_mut().zip(&layouts) {
+                *s.last_mut().unwrap() = l.strides()[d];
             }
         } else {
-            shape.push(shape0[d]);
-            for k in 0..N {
-                strides[k].push(layouts[k].strides()[d]);
+            shape.push(size);
+            for (s, l) in strides.iter_mut().zip(&layouts) {
+                s.push(l.strides()[d]);
             }
         }
     }
@@ -94,8 +97,8 @@ impl<const N: usize> Geom<N> {
         g.rank = shape.len() as i32;
         for (d, &s) in shape.iter().enumerate() {
             g.shape[d] = s as i64;
-            for k in 0..N {
-                g.strides[k][d] = strides[k][d] as i64;
+            for (row, st) in g.strides.iter_mut().zip(&strides) {
+                row[d] = st[d] as i64;
             }
         }
         Ok(g)

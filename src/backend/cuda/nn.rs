@@ -143,11 +143,7 @@ fn rows_cols(op: &'static str, x: &Operand) -> Result<(i64, i64)> {
     let cols = *sh
         .last()
         .ok_or_else(|| Error::arg(op, "the input must have at least one dimension"))?;
-    let rows = if cols == 0 {
-        0
-    } else {
-        x.layout.numel() / cols
-    };
+    let rows = x.layout.numel().checked_div(cols).unwrap_or(0);
     Ok((rows as i64, cols as i64))
 }
 

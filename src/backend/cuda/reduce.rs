@@ -178,8 +178,8 @@ fn rows_geom<const N: usize>(
         dim_stride: std::array::from_fn(|k| layouts[k].strides()[dim] as i64),
     };
     fill_row(&mut g.shape, &shape);
-    for k in 0..N {
-        fill_row(&mut g.strides[k], &strides[k]);
+    for (row, st) in g.strides.iter_mut().zip(&strides) {
+        fill_row(row, st);
     }
     let rows = shape.iter().product::<usize>() as i64;
     Ok((g, rows))

@@ -33,6 +33,7 @@ fn stats(label: &str, st: &ScopeStats) {
 }
 
 fn main() -> Result<()> {
+    tensorscope::manual_seed(7); // the same figures on every run
     println!("1. One scope: everything made inside is freed at its end, except what is moved out");
     let input = Tensor::randn(&[256, 512], DType::F32, CPU)?;
     let weight = Tensor::randn(&[512], DType::F32, CPU)?;

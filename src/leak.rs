@@ -9,7 +9,7 @@
 //!   has handed to live storages (rounded block sizes, exactly
 //!   [`memory_allocated`](crate::memory::memory_allocated)). Bytes the
 //!   allocator keeps cached for reuse are not live and never count as a leak.
-//! * [`live_scoped_tensors`]: tensors held by [`scope`](crate::scope) blocks
+//! * [`live_scoped_tensors`]: tensors held by [`scope`](crate::scope()) blocks
 //!   that are still open, on every thread. A number that grows while a program
 //!   runs means a scope around a long loop: open one scope per iteration.
 //! * [`assert_no_leaks`], [`check_leaks`] and [`LeakCheck`]: "this block
@@ -82,7 +82,7 @@ pub fn live_bytes() -> usize {
     devices().into_iter().map(live_bytes_on).sum()
 }
 
-/// Tensors held by [`scope`](crate::scope) blocks that are still open (all threads).
+/// Tensors held by [`scope`](crate::scope()) blocks that are still open (all threads).
 pub fn live_scoped_tensors() -> usize {
     SCOPED.load(Ordering::Relaxed)
 }

@@ -172,7 +172,7 @@ impl Drop for ScopeInner {
 /// A scope opened by [`scope`]: the owner of the tensors made through it or
 /// handed to it, all freed together when the block ends.
 ///
-/// You only ever see it as `&'s Scope<'s>`. See the [module docs](crate::scope)
+/// You only ever see it as `&'s Scope<'s>`. See the [module docs](mod@crate::scope)
 /// for the guarantees.
 pub struct Scope<'s> {
     inner: ScopeInner,

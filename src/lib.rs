@@ -16,7 +16,7 @@
 //!     let a = Tensor::ones(&[256, 256], DType::F32, Device::Cpu)?;
 //!     let b = a.transpose(0, 1)?;            // a view: no new bytes
 //!     let c = a.add(&b)?;                    // a fresh result
-//!     assert_eq!(c.shape(), &[256, 256]);
+//!     assert_eq!(c.sum_all()?.item::<f32>()?, 2.0 * 65536.0);
 //! }
 //! assert_eq!(memory::memory_allocated(Device::Cpu), base); // every byte is back
 //! # Ok::<(), tensorscope::Error>(())

@@ -1,1 +1,263 @@
-//! (to be written)
+//! Matrix multiplication on the CPU.
+//!
+//! f32, f64 and f16 go straight to the `gemm` crate, which takes row and
+//! column strides: transposed, sliced and expanded operands are read in place
+//! (it packs what it needs internally). bf16 is converted to f32 per matrix
+//! (scratch buffers on the system heap, not tensor memory), multiplied by
+//! gemm and rounded back. Integer dtypes use a plain wrapping loop.
+//!
+//! Batches walk the (broadcast) batch dimensions with a [`Plan`]: large
+//! matrices run one after another with gemm's own rayon parallelism, many
+//! small ones run in parallel with a single-threaded gemm each.
+
+use super::num::Num;
+use super::ptr;
+use super::strided::{Plan, SendPtr};
+use crate::backend::Operand;
+use crate::layout::Layout;
+use crate::DType;
+use gemm::Parallelism;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// `m * n * k` at and above which one product uses every thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// The sizes and strides of one product `[m, k] x [k, n] -> [m, n]`.
+#[derive(Copy, Clone)]
+struct Geom {
+    m: usize,
+    n: usize,
+    k: usize,
+    /// Row and column strides of a, b and dst.
+    a: (isize, isize),
+    b: (isize, isize),
+    d: (isize, isize),
+}
+
+/// The batch dimensions of a layout (everything but the last two).
+fn batch(l: &Layout) -> Layout {
+    let r = l.rank();
+    Layout::from_parts(
+        l.shape()[..r - 2].into(),
+        l.strides()[..r - 2].into(),
+        l.offset(),
+    )
+}
+
+/// Calls `f([dst, a, b] offsets)` for every batch element; in parallel when
+/// `par` (each call must then touch only its own output matrix).
+fn for_each_batch(plan: &Plan<3>, par: bool, f: impl Fn([usize; 3]) + Sync) {
+    let nb = plan.numel();
+    let each = |start: usize, end: usize| {
+        plan.runs(start, end, &mut |o, len, s| {
+            for t in 0..len {
+                f(std::array::from_fn(|i| o[i] + t * s[i]));
+            }
+        })
+    };
+    let threads = rayon::current_num_threads();
+    if par && nb > 1 && threads > 1 {
+        let per = nb.div_ceil(threads * 4).max(1);
+        (0..nb.div_ceil(per))
+            .into_par_iter()
+            .for_each(|c| each(c * per, ((c + 1) * per).min(nb)));
+    } else {
+        each(0, nb)
+    }
+}
+
+/// One product through gemm.
+///
+/// # Safety
+/// Pointers and strides describe in-bounds matrices; `d` does not overlap `a` or `b`.
+unsafe fn gemm_one<T: 'static + Copy>(
+    g: &Geom,
+    d: *mut T,
+    a: *const T,
+    b: *const T,
+    one: T,
+    zero: T,
+    par: Parallelism,
+) {
+    // dst := alpha * dst + beta * lhs * rhs, with read_dst = false.
+    unsafe {
+        gemm::gemm(
+            g.m, g.n, g.k, d, g.d.1, g.d.0, false, a, g.a.1, g.a.0, b, g.b.1, g.b.0, zero, one,
+            false, false, false, par,
+        )
+    }
+}
+
+fn gemm_batched<T: 'static + Copy + Send + Sync>(
+    g: &Geom,
+    plan: &Plan<3>,
+    pd: SendPtr<T>,
+    pa: SendPtr<T>,
+    pb: SendPtr<T>,
+    one: T,
+    zero: T,
+) {
+    let big = g.m * g.n * g.k >= PAR_FLOPS;
+    let par = if big {
+        Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        Parallelism::None
+    };
+    for_each_batch(plan, !big, |o| {
+        // SAFETY: the offsets come from layouts that fit their storages; the
+        // op layer made sure dst does not overlap the inputs; each batch
+        // element writes its own output matrix.
+        unsafe {
+            gemm_one(
+                g,
+                pd.get().add(o[0]),
+                pa.get().add(o[1]),
+                pb.get().add(o[2]),
+                one,
+                zero,
+                par,
+            )
+        }
+    });
+}
+
+/// bf16: convert one matrix pair to f32, multiply with gemm, round back.
+fn bf16_batched(g: &Geom, plan: &Plan<3>, pd: SendPtr<bf16>, pa: SendPtr<bf16>, pb: SendPtr<bf16>) {
+    let big = g.m * g.n * g.k >= PAR_FLOPS;
+    let par = if big {
+        Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        Parallelism::None
+    };
+    let (m, n, k) = (g.m, g.n, g.k);
+    let gf = Geom {
+        a: (k as isize, 1),
+        b: (n as isize, 1),
+        d: (n as isize, 1),
+        ..*g
+    };
+    for_each_batch(plan, !big, |o| {
+        let (mut a, mut b, mut c) = (vec![0f32; m * k], vec![0f32; k * n], vec![0f32; m * n]);
+        // SAFETY: as in `gemm_batched`; the f32 buffers are dense and private.
+        unsafe {
+            let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
+            for i in 0..m {
+                for p in 0..k {
+                    a[i * k + p] = pa
+                        .offset(i as isize * g.a.0 + p as isize * g.a.1)
+                        .read()
+                        .to_f32();
+                }
+            }
+            for p in 0..k {
+                for j in 0..n {
+                    b[p * n + j] = pb
+                        .offset(p as isize * g.b.0 + j as isize * g.b.1)
+                        .read()
+                        .to_f32();
+                }
+            }
+            gemm_one(&gf, c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), 1f32, 0f32, par);
+            for i in 0..m {
+                for j in 0..n {
+                    pd.offset(i as isize * g.d.0 + j as isize * g.d.1)
+                        .write(bf16::from_f32(c[i * n + j]));
+                }
+            }
+        }
+    });
+}
+
+/// Integers: a wrapping triple loop (rows of dst in parallel when large).
+fn int_batched<T: Num>(g: &Geom, plan: &Plan<3>, pd: SendPtr<T>, pa: SendPtr<T>, pb: SendPtr<T>) {
+    let big = g.m * g.n * g.k >= PAR_FLOPS;
+    for_each_batch(plan, !big, |o| {
+        let row = |i: usize| {
+            // SAFETY: as in `gemm_batched`; each row is written by one caller.
+            unsafe {
+                let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
+                let d = pd.offset(i as isize * g.d.0);
+                for j in 0..g.n {
+                    d.offset(j as isize * g.d.1).write(T::zero());
+                }
+                for p in 0..g.k {
+                    let aip = pa.offset(i as isize * g.a.0 + p as isize * g.a.1).read();
+                    let b = pb.offset(p as isize * g.b.0);
+                    for j in 0..g.n {
+                        let dj = d.offset(j as isize * g.d.1);
+                        dj.write(dj.read().add(aip.mul(b.offset(j as isize * g.b.1).read())));
+                    }
+                }
+            }
+        };
+        if big {
+            (0..g.m).into_par_iter().for_each(row);
+        } else {
+            (0..g.m).for_each(row);
+        }
+    });
+}
+
+/// Batched `dst = a @ b` (see the dispatch function for the layouts).
+pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
+    let r = dst.layout.rank();
+    debug_assert!(r >= 2 && a.layout.rank() == r && b.layout.rank() == r);
+    let st = |l: &Layout| (l.strides()[r - 2] as isize, l.strides()[r - 1] as isize);
+    let g = Geom {
+        m: dst.layout.shape()[r - 2],
+        n: dst.layout.shape()[r - 1],
+        k: a.layout.shape()[r - 1],
+        a: st(&a.layout),
+        b: st(&b.layout),
+        d: st(&dst.layout),
+    };
+    let plan = Plan::new([&batch(&dst.layout), &batch(&a.layout), &batch(&b.layout)]);
+    if g.m == 0 || g.n == 0 || plan.numel() == 0 {
+        return;
+    }
+    if g.k == 0 {
+        super::fill(dst, 0.0);
+        return;
+    }
+    macro_rules! ptrs {
+        ($t:ty) => {
+            (
+                SendPtr(ptr::<$t>(dst.storage)),
+                SendPtr(ptr::<$t>(a.storage)),
+                SendPtr(ptr::<$t>(b.storage)),
+            )
+        };
+    }
+    match dst.dtype {
+        DType::F32 => {
+            let (d, a, b) = ptrs!(f32);
+            gemm_batched(&g, &plan, d, a, b, 1f32, 0f32)
+        }
+        DType::F64 => {
+            let (d, a, b) = ptrs!(f64);
+            gemm_batched(&g, &plan, d, a, b, 1f64, 0f64)
+        }
+        DType::F16 => {
+            let (d, a, b) = ptrs!(f16);
+            gemm_batched(&g, &plan, d, a, b, f16::ONE, f16::ZERO)
+        }
+        DType::BF16 => {
+            let (d, a, b) = ptrs!(bf16);
+            bf16_batched(&g, &plan, d, a, b)
+        }
+        DType::I64 => {
+            let (d, a, b) = ptrs!(i64);
+            int_batched(&g, &plan, d, a, b)
+        }
+        DType::I32 => {
+            let (d, a, b) = ptrs!(i32);
+            int_batched(&g, &plan, d, a, b)
+        }
+        DType::U8 => {
+            let (d, a, b) = ptrs!(u8);
+            int_batched(&g, &plan, d, a, b)
+        }
+        DType::Bool => unreachable!("matmul on bool: the op layer refuses it"),
+    }
+}

@@ -1,1 +1,1242 @@
-//! (to be written)
+//! Reduction and softmax CPU kernels.
+//!
+//! A reduction splits the input's dimensions into *kept* ones (one output
+//! element per index, in row-major order) and *reduced* ones. Both sets are
+//! walked with [`Plan`]s, so any strides work. Three schedules:
+//!
+//! * **row**: per output element, fold the reduced elements (dense runs go
+//!   through a reducer's vectorisable `run`);
+//! * **lanes**: when the kept dimensions are denser in memory than the reduced
+//!   ones (e.g. a sum over dim 0 of a row-major matrix), fold a block of
+//!   neighbouring outputs together, so every load is of adjacent elements;
+//! * **split**: few outputs with many inputs each (a full reduction): each
+//!   output's reduced range is cut in chunks folded in parallel, and the
+//!   partial results merged in a fixed order (results do not depend on timing).
+//!
+//! Float sums, means, variances and logsumexp accumulate in f64 (so a sum of
+//! 16M f32 values keeps its accuracy); integer sums and products wrap in i64.
+
+use super::num::{Flt, Num};
+use super::ptr;
+use super::strided::{Plan, SendPtr, PAR_CHUNK};
+use crate::backend::{Operand, Reduction};
+use crate::layout::{Dims, Layout};
+use crate::{with_float_dtype, DType, Element};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Outputs folded together in the lane schedule.
+const LANES: usize = 1024;
+
+/// How an element is read from memory and compared or accumulated.
+trait Load: Copy + Send + Sync + 'static {
+    /// The value type (bool tensors are read as `u8` and normalised to 0/1).
+    type V: Num;
+    fn load(self) -> Self::V;
+}
+
+macro_rules! load_same {
+    ($($t:ty),*) => {$(
+        impl Load for $t {
+            type V = $t;
+            #[inline(always)]
+            fn load(self) -> $t {
+                self
+            }
+        }
+    )*};
+}
+load_same!(f32, f64, f16, bf16, i64, i32, u8);
+
+/// A bool element read as its byte: any non-zero byte is true.
+#[derive(Copy, Clone)]
+#[repr(transparent)]
+struct B8(u8);
+impl Load for B8 {
+    type V = u8;
+    #[inline(always)]
+    fn load(self) -> u8 {
+        (self.0 != 0) as u8
+    }
+}
+
+/// Integer values widened to the i64 accumulator.
+trait AsI64: Copy {
+    fn as_i64(self) -> i64;
+}
+impl AsI64 for i64 {
+    #[inline(always)]
+    fn as_i64(self) -> i64 {
+        self
+    }
+}
+impl AsI64 for i32 {
+    #[inline(always)]
+    fn as_i64(self) -> i64 {
+        self as i64
+    }
+}
+impl AsI64 for u8 {
+    #[inline(always)]
+    fn as_i64(self) -> i64 {
+        self as i64
+    }
+}
+
+/// A fold over the reduced elements of one output element.
+trait Reducer: Sync {
+    type In: Copy;
+    type Acc: Copy + Send;
+    /// The identity of `merge`.
+    fn init(&self) -> Self::Acc;
+    /// Folds element `x` with index `i` (its linear position in the walk of
+    /// the reduced dimensions; for one reduced dimension, its index there).
+    fn step(&self, a: Self::Acc, x: Self::In, i: usize) -> Self::Acc;
+    /// Folds `len` elements `p[0], p[s], ...` with indices `i0, i0 + 1, ...`.
+    ///
+    /// # Safety
+    /// Every element read is in bounds and initialised.
+    #[inline(always)]
+    unsafe fn run(
+        &self,
+        mut a: Self::Acc,
+        p: *const Self::In,
+        len: usize,
+        s: usize,
+        i0: usize,
+    ) -> Self::Acc {
+        for k in 0..len {
+            a = self.step(a, unsafe { p.add(k * s).read() }, i0 + k);
+        }
+        a
+    }
+    /// Combines the folds of two consecutive ranges (`a` comes first).
+    fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// Writes the result for output element `o`, `n` elements having been folded.
+    ///
+    /// # Safety
+    /// `o` is in bounds of the outputs and no other thread writes it.
+    unsafe fn finish(&self, a: Self::Acc, n: usize, o: usize);
+}
+
+/// Dense f64 accumulation of `f(p[k])` in 8 independent lanes (vectorises).
+#[inline(always)]
+unsafe fn sum8<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
+    let mut l = [0f64; 8];
+    let body = len / 8 * 8;
+    let mut k = 0;
+    while k < body {
+        for (j, lj) in l.iter_mut().enumerate() {
+            *lj += f(unsafe { p.add(k + j).read() });
+        }
+        k += 8;
+    }
+    let mut tail = 0.0;
+    for k in body..len {
+        tail += f(unsafe { p.add(k).read() });
+    }
+    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
+}
+
+// ---------------------------------------------------------------- sum, mean, prod
+
+/// Float sum or mean, accumulated in f64, written in the input's dtype.
+struct SumF<T> {
+    out: SendPtr<T>,
+    mean: bool,
+}
+impl<T: Element> Reducer for SumF<T> {
+    type In = T;
+    type Acc = f64;
+    fn init(&self) -> f64 {
+        0.0
+    }
+    #[inline(always)]
+    fn step(&self, a: f64, x: T, _: usize) -> f64 {
+        a + x.to_f64()
+    }
+    #[inline(always)]
+    unsafe fn run(&self, a: f64, p: *const T, len: usize, s: usize, _: usize) -> f64 {
+        if s == 1 {
+            a + unsafe { sum8(p, len, |x: T| x.to_f64()) }
+        } else {
+            let mut a = a;
+            for k in 0..len {
+                a += unsafe { p.add(k * s).read() }.to_f64();
+            }
+            a
+        }
+    }
+    fn merge(&self, a: f64, b: f64) -> f64 {
+        a + b
+    }
+    unsafe fn finish(&self, a: f64, n: usize, o: usize) {
+        let v = if self.mean { a / n as f64 } else { a };
+        unsafe { self.out.get().add(o).write(T::from_f64(v)) }
+    }
+}
+
+/// Integer or bool sum into i64 (wrapping, as PyTorch).
+struct SumI<L> {
+    out: SendPtr<i64>,
+    _l: std::marker::PhantomData<L>,
+}
+impl<L: Load> Reducer for SumI<L>
+where
+    L::V: AsI64,
+{
+    type In = L;
+    type Acc = i64;
+    fn init(&self) -> i64 {
+        0
+    }
+    #[inline(always)]
+    fn step(&self, a: i64, x: L, _: usize) -> i64 {
+        a.wrapping_add(x.load().as_i64())
+    }
+    fn merge(&self, a: i64, b: i64) -> i64 {
+        a.wrapping_add(b)
+    }
+    unsafe fn finish(&self, a: i64, _: usize, o: usize) {
+        unsafe { self.out.get().add(o).write(a) }
+    }
+}
+
+/// Float product, accumulated in f64.
+struct ProdF<T> {
+    out: SendPtr<T>,
+}
+impl<T: Element> Reducer for ProdF<T> {
+    type In = T;
+    type Acc = f64;
+    fn init(&self) -> f64 {
+        1.0
+    }
+    #[inline(always)]
+    fn step(&self, a: f64, x: T, _: usize) -> f64 {
+        a * x.to_f64()
+    }
+    fn merge(&self, a: f64, b: f64) -> f64 {
+        a * b
+    }
+    unsafe fn finish(&self, a: f64, _: usize, o: usize) {
+        unsafe { self.out.get().add(o).write(T::from_f64(a)) }
+    }
+}
+
+/// Integer or bool product into i64 (wrapping).
+struct ProdI<L> {
+    out: SendPtr<i64>,
+    _l: std::marker::PhantomData<L>,
+}
+impl<L: Load> Reducer for ProdI<L>
+where
+    L::V: AsI64,
+{
+    type In = L;
+    type Acc = i64;
+    fn init(&self) -> i64 {
+        1
+    }
+    #[inline(always)]
+    fn step(&self, a: i64, x: L, _: usize) -> i64 {
+        a.wrapping_mul(x.load().as_i64())
+    }
+    fn merge(&self, a: i64, b: i64) -> i64 {
+        a.wrapping_mul(b)
+    }
+    unsafe fn finish(&self, a: i64, _: usize, o: usize) {
+        unsafe { self.out.get().add(o).write(a) }
+    }
+}
+
+// ---------------------------------------------------------------- max, min, argmax
+
+/// Largest (`MAX`) or smallest value; NaN wins.
+struct Extreme<L: Load, const MAX: bool> {
+    out: SendPtr<L::V>,
+}
+impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
+    type In = L;
+    type Acc = L::V;
+    fn init(&self) -> L::V {
+        // -inf / +inf for floats; saturates to MIN / MAX for integers.
+        L::V::from_f64(if MAX {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        })
+    }
+    #[inline(always)]
+    fn step(&self, a: L::V, x: L, _: usize) -> L::V {
+        if MAX {
+            a.max(x.load())
+        } else {
+            a.min(x.load())
+        }
+    }
+    #[inline(always)]
+    unsafe fn run(&self, a: L::V, p: *const L, len: usize, s: usize, _: usize) -> L::V {
+        if s == 1 {
+            unsafe { self.run_impl(a, p, len, 1) }
+        } else {
+            unsafe { self.run_impl(a, p, len, s) }
+        }
+    }
+    fn merge(&self, a: L::V, b: L::V) -> L::V {
+        if MAX {
+            a.max(b)
+        } else {
+            a.min(b)
+        }
+    }
+    unsafe fn finish(&self, a: L::V, _: usize, o: usize) {
+        unsafe { self.out.get().add(o).write(a) }
+    }
+}
+
+impl<L: Load, const MAX: bool> Extreme<L, MAX> {
+    #[inline(always)]
+    unsafe fn run_impl(&self, a: L::V, p: *const L, len: usize, s: usize) -> L::V {
+        // Eight independent accumulators: no dependency chain through one.
+        let mut l = [self.init(); 8];
+        let body = len / 8 * 8;
+        let mut k = 0;
+        while k < body {
+            for (j, lj) in l.iter_mut().enumerate() {
+                *lj = self.step(*lj, unsafe { p.add((k + j) * s).read() }, 0);
+            }
+            k += 8;
+        }
+        let mut a = a;
+        for k in body..len {
+            a = self.step(a, unsafe { p.add(k * s).read() }, 0);
+        }
+        l.iter().fold(a, |a, &b| self.merge(a, b))
+    }
+}
+
+/// Index (and value) of the first largest (`MAX`) or smallest element; the
+/// first NaN wins, as in PyTorch.
+struct Arg<L: Load, const MAX: bool> {
+    values: Option<SendPtr<L::V>>,
+    indices: SendPtr<i64>,
+}
+impl<L: Load, const MAX: bool> Arg<L, MAX> {
+    #[inline(always)]
+    fn better(x: L::V, v: L::V) -> bool {
+        let strictly = if MAX { x > v } else { x < v };
+        strictly || (x.is_nan() && !v.is_nan())
+    }
+}
+impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
+    type In = L;
+    /// `(value, index)`; index `usize::MAX` means nothing folded yet.
+    type Acc = (L::V, usize);
+    fn init(&self) -> Self::Acc {
+        (L::V::default(), usize::MAX)
+    }
+    #[inline(always)]
+    fn step(&self, a: Self::Acc, x: L, i: usize) -> Self::Acc {
+        let x = x.load();
+        if a.1 == usize::MAX || Self::better(x, a.0) {
+            (x, i)
+        } else {
+            a
+        }
+    }
+    fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc {
+        if a.1 == usize::MAX || (b.1 != usize::MAX && Self::better(b.0, a.0)) {
+            b
+        } else {
+            a
+        }
+    }
+    unsafe fn finish(&self, a: Self::Acc, _: usize, o: usize) {
+        unsafe {
+            self.indices.get().add(o).write(a.1 as i64);
+            if let Some(v) = self.values {
+                v.get().add(o).write(a.0);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- var, std, logsumexp
+
+/// Variance (or standard deviation) by Welford's algorithm in f64; dense runs
+/// are folded two-pass and merged with Chan's formula.
+struct Var<T> {
+    out: SendPtr<T>,
+    correction: usize,
+    std: bool,
+}
+/// `(count, mean, sum of squared deviations)`.
+type Welford = (f64, f64, f64);
+impl<T: Element> Reducer for Var<T> {
+    type In = T;
+    type Acc = Welford;
+    fn init(&self) -> Welford {
+        (0.0, 0.0, 0.0)
+    }
+    #[inline(always)]
+    fn step(&self, (n, mean, m2): Welford, x: T, _: usize) -> Welford {
+        let x = x.to_f64();
+        let n = n + 1.0;
+        let d = x - mean;
+        let mean = mean + d / n;
+        (n, mean, m2 + d * (x - mean))
+    }
+    #[inline(always)]
+    unsafe fn run(&self, a: Welford, p: *const T, len: usize, s: usize, _: usize) -> Welford {
+        if s != 1 || len < 16 {
+            let mut a = a;
+            for k in 0..len {
+                a = self.step(a, unsafe { p.add(k * s).read() }, 0);
+            }
+            return a;
+        }
+        let mean = unsafe { sum8(p, len, |x: T| x.to_f64()) } / len as f64;
+        let m2 = unsafe {
+            sum8(p, len, |x: T| {
+                let d = x.to_f64() - mean;
+                d * d
+            })
+        };
+        self.merge(a, (len as f64, mean, m2))
+    }
+    fn merge(&self, a: Welford, b: Welford) -> Welford {
+        if a.0 == 0.0 {
+            return b;
+        }
+        if b.0 == 0.0 {
+            return a;
+        }
+        let n = a.0 + b.0;
+        let d = b.1 - a.1;
+        (n, a.1 + d * (b.0 / n), a.2 + b.2 + d * d * (a.0 * b.0 / n))
+    }
+    unsafe fn finish(&self, a: Welford, _: usize, o: usize) {
+        // PyTorch: divide by max(0, N - correction) (0/0 is NaN, x/0 is inf).
+        let dof = (a.0 - self.correction as f64).max(0.0);
+        let var = a.2 / dof;
+        let v = if self.std { var.sqrt() } else { var };
+        unsafe { self.out.get().add(o).write(T::from_f64(v)) }
+    }
+}
+
+/// Stable `log(sum(exp(x)))` as a running `(max, sum of exp(x - max))` in f64.
+struct Lse<T> {
+    out: SendPtr<T>,
+}
+/// `exp(x - m)`, with `exp(0)` when both are the same infinity.
+#[inline(always)]
+fn exp_rel(x: f64, m: f64) -> f64 {
+    if x == m {
+        1.0
+    } else {
+        (x - m).exp()
+    }
+}
+impl<T: Flt> Reducer for Lse<T>
+where
+    T::C: FastExp,
+{
+    type In = T;
+    type Acc = (f64, f64);
+    fn init(&self) -> (f64, f64) {
+        (f64::NEG_INFINITY, 0.0)
+    }
+    #[inline(always)]
+    fn step(&self, (m, s): (f64, f64), x: T, _: usize) -> (f64, f64) {
+        let x = x.to_f64();
+        if x > m {
+            (x, s * exp_rel(m, x) + 1.0)
+        } else {
+            // NaN lands here and makes the sum NaN.
+            (m, s + exp_rel(x, m))
+        }
+    }
+    #[inline(always)]
+    unsafe fn run(&self, a: (f64, f64), p: *const T, len: usize, s: usize, _: usize) -> (f64, f64) {
+        if s == 1 {
+            unsafe { self.run_impl(a, p, len, 1) }
+        } else {
+            unsafe { self.run_impl(a, p, len, s) }
+        }
+    }
+    fn merge(&self, a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+        // A NaN sum wins; then an infinite one (from a +inf element, whose
+        // run max was replaced by 0), which no finite max may scale down.
+        if a.1.is_nan() || b.1.is_nan() {
+            return (0.0, f64::NAN);
+        }
+        if a.1 == f64::INFINITY || b.1 == f64::INFINITY {
+            return (0.0, f64::INFINITY);
+        }
+        let m = if b.0 > a.0 { b.0 } else { a.0 };
+        (m, a.1 * exp_rel(a.0, m) + b.1 * exp_rel(b.0, m))
+    }
+    unsafe fn finish(&self, (m, s): (f64, f64), _: usize, o: usize) {
+        let v = if s == 0.0 {
+            f64::NEG_INFINITY
+        } else {
+            m + s.ln()
+        };
+        unsafe { self.out.get().add(o).write(T::from_f64(v)) }
+    }
+}
+
+impl<T: Flt> Lse<T>
+where
+    T::C: FastExp,
+{
+    #[inline(always)]
+    unsafe fn run_impl(&self, a: (f64, f64), p: *const T, len: usize, s: usize) -> (f64, f64) {
+        // Two passes over the run: its max, then the sum of exponentials
+        // relative to it (computed in `T::C` a chunk at a time, summed in f64).
+        use num_traits::{Float, Zero};
+        const CHUNK: usize = 256;
+        let rd = |k: usize| unsafe { p.add(k * s).read() }.up();
+        let ninf = <T::C as Float>::neg_infinity();
+        let mut ml = [ninf; 8];
+        let body = len / 8 * 8;
+        for k in (0..body).step_by(8) {
+            for (j, m) in ml.iter_mut().enumerate() {
+                let x = rd(k + j);
+                if x > *m {
+                    *m = x;
+                }
+            }
+        }
+        let mut m = ml.iter().fold(ninf, |a, &b| if b > a { b } else { a });
+        for k in body..len {
+            let x = rd(k);
+            if x > m {
+                m = x;
+            }
+        }
+        // An infinite max is replaced by 0 (as PyTorch does): the sum is then
+        // inf for +inf and 0 for an all -inf run, and merges stay exact.
+        if m.is_infinite() {
+            m = <T::C as Zero>::zero();
+        }
+        let mut buf = [<T::C as Zero>::zero(); CHUNK];
+        let mut l = [0f64; 8];
+        let mut c0 = 0;
+        while c0 < len {
+            let n = CHUNK.min(len - c0);
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = (rd(c0 + i) - m).fexp();
+            }
+            for b in &mut buf[n..n.next_multiple_of(8)] {
+                *b = <T::C as Zero>::zero();
+            }
+            for c in buf[..n.next_multiple_of(8)].chunks_exact(8) {
+                for (lj, &v) in l.iter_mut().zip(c) {
+                    *lj += v.wide();
+                }
+            }
+            c0 += n;
+        }
+        let acc = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        self.merge(a, (m.wide(), acc))
+    }
+}
+
+// ---------------------------------------------------------------- the engine
+
+/// Drops size-1 dimensions and merges the ones contiguous in each other (as
+/// [`Plan`] does): `(number of dims left, innermost length, innermost stride)`.
+fn inner(l: &Layout) -> (usize, usize, usize) {
+    let mut shape: Dims = Dims::new();
+    let mut strides: Dims = Dims::new();
+    for (&d, &s) in l.shape().iter().zip(l.strides()) {
+        if d == 1 {
+            continue;
+        }
+        if let (Some(ls), Some(lst)) = (shape.last_mut(), strides.last_mut()) {
+            if *lst == s * d {
+                *ls *= d;
+                *lst = s;
+                continue;
+            }
+        }
+        shape.push(d);
+        strides.push(s);
+    }
+    match (shape.last(), strides.last()) {
+        (Some(&d), Some(&s)) => (shape.len(), d, s),
+        _ => (0, 1, 0),
+    }
+}
+
+/// Splits `src`'s layout into the kept dims (input strides, input offset) and
+/// the reduced ones (offset 0). The reduced dims are walked outermost-first
+/// by decreasing stride, so that the walk is as dense as it can be.
+fn split_dims(src: &Layout, dims: &[usize]) -> (Layout, Layout) {
+    let (mut ks, mut kst, mut rd): (Dims, Dims, Vec<(usize, usize)>) =
+        (Dims::new(), Dims::new(), Vec::new());
+    for (i, (&d, &s)) in src.shape().iter().zip(src.strides()).enumerate() {
+        if dims.contains(&i) {
+            rd.push((d, s));
+        } else {
+            ks.push(d);
+            kst.push(s);
+        }
+    }
+    rd.sort_by_key(|&(_, s)| std::cmp::Reverse(s));
+    let kept = Layout::from_parts(ks, kst, src.offset());
+    let red = Layout::from_parts(
+        rd.iter().map(|p| p.0).collect(),
+        rd.iter().map(|p| p.1).collect(),
+        0,
+    );
+    (kept, red)
+}
+
+/// Folds reduced elements `start..end` of the output element at input offset `base`.
+///
+/// # Safety
+/// `src` plus every offset the plans give is in bounds.
+#[inline]
+unsafe fn fold<R: Reducer>(
+    r: &R,
+    src: *const R::In,
+    rp: &Plan<1>,
+    base: usize,
+    start: usize,
+    end: usize,
+) -> R::Acc {
+    let mut a = r.init();
+    let mut i = start;
+    rp.runs(start, end, &mut |o, len, s| {
+        a = unsafe { r.run(a, src.add(base + o[0]), len, s[0], i) };
+        i += len;
+    });
+    a
+}
+
+/// Runs reducer `r` over `src` seen through `kept` (one output per element,
+/// row-major) and `red` (the elements folded into each).
+///
+/// # Safety
+/// The layouts fit `src`'s storage; `r`'s outputs hold `kept.numel()` elements.
+unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red: &Layout) {
+    let (n_out, n_red) = (kept.numel(), red.numel());
+    if n_out == 0 {
+        return;
+    }
+    if n_red == 0 {
+        for o in 0..n_out {
+            unsafe { r.finish(r.init(), 0, o) };
+        }
+        return;
+    }
+    let kp = Plan::new([kept]);
+    let rp = Plan::new([red]);
+    let src = SendPtr(src as *mut R::In);
+    let threads = rayon::current_num_threads();
+
+    // Few outputs, many inputs each: split every output's range.
+    if n_out <= 16 && n_red >= 2 * PAR_CHUNK && threads > 1 {
+        let mut o = 0;
+        kp.runs(0, n_out, &mut |off, len, s| {
+            for k in 0..len {
+                let base = off[0] + k * s[0];
+                let parts: Vec<R::Acc> = (0..n_red.div_ceil(PAR_CHUNK))
+                    .into_par_iter()
+                    .map(|c| {
+                        let st = c * PAR_CHUNK;
+                        unsafe { fold(r, src.get(), &rp, base, st, (st + PAR_CHUNK).min(n_red)) }
+                    })
+                    .collect();
+                let a = parts.into_iter().fold(r.init(), |a, b| r.merge(a, b));
+                unsafe { r.finish(a, n_red, o + k) };
+            }
+            o += len;
+        });
+        return;
+    }
+
+    let (_, k_len, k_stride) = inner(kept);
+    let (r_dims, _, r_stride) = inner(red);
+    let lanes = k_len >= 4 && (n_red == 1 || k_stride < r_stride);
+    let outputs = |start: usize, end: usize| {
+        let mut o = start;
+        kp.runs(start, end, &mut |off, len, s| {
+            let (off, s) = (off[0], s[0]);
+            if lanes {
+                let mut b = 0;
+                while b < len {
+                    let blk = LANES.min(len - b);
+                    let mut acc = [r.init(); LANES];
+                    let mut i = 0;
+                    rp.runs(0, n_red, &mut |ro, rlen, rs| {
+                        for t in 0..rlen {
+                            // SAFETY: in bounds by the plans.
+                            let p = unsafe { src.get().add(off + b * s + ro[0] + t * rs[0]) };
+                            if s == 1 {
+                                for (j, a) in acc[..blk].iter_mut().enumerate() {
+                                    *a = r.step(*a, unsafe { p.add(j).read() }, i + t);
+                                }
+                            } else {
+                                for (j, a) in acc[..blk].iter_mut().enumerate() {
+                                    *a = r.step(*a, unsafe { p.add(j * s).read() }, i + t);
+                                }
+                            }
+                        }
+                        i += rlen;
+                    });
+                    for (j, a) in acc[..blk].iter().enumerate() {
+                        unsafe { r.finish(*a, n_red, o + b + j) };
+                    }
+                    b += blk;
+                }
+            } else {
+                for k in 0..len {
+                    let base = off + k * s;
+                    // SAFETY: in bounds by the plans.
+                    let a = if r_dims <= 1 {
+                        // One run (the common case): no walk to set up.
+                        unsafe { r.run(r.init(), src.get().add(base), n_red, r_stride, 0) }
+                    } else {
+                        unsafe { fold(r, src.get(), &rp, base, 0, n_red) }
+                    };
+                    unsafe { r.finish(a, n_red, o + k) };
+                }
+            }
+            o += len;
+        });
+    };
+    // Outputs per parallel chunk: about PAR_CHUNK inputs, and whole lane blocks.
+    let per = (PAR_CHUNK / n_red).max(if lanes { LANES } else { 1 });
+    let chunks = n_out.div_ceil(per);
+    if chunks < 2 || threads == 1 || n_out.saturating_mul(n_red) < 2 * PAR_CHUNK {
+        outputs(0, n_out);
+    } else {
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|c| outputs(c * per, ((c + 1) * per).min(n_out)));
+    }
+}
+
+/// Typed pointer to an operand's first element.
+fn at<T>(o: &Operand) -> SendPtr<T> {
+    // SAFETY: the layout's offset is within the storage.
+    SendPtr(unsafe { ptr::<T>(o.storage).add(o.layout.offset()) })
+}
+
+fn float_reduce<T: Flt + Load<V = T>>(
+    op: Reduction,
+    src: &Operand,
+    kept: &Layout,
+    red: &Layout,
+    dst: &Operand,
+) where
+    T::C: FastExp,
+{
+    let s = ptr::<T>(src.storage) as *const T;
+    let out = at::<T>(dst);
+    // SAFETY (every arm): dtypes match; the caller holds the locks; `dst` is contiguous.
+    unsafe {
+        match op {
+            Reduction::Sum => run_reduction(&SumF { out, mean: false }, s, kept, red),
+            Reduction::Mean => run_reduction(&SumF { out, mean: true }, s, kept, red),
+            Reduction::Prod => run_reduction(&ProdF { out }, s, kept, red),
+            Reduction::Max => run_reduction(&Extreme::<T, true> { out }, s, kept, red),
+            Reduction::Min => run_reduction(&Extreme::<T, false> { out }, s, kept, red),
+            Reduction::Var(c) | Reduction::Std(c) => run_reduction(
+                &Var {
+                    out,
+                    correction: c,
+                    std: matches!(op, Reduction::Std(_)),
+                },
+                s,
+                kept,
+                red,
+            ),
+            Reduction::LogSumExp => run_reduction(&Lse { out }, s, kept, red),
+        }
+    }
+}
+
+fn int_reduce<L: Load>(op: Reduction, src: &Operand, kept: &Layout, red: &Layout, dst: &Operand)
+where
+    L::V: AsI64,
+{
+    let s = ptr::<L>(src.storage) as *const L;
+    let _m = std::marker::PhantomData;
+    // SAFETY (every arm): `L` matches the source dtype, the output's dtype is
+    // i64 for sum/prod and the value type for max/min; locks are held.
+    unsafe {
+        match op {
+            Reduction::Sum => run_reduction(
+                &SumI::<L> {
+                    out: at(dst),
+                    _l: _m,
+                },
+                s,
+                kept,
+                red,
+            ),
+            Reduction::Prod => run_reduction(
+                &ProdI::<L> {
+                    out: at(dst),
+                    _l: _m,
+                },
+                s,
+                kept,
+                red,
+            ),
+            Reduction::Max => run_reduction(&Extreme::<L, true> { out: at(dst) }, s, kept, red),
+            Reduction::Min => run_reduction(&Extreme::<L, false> { out: at(dst) }, s, kept, red),
+            _ => unreachable!("{} on {}: the op layer refuses it", op.name(), src.dtype),
+        }
+    }
+}
+
+/// Reduces `src` over `dims` into the contiguous `dst` (see the dispatch function).
+pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand) {
+    debug_assert!(dst.layout.is_contiguous());
+    let (kept, red) = split_dims(&src.layout, dims);
+    with_float_dtype!(src.dtype, T => float_reduce::<T>(op, src, &kept, &red, dst), _ => {
+        match src.dtype {
+            DType::I64 => int_reduce::<i64>(op, src, &kept, &red, dst),
+            DType::I32 => int_reduce::<i32>(op, src, &kept, &red, dst),
+            DType::U8 => int_reduce::<u8>(op, src, &kept, &red, dst),
+            _ => int_reduce::<B8>(op, src, &kept, &red, dst),
+        }
+    })
+}
+
+fn arg_typed<L: Load>(
+    max: bool,
+    src: &Operand,
+    dim: usize,
+    values: Option<&Operand>,
+    idx: &Operand,
+) {
+    let (kept, red) = split_dims(&src.layout, &[dim]);
+    let s = ptr::<L>(src.storage) as *const L;
+    let (values, indices) = (values.map(at::<L::V>), at::<i64>(idx));
+    // SAFETY: dtypes match; locks are held; outputs are contiguous.
+    unsafe {
+        if max {
+            run_reduction(&Arg::<L, true> { values, indices }, s, &kept, &red)
+        } else {
+            run_reduction(&Arg::<L, false> { values, indices }, s, &kept, &red)
+        }
+    }
+}
+
+/// Index (and value) of the extreme element along `dim`.
+pub(crate) fn arg_reduce(
+    max: bool,
+    src: &Operand,
+    dim: usize,
+    values: Option<&Operand>,
+    indices: &Operand,
+) {
+    match src.dtype {
+        DType::F32 => arg_typed::<f32>(max, src, dim, values, indices),
+        DType::F64 => arg_typed::<f64>(max, src, dim, values, indices),
+        DType::F16 => arg_typed::<f16>(max, src, dim, values, indices),
+        DType::BF16 => arg_typed::<bf16>(max, src, dim, values, indices),
+        DType::I64 => arg_typed::<i64>(max, src, dim, values, indices),
+        DType::I32 => arg_typed::<i32>(max, src, dim, values, indices),
+        DType::U8 => arg_typed::<u8>(max, src, dim, values, indices),
+        DType::Bool => arg_typed::<B8>(max, src, dim, values, indices),
+    }
+}
+
+// ---------------------------------------------------------------- softmax
+
+/// `exp` in the compute type: a branch-free polynomial for f32 (so loops over
+/// it vectorise), the standard library's for f64.
+pub(crate) trait FastExp: num_traits::Float {
+    fn fexp(self) -> Self;
+    /// Widened to f64.
+    fn wide(self) -> f64;
+}
+impl FastExp for f64 {
+    #[inline(always)]
+    fn fexp(self) -> f64 {
+        self.exp()
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self
+    }
+}
+impl FastExp for f32 {
+    #[inline(always)]
+    fn fexp(self) -> f32 {
+        exp_f32(self)
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+
+/// `e^x` for f32 within 2 ulp (Cephes' `expf` polynomial): `x = n ln2 + r`
+/// with `|r| <= ln2 / 2`, a degree-7 polynomial for `e^r`, and `2^n` applied
+/// in two halves so that results down to the subnormals are right. NaN
+/// propagates; `exp(-inf) = 0`, `exp(inf) = inf`.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    const HI: f32 = 88.722_84; // ln(f32::MAX)
+    const LO: f32 = -104.0; // below: 0
+                            // Comparisons, not min/max, so that NaN passes through.
+    let xc = if x > HI {
+        HI
+    } else if x < LO {
+        LO
+    } else {
+        x
+    };
+    // Round to nearest with the 1.5 * 2^23 trick (no `round` instruction
+    // needed), which also leaves n in the low bits: no float-to-int conversion.
+    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
+    let fx = t - 12_582_912.0;
+    let r = xc - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
+    let mut y = 1.987_569_1e-4f32;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 5.000_000_1e-1;
+    y = y * r * r + r + 1.0;
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let n1 = n >> 1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
+    let v = y * p1 * p2;
+    if x > HI {
+        f32::INFINITY
+    } else if x < LO {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
+#[inline(always)]
+fn max_nan<C: num_traits::Float>(m: C, v: C) -> C {
+    if v > m || v.is_nan() {
+        v
+    } else {
+        m
+    }
+}
+
+/// One row of softmax / log_softmax, computed in `T::C`: `n` elements of `x`
+/// at stride `xs`, written to `y` at stride `ys`.
+///
+/// # Safety
+/// Both rows are in bounds; nobody else touches `y` meanwhile.
+#[inline(always)]
+unsafe fn softmax_row<T: Flt>(x: *const T, xs: usize, y: *mut T, ys: usize, n: usize, log: bool)
+where
+    T::C: FastExp,
+{
+    // Constant strides and flag in each copy, so the dense loops vectorise.
+    unsafe {
+        match (xs == 1 && ys == 1, log) {
+            (true, true) => softmax_row_impl(x, 1, y, 1, n, true),
+            (true, false) => softmax_row_impl(x, 1, y, 1, n, false),
+            (false, true) => softmax_row_impl(x, xs, y, ys, n, true),
+            (false, false) => softmax_row_impl(x, xs, y, ys, n, false),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn softmax_row_impl<T: Flt>(
+    x: *const T,
+    xs: usize,
+    y: *mut T,
+    ys: usize,
+    n: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::{Float, Zero};
+    const CHUNK: usize = 256;
+    let rd = |k: usize| unsafe { x.add(k * xs).read() }.up();
+    let zero = <T::C as Zero>::zero();
+    // Max, in 8 independent lanes.
+    let mut ml = [<T::C as Float>::neg_infinity(); 8];
+    let body = n / 8 * 8;
+    for k in (0..body).step_by(8) {
+        for (j, m) in ml.iter_mut().enumerate() {
+            *m = max_nan(*m, rd(k + j));
+        }
+    }
+    let mut m = ml
+        .iter()
+        .fold(<T::C as Float>::neg_infinity(), |a, &b| max_nan(a, b));
+    for k in body..n {
+        m = max_nan(m, rd(k));
+    }
+    // exp(x - m) a chunk at a time into a buffer (a plain map: it vectorises),
+    // summed in 8 lanes; softmax also stores them.
+    let mut buf = [zero; CHUNK];
+    let mut sl = [zero; 8];
+    let mut c0 = 0;
+    while c0 < n {
+        let len = CHUNK.min(n - c0);
+        for (i, b) in buf[..len].iter_mut().enumerate() {
+            *b = (rd(c0 + i) - m).fexp();
+        }
+        for i in len..len.next_multiple_of(8) {
+            buf[i] = zero;
+        }
+        for c in buf[..len.next_multiple_of(8)].chunks_exact(8) {
+            for (l, &v) in sl.iter_mut().zip(c) {
+                *l = *l + v;
+            }
+        }
+        if !log {
+            for (i, &b) in buf[..len].iter().enumerate() {
+                unsafe { y.add((c0 + i) * ys).write(T::down(b)) };
+            }
+        }
+        c0 += len;
+    }
+    let sum = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7]));
+    if log {
+        let lse = m + sum.ln();
+        for k in 0..n {
+            unsafe { y.add(k * ys).write(T::down(rd(k) - lse)) };
+        }
+    } else {
+        let inv = sum.recip();
+        if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
+            // f32 / f64: the stored exponentials are exact; scale them.
+            for k in 0..n {
+                let p = unsafe { y.add(k * ys) };
+                unsafe { p.write(T::down(p.read().up() * inv)) };
+            }
+        } else {
+            // f16 / bf16: recompute rather than round twice.
+            for k in 0..n {
+                unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp() * inv)) };
+            }
+        }
+    }
+}
+
+/// Rows folded together when they lie next to each other in memory.
+const ROW_LANES: usize = 64;
+
+/// `b <= ROW_LANES` rows at once, row `j` starting at `x + j * xl` (`y + j * yl`),
+/// element `k` at `k * xs` (`k * ys`). For softmax along a dimension that is
+/// not the innermost: the loops over `j` read adjacent memory.
+///
+/// # Safety
+/// As for [`softmax_row`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows<T: Flt>(
+    x: *const T,
+    xs: usize,
+    xl: usize,
+    y: *mut T,
+    ys: usize,
+    yl: usize,
+    n: usize,
+    b: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    // Constant strides and flag in each copy, so the loops over `j` vectorise.
+    unsafe {
+        match (xl == 1 && yl == 1, log) {
+            (true, true) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, true),
+            (true, false) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, false),
+            (false, true) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, true),
+            (false, false) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, false),
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows_impl<T: Flt>(
+    x: *const T,
+    xs: usize,
+    xl: usize,
+    y: *mut T,
+    ys: usize,
+    yl: usize,
+    n: usize,
+    b: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::{Float, Zero};
+    let rd = |k: usize, j: usize| unsafe { x.add(k * xs + j * xl).read() }.up();
+    let mut m = [<T::C as Float>::neg_infinity(); ROW_LANES];
+    let mut sum = [<T::C as Zero>::zero(); ROW_LANES];
+    let (m, sum) = (&mut m[..b], &mut sum[..b]);
+    for k in 0..n {
+        for (j, mj) in m.iter_mut().enumerate() {
+            *mj = max_nan(*mj, rd(k, j));
+        }
+    }
+    for k in 0..n {
+        for (j, sj) in sum.iter_mut().enumerate() {
+            let e = (rd(k, j) - m[j]).fexp();
+            *sj = *sj + e;
+            if !log {
+                unsafe { y.add(k * ys + j * yl).write(T::down(e)) };
+            }
+        }
+    }
+    if log {
+        for (mj, sj) in m.iter_mut().zip(sum.iter()) {
+            *mj = *mj + sj.ln();
+        }
+        for k in 0..n {
+            for (j, lse) in m.iter().enumerate() {
+                unsafe { y.add(k * ys + j * yl).write(T::down(rd(k, j) - *lse)) };
+            }
+        }
+    } else {
+        for s in sum.iter_mut() {
+            *s = s.recip();
+        }
+        let same = std::mem::size_of::<T>() == std::mem::size_of::<T::C>();
+        for k in 0..n {
+            for (j, inv) in sum.iter().enumerate() {
+                let p = unsafe { y.add(k * ys + j * yl) };
+                let e = if same {
+                    unsafe { p.read() }.up()
+                } else {
+                    (rd(k, j) - m[j]).fexp()
+                };
+                unsafe { p.write(T::down(e * *inv)) };
+            }
+        }
+    }
+}
+
+fn softmax_typed<T: Flt>(src: &Operand, dim: usize, dst: &Operand, log: bool)
+where
+    T::C: FastExp,
+{
+    let n = src.layout.shape()[dim];
+    if n == 0 || src.layout.numel() == 0 {
+        return;
+    }
+    let (xs, ys) = (src.layout.strides()[dim], dst.layout.strides()[dim]);
+    let (Ok(ol_src), Ok(ol_dst)) = (
+        src.layout.select(dim as isize, 0),
+        dst.layout.select(dim as isize, 0),
+    ) else {
+        unreachable!("dim {dim} has size {n} > 0")
+    };
+    // Rows whose starts are closer together than their elements are done in blocks.
+    let (_, _, row_stride) = inner(&ol_src);
+    let blocks = n > 1 && row_stride < xs;
+    let plan = Plan::new([&ol_dst, &ol_src]);
+    let rows = plan.numel();
+    let (px, py) = (
+        SendPtr(ptr::<T>(src.storage)),
+        SendPtr(ptr::<T>(dst.storage)),
+    );
+    let body = |start: usize, end: usize| {
+        plan.runs(start, end, &mut |o, len, s| {
+            // SAFETY (both arms): offsets come from the layouts, which fit
+            // their storages; rows are disjoint; the caller holds the locks.
+            if blocks && s[1] < xs && len > 1 {
+                let mut r = 0;
+                while r < len {
+                    let b = ROW_LANES.min(len - r);
+                    unsafe {
+                        softmax_rows::<T>(
+                            px.get().add(o[1] + r * s[1]),
+                            xs,
+                            s[1],
+                            py.get().add(o[0] + r * s[0]),
+                            ys,
+                            s[0],
+                            n,
+                            b,
+                            log,
+                        )
+                    }
+                    r += b;
+                }
+            } else {
+                for r in 0..len {
+                    unsafe {
+                        softmax_row::<T>(
+                            px.get().add(o[1] + r * s[1]),
+                            xs,
+                            py.get().add(o[0] + r * s[0]),
+                            ys,
+                            n,
+                            log,
+                        )
+                    }
+                }
+            }
+        })
+    };
+    let per = (PAR_CHUNK / n).max(if blocks { ROW_LANES } else { 1 });
+    let chunks = rows.div_ceil(per);
+    if chunks < 2 || rayon::current_num_threads() == 1 || rows * n < 2 * PAR_CHUNK {
+        body(0, rows);
+    } else {
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|c| body(c * per, ((c + 1) * per).min(rows)));
+    }
+}
+
+/// Softmax or log_softmax along `dim` (float dtypes; the op layer checks).
+pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) {
+    debug_assert_eq!(src.dtype, dst.dtype);
+    with_float_dtype!(src.dtype, T => softmax_typed::<T>(src, dim, dst, log), _ => {
+        unreachable!("softmax on {}: the op layer refuses it", src.dtype)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn exp_f32_is_within_2_ulp() {
+        let mut x = -110.0f32;
+        while x < 90.0 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            if want > f32::MAX as f64 {
+                assert_eq!(got, f64::INFINITY, "x = {x}");
+            } else if want >= f32::MIN_POSITIVE as f64 {
+                let ulp = (want as f32).to_bits();
+                let diff = (got as f32).to_bits().abs_diff(ulp);
+                assert!(diff <= 2, "x = {x}: {got} vs {want} ({diff} ulp)");
+            } else {
+                // Subnormal range: absolute error below the smallest normal's ulp.
+                assert!(
+                    (got - want).abs() <= f32::MIN_POSITIVE as f64 * 1e-6 + want * 1e-6,
+                    "x = {x}"
+                );
+            }
+            x += 0.0137;
+        }
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp_f32(0.0), 1.0);
+    }
+}

@@ -191,16 +191,46 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
             let ky = Saved::new(&out, name)?;
             Box::new(move |g| {
                 let y = ky.get()?;
-                let d = match op {
-                    UnaryOp::Exp => y.alias(),
-                    UnaryOp::Sqrt => y.reciprocal()?.mul_scalar(0.5)?,
-                    UnaryOp::Rsqrt => y.mul(y)?.mul(y)?.mul_scalar(-0.5)?,
-                    UnaryOp::Tanh => y.mul(y)?.neg()?.add_scalar(1.0)?,
-                    UnaryOp::Sigmoid => y.mul(&y.neg()?.add_scalar(1.0)?)?,
-                    UnaryOp::Recip => y.mul(y)?.neg()?,
-                    _ => y.gt_scalar(0.0)?.to_dtype(y.dtype())?, // relu
+                // Each formula builds one fresh buffer and updates it in
+                // place (the engine runs under no_grad), so a backward step
+                // holds one temporary, not a chain of them.
+                let mut d = match op {
+                    UnaryOp::Exp => return Ok(vec![Some(g.mul(y)?.to_dtype(da)?)]),
+                    UnaryOp::Sqrt => {
+                        let mut d = g.div(y)?;
+                        d.mul_scalar_(0.5)?;
+                        d
+                    }
+                    UnaryOp::Rsqrt => {
+                        let mut d = y.square()?;
+                        d.mul_(y)?.mul_scalar_(-0.5)?;
+                        d
+                    }
+                    UnaryOp::Tanh => {
+                        let mut d = y.square()?;
+                        d.neg_()?.add_scalar_(1.0)?;
+                        d
+                    }
+                    UnaryOp::Sigmoid => {
+                        let mut d = y.neg()?;
+                        d.add_scalar_(1.0)?.mul_(y)?;
+                        d
+                    }
+                    UnaryOp::Recip => {
+                        let mut d = y.square()?;
+                        d.neg_()?;
+                        d
+                    }
+                    _ => {
+                        // relu: g where y > 0
+                        let z = g.zeros_like()?;
+                        return Ok(vec![Some(Tensor::where_cond(&y.gt_scalar(0.0)?, g, &z)?.to_dtype(da)?)]);
+                    }
                 };
-                Ok(vec![Some(g.mul(&d)?.to_dtype(da)?)])
+                if op != UnaryOp::Sqrt {
+                    d.mul_(g)?;
+                }
+                Ok(vec![Some(d.to_dtype(da)?)])
             })
         }
         _ => {

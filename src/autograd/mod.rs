@@ -24,8 +24,13 @@
 //! tensor's dtype and shape, the op that saved it, and the expected and found
 //! versions, as PyTorch does.
 
+mod checkpoint;
 mod engine;
+pub(crate) mod formulas;
+pub(crate) mod formulas_more;
 pub mod mode;
+
+pub use checkpoint::checkpoint;
 
 pub use mode::{
     enable_grad, enable_grad_guard, inference_mode, inference_mode_guard, is_grad_enabled, is_inference_mode, no_grad,
@@ -170,7 +175,7 @@ pub(crate) fn attach_view(out: Tensor, name: &'static str, input: &Tensor, f: Ba
     attach_node(out, name, &[input], f, view_of_leaf)
 }
 
-fn attach_node(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn, view_of_leaf: bool) -> Tensor {
+pub(crate) fn attach_node(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn, view_of_leaf: bool) -> Tensor {
     let node = Arc::new(Node {
         name,
         backward: Mutex::new(Some(f)),

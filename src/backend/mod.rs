@@ -59,6 +59,7 @@ pub enum UnaryOp {
     Sigmoid,
     Relu,
     Gelu,
+    Erf,
     Floor,
     Round,
     Sign,
@@ -84,6 +85,7 @@ impl UnaryOp {
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Relu => "relu",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::Erf => "erf",
             UnaryOp::Floor => "floor",
             UnaryOp::Round => "round",
             UnaryOp::Sign => "sign",
@@ -105,6 +107,7 @@ impl UnaryOp {
                 | UnaryOp::Tanh
                 | UnaryOp::Sigmoid
                 | UnaryOp::Gelu
+                | UnaryOp::Erf
                 | UnaryOp::Recip
         )
     }

@@ -171,7 +171,7 @@ impl Tensor {
             &Operand::with(&b, b.layout().broadcast_to(&shape)?),
             &Operand::of(&out),
         )?;
-        Ok(out)
+        crate::autograd::formulas::binary(op, &a, &b, out)
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
@@ -180,7 +180,7 @@ impl Tensor {
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
         let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
         backend::binary_scalar(op, &Operand::of(&a), s, &Operand::of(&out))?;
-        Ok(out)
+        crate::autograd::formulas::binary_scalar(op, &a, s, out)
     }
 
     /// Writes `op(self, other)` into `out`, which must have the broadcast
@@ -266,7 +266,7 @@ impl Tensor {
         let src = self.unary_input(op)?;
         let out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
         backend::unary(op, &Operand::of(&src), &Operand::of(&out))?;
-        Ok(out)
+        crate::autograd::formulas::unary(op, &src, out)
     }
 
     /// The input converted to the dtype `op` computes in.
@@ -312,7 +312,7 @@ impl Tensor {
             &Operand::with(&b, b.layout().broadcast_to(&shape)?),
             &Operand::of(&out),
         )?;
-        Ok(out)
+        crate::autograd::formulas::where_cond(cond, &a, &b, out)
     }
 
     /// Writes `value` where `mask` is true (mask broadcasts to `self`'s shape).
@@ -350,6 +350,11 @@ impl Tensor {
 
     /// Out-of-place [`masked_fill_`](Tensor::masked_fill_).
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        if crate::autograd::needs_grad(&[self]) {
+            // Differentiable form: the gradient flows where the mask is false.
+            let v = Tensor::full(&[], value, self.dtype(), self.device())?;
+            return Tensor::where_cond(mask, &v, self);
+        }
         let mut out = self.deep_clone()?;
         out.masked_fill_(mask, value)?;
         Ok(out)
@@ -515,7 +520,7 @@ macro_rules! unary_methods {
 
 unary_methods! {
     Neg: neg; Abs: abs; Exp: exp; Log: log; Sqrt: sqrt; Rsqrt: rsqrt; Sin: sin; Cos: cos;
-    Tanh: tanh; Sigmoid: sigmoid; Relu: relu; Gelu: gelu; Floor: floor; Round: round;
+    Tanh: tanh; Sigmoid: sigmoid; Relu: relu; Gelu: gelu; Erf: erf; Floor: floor; Round: round;
     Sign: sign; Recip: reciprocal; Square: square;
 }
 

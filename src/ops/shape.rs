@@ -115,7 +115,7 @@ impl Tensor {
         }
         let out = Tensor::alloc(&out_shape, self.dtype(), self.device())?;
         if out.numel() == 0 {
-            return Ok(out);
+            return crate::autograd::formulas_more::repeat(self, reps, out);
         }
         // Output dimension i, of size n * s, seen as [n, s]; the input is
         // expanded over the n (stride 0).
@@ -133,7 +133,7 @@ impl Tensor {
             ),
             &Operand::with(&out, Layout::from_parts(shape2, dst2, 0)),
         )?;
-        Ok(out)
+        crate::autograd::formulas_more::repeat(self, reps, out)
     }
 }
 
@@ -191,7 +191,7 @@ fn cat_impl(op: &'static str, tensors: &[&Tensor], dim: isize) -> Result<Tensor>
     shape[d] = size;
     let out = Tensor::alloc(&shape, dtype, first.device())?;
     let mut start = 0;
-    for t in parts {
+    for &t in &parts {
         let len = t.shape()[d];
         if len > 0 && t.numel() > 0 {
             let l = out.layout().narrow(d as isize, start, len)?;
@@ -199,5 +199,5 @@ fn cat_impl(op: &'static str, tensors: &[&Tensor], dim: isize) -> Result<Tensor>
         }
         start += len;
     }
-    Ok(out)
+    crate::autograd::formulas_more::cat(&parts, d, out)
 }

@@ -4,7 +4,13 @@
 
 use crate::error::{bail, Error, Result};
 use crate::layout::{normalize_dim, resolve_shape};
+use crate::autograd::formulas::{pick, sum_to, view as grad_view};
 use crate::Tensor;
+
+/// `shape` as the signed dims `reshape` takes.
+fn signed(shape: &[usize]) -> Vec<isize> {
+    shape.iter().map(|&d| d as isize).collect()
+}
 
 impl Tensor {
     /// A view with a new shape (one dimension may be `-1`). An error if the
@@ -22,7 +28,10 @@ impl Tensor {
     pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
         let to = resolve_shape("view", self.shape(), shape)?;
         match self.layout().view(&to) {
-            Some(l) => Ok(self.with_layout(l)),
+            Some(l) => {
+                let back = signed(self.shape());
+                Ok(grad_view(self, self.with_layout(l), "ViewBackward", move |g| g.reshape(&back)))
+            }
             None => bail!(Error::NotViewable {
                 op: "view",
                 shape: shape.to_vec(),
@@ -36,13 +45,15 @@ impl Tensor {
     /// contiguous copy with that shape (PyTorch's `reshape`).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         let to = resolve_shape("reshape", self.shape(), shape)?;
-        match self.layout().view(&to) {
-            Some(l) => Ok(self.with_layout(l)),
+        let out = match self.layout().view(&to) {
+            Some(l) => self.with_layout(l),
             None => {
-                let c = self.contiguous()?;
-                Ok(c.with_layout(crate::Layout::contiguous(&to)))
+                let c = crate::autograd::no_grad(|| self.deep_clone())?;
+                c.with_layout(crate::Layout::contiguous(&to))
             }
-        }
+        };
+        let back = signed(self.shape());
+        Ok(grad_view(self, out, "ReshapeBackward", move |g| g.reshape(&back)))
     }
 
     /// Merges dimensions `start..=end` into one (a view when possible, as `reshape`).
@@ -67,13 +78,14 @@ impl Tensor {
 
     /// Swaps two dimensions (a view).
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().transpose(d0, d1)?))
+        let out = self.with_layout(self.layout().transpose(d0, d1)?);
+        Ok(grad_view(self, out, "TransposeBackward", move |g| g.transpose(d0, d1)))
     }
 
     /// Transpose of a tensor of rank at most 2 (a view); rank 0 and 1 are returned as they are.
     pub fn t(&self) -> Result<Tensor> {
         match self.rank() {
-            0 | 1 => Ok(self.with_layout(self.layout().clone())),
+            0 | 1 => Ok(grad_view(self, self.with_layout(self.layout().clone()), "TBackward", |g| Ok(g.alias()))),
             2 => self.transpose(0, 1),
             r => bail!(Error::arg(
                 "t",
@@ -87,49 +99,69 @@ impl Tensor {
 
     /// Reorders dimensions (a view).
     pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().permute(dims)?))
+        let out = self.with_layout(self.layout().permute(dims)?);
+        // The inverse permutation sends each output dim back where it came from.
+        let mut inv = vec![0isize; dims.len()];
+        for (i, &d) in dims.iter().enumerate() {
+            let d = normalize_dim("permute", d, dims.len())?;
+            inv[d] = i as isize;
+        }
+        Ok(grad_view(self, out, "PermuteBackward", move |g| g.permute(&inv)))
     }
 
     /// Elements `start .. start + len` of `dim` (a view).
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().narrow(dim, start, len)?))
+        let out = self.with_layout(self.layout().narrow(dim, start, len)?);
+        Ok(pick(self, out, "NarrowBackward", move |z| z.narrow(dim, start, len)))
     }
 
     /// Python's `t[start:end:step]` along `dim` (a view). `end` is clamped to
     /// the dimension's size; `step` must be positive.
     pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().slice("slice", dim, start, end, step)?))
+        let out = self.with_layout(self.layout().slice("slice", dim, start, end, step)?);
+        Ok(pick(self, out, "SliceBackward", move |z| z.slice(dim, start, end, step)))
     }
 
     /// Removes `dim` by fixing it at `index` (negative counts from the end); a view.
     pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().select(dim, index)?))
+        let out = self.with_layout(self.layout().select(dim, index)?);
+        Ok(pick(self, out, "SelectBackward", move |z| z.select(dim, index)))
     }
 
     /// Removes every dimension of size 1 (a view).
     pub fn squeeze(&self) -> Tensor {
-        self.with_layout(self.layout().squeeze_all())
+        let back = signed(self.shape());
+        let out = self.with_layout(self.layout().squeeze_all());
+        grad_view(self, out, "SqueezeBackward", move |g| g.reshape(&back))
     }
 
     /// Removes `dim` if it has size 1 (a view).
     pub fn squeeze_dim(&self, dim: isize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().squeeze_dim(dim)?))
+        let back = signed(self.shape());
+        let out = self.with_layout(self.layout().squeeze_dim(dim)?);
+        Ok(grad_view(self, out, "SqueezeBackward", move |g| g.reshape(&back)))
     }
 
     /// Inserts a dimension of size 1 at `dim` (a view).
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().unsqueeze(dim)?))
+        let back = signed(self.shape());
+        let out = self.with_layout(self.layout().unsqueeze(dim)?);
+        Ok(grad_view(self, out, "UnsqueezeBackward", move |g| g.reshape(&back)))
     }
 
     /// Broadcasts size-1 dimensions to `shape` with stride 0 (a view; no
     /// memory is used). `-1` keeps a dimension's size.
     pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().expand(shape)?))
+        let (back, dt) = (self.shape().to_vec(), self.dtype());
+        let out = self.with_layout(self.layout().expand(shape)?);
+        Ok(grad_view(self, out, "ExpandBackward", move |g| sum_to(g, &back, dt)))
     }
 
     /// [`expand`](Tensor::expand) to another tensor's shape.
     pub fn expand_as(&self, other: &Tensor) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().broadcast_to(other.shape())?))
+        let (back, dt) = (self.shape().to_vec(), self.dtype());
+        let out = self.with_layout(self.layout().broadcast_to(other.shape())?);
+        Ok(grad_view(self, out, "ExpandBackward", move |g| sum_to(g, &back, dt)))
     }
 
     /// Views of every index along `dim`, each without that dimension.
@@ -233,6 +265,12 @@ impl Tensor {
                 )
             )),
         }
+        if crate::autograd::needs_grad(&[self]) {
+            bail!(Error::Autograd {
+                op: "as_strided",
+                msg: "as_strided does not record gradients; use view ops, or call it on a detached tensor".into(),
+            });
+        }
         let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
         Ok(self.with_layout(l))
     }
@@ -241,7 +279,8 @@ impl Tensor {
     /// storage: no copy), otherwise a contiguous copy.
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
-            Ok(self.with_layout(self.layout().clone()))
+            // PyTorch returns `self`: the same tensor, autograd identity included.
+            Ok(self.alias())
         } else {
             self.deep_clone()
         }
@@ -256,7 +295,7 @@ impl Tensor {
             &crate::backend::Operand::of(self),
             &crate::backend::Operand::of(&out),
         )?;
-        Ok(out)
+        crate::autograd::formulas::cast(self, out, "CloneBackward")
     }
 
     /// A copy converted to `dtype`. As in PyTorch's `to(dtype)` (and the seed's
@@ -264,27 +303,27 @@ impl Tensor {
     /// this returns a new handle to the same storage and copies nothing.
     pub fn to_dtype(&self, dtype: crate::DType) -> Result<Tensor> {
         if dtype == self.dtype() {
-            return Ok(self.with_layout(self.layout().clone()));
+            return Ok(self.alias());
         }
         let out = Tensor::alloc(self.shape(), dtype, self.device())?;
         crate::backend::copy(
             &crate::backend::Operand::of(self),
             &crate::backend::Operand::of(&out),
         )?;
-        Ok(out)
+        crate::autograd::formulas::cast(self, out, "ToCopyBackward")
     }
 
     /// A copy on `device`. When the tensor is already there this returns a new
     /// handle to the same storage, as PyTorch's `to(device)` does.
     pub fn to_device(&self, device: crate::Device) -> Result<Tensor> {
         if device == self.device() {
-            return Ok(self.with_layout(self.layout().clone()));
+            return Ok(self.alias());
         }
         let out = Tensor::alloc(self.shape(), self.dtype(), device)?;
         crate::backend::copy(
             &crate::backend::Operand::of(self),
             &crate::backend::Operand::of(&out),
         )?;
-        Ok(out)
+        crate::autograd::formulas::cast(self, out, "ToCopyBackward")
     }
 }

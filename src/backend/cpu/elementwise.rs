@@ -1,6 +1,6 @@
 //! Elementwise CPU kernels: copy/cast, fill, unary, binary, where.
 
-use super::num::{erf_f64, gelu, round_even, Flt, Num};
+use super::num::{erf, erf_f64, erf_precise, gelu, round_even, Flt, Num};
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use crate::backend::{BinaryOp, Operand, UnaryOp};
@@ -148,6 +148,10 @@ fn float_unary<T: Flt>(op: UnaryOp, src: &Operand, dst: &Operand) {
             UnaryOp::Tanh => map1::<T, T>(src, dst, |x| T::down(x.up().tanh())),
             UnaryOp::Sigmoid => map1::<T, T>(src, dst, |x| T::down(one / (one + (-x.up()).exp()))),
             UnaryOp::Gelu => map1::<T, T>(src, dst, |x| T::down(gelu(x.up()))),
+            UnaryOp::Erf if T::DTYPE == DType::F64 => {
+                map1::<T, T>(src, dst, |x| T::from_f64(erf_precise(x.to_f64())))
+            }
+            UnaryOp::Erf => map1::<T, T>(src, dst, |x| T::down(erf(x.up()))),
             UnaryOp::Floor => map1::<T, T>(src, dst, |x| T::down(x.up().floor())),
             UnaryOp::Round => map1::<T, T>(src, dst, |x| T::down(round_even(x.up()))),
             UnaryOp::Recip => map1::<T, T>(src, dst, |x| T::down(one / x.up())),

@@ -1,0 +1,324 @@
+//! Backward formulas of the elementwise and view ops. Each function takes the
+//! op's inputs and its freshly computed output and, if a graph must be
+//! recorded, returns the output with its node attached. Gradients are
+//! computed with ordinary tensor ops (the engine runs them under `no_grad`),
+//! so every formula works on every device.
+
+use super::{attach, attach_view, needs_grad, BackwardFn, Saved};
+use crate::backend::{BinaryOp, UnaryOp};
+use crate::error::Result;
+use crate::{DType, Tensor};
+
+/// Sums `g` over the dimensions that were broadcast to reach it from `shape`,
+/// and converts it to `dtype`: the gradient of a broadcast.
+pub(crate) fn sum_to(g: &Tensor, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    let r = if g.shape() == shape {
+        g.alias()
+    } else {
+        let lead = g.rank() - shape.len();
+        let mut dims: Vec<isize> = (0..lead as isize).collect();
+        for (i, &s) in shape.iter().enumerate() {
+            if s == 1 && g.shape()[lead + i] != 1 {
+                dims.push((lead + i) as isize);
+            }
+        }
+        let s: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+        if dims.is_empty() {
+            g.reshape(&s)?
+        } else {
+            g.sum(&dims, true)?.reshape(&s)?
+        }
+    };
+    r.to_dtype(dtype)
+}
+
+fn name_of(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "AddBackward",
+        BinaryOp::Sub => "SubBackward",
+        BinaryOp::Mul => "MulBackward",
+        BinaryOp::Div => "DivBackward",
+        BinaryOp::Pow => "PowBackward",
+        BinaryOp::Maximum => "MaximumBackward",
+        BinaryOp::Minimum => "MinimumBackward",
+        _ => "CompareBackward",
+    }
+}
+
+/// Gradient mask for maximum/minimum: 1 where `a` wins, 0.5 on ties (PyTorch
+/// splits the gradient evenly), 0 where it loses.
+fn winner_mask(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
+    let wins = if max { a.gt(b)? } else { a.lt(b)? };
+    let ties = a.eq(b)?;
+    wins.to_dtype(a.dtype())?.add(&ties.to_dtype(a.dtype())?.mul_scalar(0.5)?)
+}
+
+/// Records `out = op(a, b)`.
+pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
+    if op.is_comparison() || !needs_grad(&[a, b]) {
+        return Ok(out);
+    }
+    let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+    let (da, db) = (a.dtype(), b.dtype());
+    let (ra, rb) = (a.requires_grad(), b.requires_grad());
+    let name = name_of(op);
+    let f: BackwardFn = match op {
+        BinaryOp::Add => Box::new(move |g| {
+            Ok(vec![ra.then(|| sum_to(g, &sa, da)).transpose()?, rb.then(|| sum_to(g, &sb, db)).transpose()?])
+        }),
+        BinaryOp::Sub => Box::new(move |g| {
+            Ok(vec![ra.then(|| sum_to(g, &sa, da)).transpose()?, rb.then(|| sum_to(&g.neg()?, &sb, db)).transpose()?])
+        }),
+        BinaryOp::Mul => {
+            let ka = if rb { Some(Saved::new(a, name)?) } else { None };
+            let kb = if ra { Some(Saved::new(b, name)?) } else { None };
+            Box::new(move |g| {
+                let ga = match &kb {
+                    Some(b) => Some(sum_to(&g.mul(b.get()?)?, &sa, da)?),
+                    None => None,
+                };
+                let gb = match &ka {
+                    Some(a) => Some(sum_to(&g.mul(a.get()?)?, &sb, db)?),
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }
+        BinaryOp::Div => {
+            let ka = if rb { Some(Saved::new(a, name)?) } else { None };
+            let kb = Saved::new(b, name)?;
+            Box::new(move |g| {
+                let b = kb.get()?;
+                let ga = if ra { Some(sum_to(&g.div(b)?, &sa, da)?) } else { None };
+                let gb = match &ka {
+                    // d(a/b)/db = -a / b^2
+                    Some(a) => Some(sum_to(&g.mul(a.get()?)?.div(&b.mul(b)?)?.neg()?, &sb, db)?),
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }
+        BinaryOp::Pow => {
+            let ka = Saved::new(a, name)?;
+            let kb = Saved::new(b, name)?;
+            let ko = if rb { Some(Saved::new(&out, name)?) } else { None };
+            Box::new(move |g| {
+                let (a, b) = (ka.get()?, kb.get()?);
+                // d(a^b)/da = b * a^(b-1); d(a^b)/db = a^b * ln(a)
+                let ga = if ra { Some(sum_to(&g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?, &sa, da)?) } else { None };
+                let gb = match &ko {
+                    Some(o) => Some(sum_to(&g.mul(&o.get()?.mul(&a.log()?)?)?, &sb, db)?),
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let is_max = op == BinaryOp::Maximum;
+            let ka = Saved::new(a, name)?;
+            let kb = Saved::new(b, name)?;
+            Box::new(move |g| {
+                let (a, b) = (ka.get()?, kb.get()?);
+                let ga = if ra { Some(sum_to(&g.mul(&winner_mask(a, b, is_max)?)?, &sa, da)?) } else { None };
+                let gb = if rb { Some(sum_to(&g.mul(&winner_mask(b, a, is_max)?)?, &sb, db)?) } else { None };
+                Ok(vec![ga, gb])
+            })
+        }
+        _ => return Ok(out),
+    };
+    Ok(attach(out, name, &[a, b], f))
+}
+
+/// Records `out = op(a, s)` for a scalar `s`.
+pub(crate) fn binary_scalar(op: BinaryOp, a: &Tensor, s: f64, out: Tensor) -> Result<Tensor> {
+    if op.is_comparison() || !needs_grad(&[a]) {
+        return Ok(out);
+    }
+    let da = a.dtype();
+    let name = name_of(op);
+    let f: BackwardFn = match op {
+        BinaryOp::Add | BinaryOp::Sub => Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?)])),
+        BinaryOp::Mul => Box::new(move |g| Ok(vec![Some(g.mul_scalar(s)?.to_dtype(da)?)])),
+        BinaryOp::Div => Box::new(move |g| Ok(vec![Some(g.div_scalar(s)?.to_dtype(da)?)])),
+        BinaryOp::Pow => {
+            let ka = Saved::new(a, name)?;
+            Box::new(move |g| Ok(vec![Some(g.mul(&ka.get()?.pow_scalar(s - 1.0)?.mul_scalar(s)?)?.to_dtype(da)?)]))
+        }
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let ka = Saved::new(a, name)?;
+            let is_max = op == BinaryOp::Maximum;
+            Box::new(move |g| {
+                let a = ka.get()?;
+                let wins = if is_max { a.gt_scalar(s)? } else { a.lt_scalar(s)? };
+                let m = wins.to_dtype(a.dtype())?.add(&a.eq_scalar(s)?.to_dtype(a.dtype())?.mul_scalar(0.5)?)?;
+                Ok(vec![Some(g.mul(&m)?.to_dtype(da)?)])
+            })
+        }
+        _ => return Ok(out),
+    };
+    Ok(attach(out, name, &[a], f))
+}
+
+/// Records `out = op(a)`.
+pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[a]) {
+        return Ok(out);
+    }
+    let da = a.dtype();
+    let name: &'static str = match op {
+        UnaryOp::Neg => "NegBackward",
+        UnaryOp::Abs => "AbsBackward",
+        UnaryOp::Exp => "ExpBackward",
+        UnaryOp::Log => "LogBackward",
+        UnaryOp::Sqrt => "SqrtBackward",
+        UnaryOp::Rsqrt => "RsqrtBackward",
+        UnaryOp::Sin => "SinBackward",
+        UnaryOp::Cos => "CosBackward",
+        UnaryOp::Tanh => "TanhBackward",
+        UnaryOp::Sigmoid => "SigmoidBackward",
+        UnaryOp::Relu => "ReluBackward",
+        UnaryOp::Gelu => "GeluBackward",
+        UnaryOp::Clamp(..) => "ClampBackward",
+        UnaryOp::Recip => "ReciprocalBackward",
+        UnaryOp::Square => "SquareBackward",
+        _ => "ZeroGradBackward",
+    };
+    // Formulas in terms of the saved input `x` or the saved output `y`.
+    let f: BackwardFn = match op {
+        UnaryOp::Neg => Box::new(move |g| Ok(vec![Some(g.neg()?.to_dtype(da)?)])),
+        UnaryOp::Floor | UnaryOp::Round | UnaryOp::Sign => Box::new(move |g| Ok(vec![Some(g.zeros_like()?.to_dtype(da)?)])),
+        UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Recip | UnaryOp::Relu => {
+            let ky = Saved::new(&out, name)?;
+            Box::new(move |g| {
+                let y = ky.get()?;
+                // Each formula builds one fresh buffer and updates it in
+                // place (the engine runs under no_grad), so a backward step
+                // holds one temporary, not a chain of them.
+                let mut d = match op {
+                    UnaryOp::Exp => return Ok(vec![Some(g.mul(y)?.to_dtype(da)?)]),
+                    UnaryOp::Sqrt => {
+                        let mut d = g.div(y)?;
+                        d.mul_scalar_(0.5)?;
+                        d
+                    }
+                    UnaryOp::Rsqrt => {
+                        let mut d = y.square()?;
+                        d.mul_(y)?.mul_scalar_(-0.5)?;
+                        d
+                    }
+                    UnaryOp::Tanh => {
+                        let mut d = y.square()?;
+                        d.neg_()?.add_scalar_(1.0)?;
+                        d
+                    }
+                    UnaryOp::Sigmoid => {
+                        let mut d = y.neg()?;
+                        d.add_scalar_(1.0)?.mul_(y)?;
+                        d
+                    }
+                    UnaryOp::Recip => {
+                        let mut d = y.square()?;
+                        d.neg_()?;
+                        d
+                    }
+                    _ => {
+                        // relu: g where y > 0
+                        let z = g.zeros_like()?;
+                        return Ok(vec![Some(Tensor::where_cond(&y.gt_scalar(0.0)?, g, &z)?.to_dtype(da)?)]);
+                    }
+                };
+                if op != UnaryOp::Sqrt {
+                    d.mul_(g)?;
+                }
+                Ok(vec![Some(d.to_dtype(da)?)])
+            })
+        }
+        _ => {
+            let kx = Saved::new(a, name)?;
+            Box::new(move |g| {
+                let x = kx.get()?;
+                let d = match op {
+                    UnaryOp::Abs => x.sign()?,
+                    UnaryOp::Log => x.reciprocal()?,
+                    UnaryOp::Sin => x.cos()?,
+                    UnaryOp::Cos => x.sin()?.neg()?,
+                    UnaryOp::Square => x.mul_scalar(2.0)?,
+                    UnaryOp::Gelu => {
+                        // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
+                        let cdf = x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?.mul_scalar(0.5)?;
+                        let pdf = x.mul(x)?.mul_scalar(-0.5)?.exp()?.mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                        cdf.add(&x.mul(&pdf)?)?
+                    }
+                    UnaryOp::Clamp(lo, hi) => {
+                        let mut m = x.ones_like()?;
+                        if !lo.is_nan() {
+                            m = m.mul(&x.ge_scalar(lo)?.to_dtype(x.dtype())?)?;
+                        }
+                        if !hi.is_nan() {
+                            m = m.mul(&x.le_scalar(hi)?.to_dtype(x.dtype())?)?;
+                        }
+                        m
+                    }
+                    _ => unreachable!("handled above"),
+                };
+                Ok(vec![Some(g.mul(&d)?.to_dtype(da)?)])
+            })
+        }
+    };
+    Ok(attach(out, name, &[a], f))
+}
+
+/// Records `out = where(cond, a, b)`.
+pub(crate) fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[a, b]) {
+        return Ok(out);
+    }
+    let kc = Saved::new(cond, "WhereBackward")?;
+    let (sa, sb, da, db) = (a.shape().to_vec(), b.shape().to_vec(), a.dtype(), b.dtype());
+    let (ra, rb) = (a.requires_grad(), b.requires_grad());
+    let f: BackwardFn = Box::new(move |g| {
+        let c = kc.get()?;
+        let z = g.zeros_like()?;
+        let ga = if ra { Some(sum_to(&Tensor::where_cond(c, g, &z)?, &sa, da)?) } else { None };
+        let gb = if rb { Some(sum_to(&Tensor::where_cond(c, &z, g)?, &sb, db)?) } else { None };
+        Ok(vec![ga, gb])
+    });
+    Ok(attach(out, "WhereBackward", &[a, b], f))
+}
+
+/// Records a dtype conversion or copy: the gradient goes back converted.
+pub(crate) fn cast(a: &Tensor, out: Tensor, name: &'static str) -> Result<Tensor> {
+    if !needs_grad(&[a]) || !out.dtype().is_float() {
+        return Ok(out);
+    }
+    let (da, dev) = (a.dtype(), a.device());
+    Ok(attach(out, name, &[a], Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?.to_device(dev)?)]))))
+}
+
+/// Records a view whose gradient is `back(g)` (e.g. a transpose back, or a
+/// reshape to the input's shape).
+pub(crate) fn view<F>(a: &Tensor, out: Tensor, name: &'static str, back: F) -> Tensor
+where
+    F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+{
+    if !needs_grad(&[a]) {
+        return out;
+    }
+    attach_view(out, name, a, Box::new(move |g| Ok(vec![Some(back(g)?)])))
+}
+
+/// Records a view that picks part of its input (narrow, slice, select, a
+/// diagonal...): the gradient is zeros of the input's shape with `g` written
+/// through the same view, `pick` applied to the zeros.
+pub(crate) fn pick<F>(a: &Tensor, out: Tensor, name: &'static str, pick: F) -> Tensor
+where
+    F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+{
+    let (shape, dt) = (a.shape().to_vec(), a.dtype());
+    view(a, out, name, move |g| {
+        let z = Tensor::zeros(&shape, dt, g.device())?;
+        let mut part = pick(&z)?;
+        part.copy_(g)?;
+        Ok(z)
+    })
+}

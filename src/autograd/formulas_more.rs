@@ -1,0 +1,309 @@
+//! Backward formulas of reductions, softmax, matmul and the copying index and
+//! shape ops. As in `formulas.rs`, each takes the inputs and the computed
+//! output and returns the output with its node when a graph is recorded.
+
+use super::formulas::sum_to;
+use super::{attach, needs_grad, BackwardFn, Saved};
+use crate::error::Result;
+use crate::layout::normalize_dim;
+use crate::{DType, Tensor};
+
+/// The reductions whose gradients are recorded.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Red {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    Var(usize),
+    Std(usize),
+    LogSumExp,
+}
+
+/// Normalized reduced dims (empty: all), ascending.
+fn reduced_dims(x: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
+    if dims.is_empty() {
+        return Ok((0..x.rank()).collect());
+    }
+    let mut v = dims.iter().map(|&d| normalize_dim("backward", d, x.rank())).collect::<Result<Vec<_>>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+/// `t` (reduced without keepdim) with the reduced dims put back as size 1.
+fn keep(t: &Tensor, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+    if keepdim {
+        return Ok(t.alias());
+    }
+    let mut t = t.alias();
+    for &d in dims {
+        t = t.unsqueeze(d as isize)?;
+    }
+    Ok(t)
+}
+
+/// Records `out = red(x, dims, keepdim)`.
+pub(crate) fn reduce(red: Red, x: &Tensor, dims: &[isize], keepdim: bool, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) || !out.dtype().is_float() {
+        return Ok(out);
+    }
+    let name = match red {
+        Red::Sum => "SumBackward",
+        Red::Mean => "MeanBackward",
+        Red::Max => "AmaxBackward",
+        Red::Min => "AminBackward",
+        Red::Prod => "ProdBackward",
+        Red::Var(_) => "VarBackward",
+        Red::Std(_) => "StdBackward",
+        Red::LogSumExp => "LogsumexpBackward",
+    };
+    let rd = reduced_dims(x, dims)?;
+    let shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    let n: usize = rd.iter().map(|&d| x.shape()[d]).product();
+    let sdims: Vec<isize> = rd.iter().map(|&d| d as isize).collect();
+    let dt = x.dtype();
+    let needs_x = !matches!(red, Red::Sum | Red::Mean);
+    let needs_y = matches!(red, Red::Max | Red::Min | Red::Prod | Red::Std(_) | Red::LogSumExp);
+    let kx = if needs_x { Some(Saved::new(x, name)?) } else { None };
+    let ky = if needs_y { Some(Saved::new(&out, name)?) } else { None };
+    let f: BackwardFn = Box::new(move |g| {
+        let gk = keep(g, &rd, keepdim)?;
+        let gin = match red {
+            Red::Sum => gk.expand(&shape)?,
+            Red::Mean => gk.div_scalar(n as f64)?.expand(&shape)?,
+            _ => {
+                let x = kx.as_ref().expect("saved").get()?;
+                match red {
+                    Red::Max | Red::Min => {
+                        // Split evenly among the elements equal to the extremum.
+                        let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
+                        let mask = x.eq(&y)?.to_dtype(dt)?;
+                        let count = mask.sum(&sdims, true)?;
+                        mask.mul(&gk.div(&count)?)?
+                    }
+                    Red::Prod => {
+                        let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
+                        gk.mul(&y)?.div(x)?
+                    }
+                    Red::Var(c) => {
+                        let mean = x.mean(&sdims, true)?;
+                        let denom = (n as f64 - c as f64).max(0.0);
+                        x.sub(&mean)?.mul_scalar(2.0 / denom)?.mul(&gk)?
+                    }
+                    Red::Std(c) => {
+                        let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
+                        let mean = x.mean(&sdims, true)?;
+                        let denom = (n as f64 - c as f64).max(0.0);
+                        x.sub(&mean)?.div(&y.mul_scalar(denom)?)?.mul(&gk)?
+                    }
+                    _ => {
+                        // logsumexp: softmax over the reduced dims.
+                        let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
+                        x.sub(&y)?.exp()?.mul(&gk)?
+                    }
+                }
+            }
+        };
+        Ok(vec![Some(gin.to_dtype(dt)?)])
+    });
+    Ok(attach(out, name, &[x], f))
+}
+
+/// Records the values of `max_dim`/`min_dim`: the gradient goes to the
+/// selected index only.
+pub(crate) fn select_dim(x: &Tensor, dim: isize, keepdim: bool, values: Tensor, indices: &Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(values);
+    }
+    let d = normalize_dim("backward", dim, x.rank().max(1))?;
+    let ki = Saved::new(indices, "MaxBackward")?;
+    let (shape, dt) = (x.shape().to_vec(), x.dtype());
+    let rank0 = x.rank() == 0;
+    let f: BackwardFn = Box::new(move |g| {
+        if rank0 {
+            return Ok(vec![Some(g.to_dtype(dt)?)]);
+        }
+        let idx = keep(ki.get()?, &[d], keepdim)?;
+        let gk = keep(g, &[d], keepdim)?;
+        let mut z = Tensor::zeros(&shape, dt, g.device())?;
+        z.scatter_(d as isize, &idx, &gk)?;
+        Ok(vec![Some(z)])
+    });
+    Ok(attach(values, "MaxBackward", &[x], f))
+}
+
+/// Records `out = softmax(x, dim)` or `log_softmax`.
+pub(crate) fn softmax(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let name = if log { "LogSoftmaxBackward" } else { "SoftmaxBackward" };
+    let ky = Saved::new(&out, name)?;
+    let dt = x.dtype();
+    let f: BackwardFn = Box::new(move |g| {
+        let y = ky.get()?;
+        if y.rank() == 0 {
+            return Ok(vec![Some(g.zeros_like()?.to_dtype(dt)?)]);
+        }
+        let gin = if log {
+            g.sub(&y.exp()?.mul(&g.sum(&[dim], true)?)?)?
+        } else {
+            y.mul(&g.sub(&g.mul(y)?.sum(&[dim], true)?)?)?
+        };
+        Ok(vec![Some(gin.to_dtype(dt)?)])
+    });
+    Ok(attach(out, name, &[x], f))
+}
+
+/// Records `out = a.matmul(b)` with torch.matmul's rank rules.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[a, b]) {
+        return Ok(out);
+    }
+    let (ra, rb) = (a.requires_grad(), b.requires_grad());
+    let ka = if rb { Some(Saved::new(a, "MmBackward")?) } else { None };
+    let kb = if ra { Some(Saved::new(b, "MmBackward")?) } else { None };
+    let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+    let (da, db) = (a.dtype(), b.dtype());
+    let f: BackwardFn = Box::new(move |g| {
+        // Lift vectors to matrices, as matmul does, and g to match.
+        let lift_a = |t: &Tensor| if sa.len() == 1 { t.unsqueeze(0) } else { Ok(t.alias()) };
+        let lift_b = |t: &Tensor| if sb.len() == 1 { t.unsqueeze(1) } else { Ok(t.alias()) };
+        let mut g2 = g.alias();
+        if sa.len() == 1 {
+            g2 = g2.unsqueeze(-2)?;
+        }
+        if sb.len() == 1 {
+            g2 = g2.unsqueeze(-1)?;
+        }
+        let sa2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.clone() };
+        let sb2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.clone() };
+        let ga = match &kb {
+            Some(b) => {
+                let b2 = lift_b(b.get()?)?;
+                let r = sum_to(&g2.matmul(&b2.transpose(-1, -2)?)?, &sa2, da)?;
+                Some(r.reshape(&sa.iter().map(|&d| d as isize).collect::<Vec<_>>())?)
+            }
+            None => None,
+        };
+        let gb = match &ka {
+            Some(a) => {
+                let a2 = lift_a(a.get()?)?;
+                let r = sum_to(&a2.transpose(-1, -2)?.matmul(&g2)?, &sb2, db)?;
+                Some(r.reshape(&sb.iter().map(|&d| d as isize).collect::<Vec<_>>())?)
+            }
+            None => None,
+        };
+        Ok(vec![ga, gb])
+    });
+    Ok(attach(out, "MmBackward", &[a, b], f))
+}
+
+/// Records `out = x.index_select(dim, index)`.
+pub(crate) fn index_select(x: &Tensor, dim: isize, index: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let ki = Saved::new(index, "IndexSelectBackward")?;
+    let (shape, dt) = (x.shape().to_vec(), x.dtype());
+    let f: BackwardFn = Box::new(move |g| {
+        let mut z = Tensor::zeros(&shape, dt, g.device())?;
+        z.index_add_(dim, ki.get()?, &g.to_dtype(dt)?)?;
+        Ok(vec![Some(z)])
+    });
+    Ok(attach(out, "IndexSelectBackward", &[x], f))
+}
+
+/// Records `out = x.gather(dim, index)`.
+pub(crate) fn gather(x: &Tensor, dim: isize, index: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let ki = Saved::new(index, "GatherBackward")?;
+    let (shape, dt) = (x.shape().to_vec(), x.dtype());
+    let f: BackwardFn = Box::new(move |g| {
+        let mut z = Tensor::zeros(&shape, dt, g.device())?;
+        z.scatter_add_(dim, ki.get()?, &g.to_dtype(dt)?)?;
+        Ok(vec![Some(z)])
+    });
+    Ok(attach(out, "GatherBackward", &[x], f))
+}
+
+/// Records `out = x.masked_select(mask)`: the gradient lands on the selected
+/// positions of the broadcast shape, then sums back to `x`'s shape.
+pub(crate) fn masked_select(x: &Tensor, mask: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let shape = crate::layout::broadcast_shapes("masked_select", x.shape(), mask.shape())?.to_vec();
+    let numel: usize = shape.iter().product();
+    // Positions of the selected elements, computed once in the forward pass.
+    let pos = super::no_grad(|| {
+        let all = Tensor::arange(0.0, numel as f64, 1.0, DType::I64, x.device())?;
+        let all = all.reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?;
+        all.masked_select(mask)
+    })?;
+    let kp = Saved::new(&pos, "MaskedSelectBackward")?;
+    let (xs, dt) = (x.shape().to_vec(), x.dtype());
+    let f: BackwardFn = Box::new(move |g| {
+        let mut z = Tensor::zeros(&[numel], dt, g.device())?;
+        z.index_add_(0, kp.get()?, &g.to_dtype(dt)?)?;
+        let z = z.reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?;
+        Ok(vec![Some(sum_to(&z, &xs, dt)?)])
+    });
+    Ok(attach(out, "MaskedSelectBackward", &[x], f))
+}
+
+/// Records `out = cat(xs, dim)`: each input gets its slice of the gradient.
+pub(crate) fn cat(xs: &[&Tensor], dim: usize, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(xs) {
+        return Ok(out);
+    }
+    // Inputs skipped by cat (a 1-D empty tensor beside higher ranks) get no gradient.
+    let parts: Vec<(usize, usize, DType, bool)> = {
+        let mut start = 0;
+        xs.iter()
+            .map(|t| {
+                let used = t.rank() == out.rank();
+                let len = if used { t.shape()[dim] } else { 0 };
+                let p = (start, len, t.dtype(), used);
+                start += len;
+                p
+            })
+            .collect()
+    };
+    let f: BackwardFn = Box::new(move |g| {
+        parts
+            .iter()
+            .map(|&(start, len, dt, used)| {
+                if used {
+                    Ok(Some(g.narrow(dim as isize, start, len)?.to_dtype(dt)?))
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect()
+    });
+    Ok(attach(out, "CatBackward", xs, f))
+}
+
+/// Records `out = x.repeat(reps)`: the gradient sums over the copies.
+pub(crate) fn repeat(x: &Tensor, reps: &[usize], out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let lead = reps.len() - x.rank();
+    let xs: Vec<usize> = std::iter::repeat_n(1, lead).chain(x.shape().iter().copied()).collect();
+    let reps = reps.to_vec();
+    let (orig, dt) = (x.shape().to_vec(), x.dtype());
+    let f: BackwardFn = Box::new(move |g| {
+        // [r0 * s0, r1 * s1, ...] -> [r0, s0, r1, s1, ...], sum the r dims.
+        let split: Vec<isize> = reps.iter().zip(&xs).flat_map(|(&r, &s)| [r as isize, s as isize]).collect();
+        let rdims: Vec<isize> = (0..reps.len()).map(|i| 2 * i as isize).collect();
+        let s = g.reshape(&split)?.sum(&rdims, false)?;
+        Ok(vec![Some(s.reshape(&orig.iter().map(|&d| d as isize).collect::<Vec<_>>())?.to_dtype(dt)?)])
+    });
+    Ok(attach(out, "RepeatBackward", &[x], f))
+}

@@ -33,6 +33,7 @@ FLOAT_UNARY(tanh, tanhf(x), tanh(x))
 FLOAT_UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FLOAT_UNARY(gelu, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)),
             0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+FLOAT_UNARY(erf, erff(x), erf(x))
 FLOAT_UNARY(reciprocal, 1.0f / x, 1.0 / x)
 
 // Ops defined on every numeric type. Floats: f, integers: i (wrapping).
@@ -79,6 +80,7 @@ UNARY_FLOAT_DTYPES(cos)
 UNARY_FLOAT_DTYPES(tanh)
 UNARY_FLOAT_DTYPES(sigmoid)
 UNARY_FLOAT_DTYPES(gelu)
+UNARY_FLOAT_DTYPES(erf)
 UNARY_FLOAT_DTYPES(reciprocal)
 UNARY_NUM_DTYPES(neg)
 UNARY_NUM_DTYPES(abs)

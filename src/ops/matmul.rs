@@ -138,7 +138,7 @@ impl Tensor {
         let plan = Plan::new(self, other)?;
         let out = Tensor::alloc(&plan.out_shape, self.dtype(), self.device())?;
         plan.run(self, other, &out)?;
-        Ok(out)
+        crate::autograd::formulas_more::matmul(self, other, out)
     }
 
     /// [`matmul`](Tensor::matmul) written into `out`, which must have exactly

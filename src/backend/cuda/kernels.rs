@@ -98,7 +98,7 @@ pub(crate) fn suffix(dt: DType) -> &'static str {
 
 /// Every unary op, for the manifest. (`_every_unary_op` fails to compile
 /// when a variant is added: add it here too.)
-pub(crate) const UNARY_OPS: [UnaryOp; 18] = {
+pub(crate) const UNARY_OPS: [UnaryOp; 19] = {
     use UnaryOp::*;
     [
         Neg,
@@ -113,6 +113,7 @@ pub(crate) const UNARY_OPS: [UnaryOp; 18] = {
         Sigmoid,
         Relu,
         Gelu,
+        Erf,
         Floor,
         Round,
         Sign,
@@ -125,7 +126,7 @@ pub(crate) const UNARY_OPS: [UnaryOp; 18] = {
 fn _every_unary_op(op: UnaryOp) {
     use UnaryOp::*;
     match op {
-        Neg | Abs | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Relu | Gelu | Floor
+        Neg | Abs | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Relu | Gelu | Erf | Floor
         | Round | Sign | Recip | Square | Clamp(..) => {}
     }
 }

@@ -1,0 +1,74 @@
+//! The `Module` trait.
+
+use crate::error::Result;
+use crate::{Device, Tensor};
+
+/// A layer or a model: something with a forward pass and named parameters.
+///
+/// Parameters are owned by the module. An optimizer updates them through
+/// `&mut` access to the whole module ([`named_parameters_mut`]
+/// (Module::named_parameters_mut)), so while a step runs nothing else can
+/// read or write them: the borrow checker, not a convention, keeps a hand
+/// edit from racing an update.
+pub trait Module: Send {
+    /// The forward pass on a borrowed input.
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// The forward pass on an owned input. A layer that can compute in place
+    /// overrides this to reuse `x`'s buffer when it is the only handle to its
+    /// storage and nothing saved it for backward (see `Sequential`); the
+    /// default borrows.
+    fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
+        self.forward(&x)
+    }
+
+    /// `true` if [`forward_owned`](Module::forward_owned) may reuse its input's
+    /// buffer (shape-preserving, elementwise layers).
+    fn can_work_in_place(&self) -> bool {
+        false
+    }
+
+    /// Every parameter with its dotted name (`"0.weight"`), in a fixed order.
+    fn named_parameters(&self) -> Vec<(String, &Tensor)>;
+
+    /// Mutable access to every parameter (and buffer that a checkpoint saves,
+    /// such as BatchNorm's running statistics), in the same order.
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)>;
+
+    /// Every parameter, in the order of [`named_parameters`](Module::named_parameters).
+    fn parameters(&self) -> Vec<&Tensor> {
+        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Switches training mode (dropout active, batch statistics used) on or off.
+    fn train(&mut self, _on: bool) {}
+
+    /// Evaluation mode: `train(false)`.
+    fn eval(&mut self) {
+        self.train(false)
+    }
+
+    /// `true` in training mode.
+    fn is_training(&self) -> bool {
+        false
+    }
+
+    /// Moves every parameter to `device` (a copy per parameter; the old
+    /// storages are freed as their handles are replaced).
+    fn to_device(&mut self, device: Device) -> Result<()> {
+        for (_, p) in self.named_parameters_mut() {
+            if p.device() != device {
+                let moved = crate::autograd::no_grad(|| p.detach().to_device(device))?;
+                *p = if p.requires_grad() { moved.requires_grad_(true)? } else { moved };
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets every parameter's gradient to `None`, freeing it.
+    fn zero_grad(&self) {
+        for p in self.parameters() {
+            p.zero_grad();
+        }
+    }
+}

@@ -68,7 +68,7 @@ fn main() -> tensorscope::Result<()> {
     drop(out); // PyTorch: an error or a silent bug; here the graph keeps what it needs
     println!("    output dropped before backward: {} still held by the graph", kib(memory::memory_allocated(DEV) - base));
     loss.backward()?;
-    println!("    after backward: {} above the model (the saved tensors are released)", kib(memory::memory_allocated(DEV) - base));
+    println!("    after backward: {} above the model (saved tensors released; what is left is the gradients)", kib(memory::memory_allocated(DEV) - base));
     drop(loss);
     let grads: usize = model.ws.iter().map(|w| w.grad().map_or(0, |g| memory::round_size(g.nbytes()))).sum();
     println!("    loss dropped: {} above the model = the 4 gradients ({})", kib(memory::memory_allocated(DEV) - base), kib(grads));
@@ -81,12 +81,12 @@ fn main() -> tensorscope::Result<()> {
     let mut w0 = model.ws[0].alias();
     println!("    w.add_scalar_(1.0) on a parameter: {}", w0.add_scalar_(1.0).unwrap_err());
     let mut scale = Tensor::ones(&[512], DType::F32, DEV)?;
-    let y = x.mul(&scale)?.matmul(&model.ws[0])?.sum_all()?;
+    let y = x.matmul(&model.ws[0])?.mul(&scale)?.sum_all()?;
     scale.mul_scalar_(2.0)?; // `scale` was saved by MulBackward
     println!("    backward after changing a saved tensor: {}", y.backward().unwrap_err());
     autograd::no_grad(|| w0.sub_scalar_(0.0).map(|_| ()))?;
     println!("    the same update under no_grad (how optimizers work): ok, version {}", w0.version());
-    drop((y, w0));
+    drop((y, w0, scale));
 
     // The seed's "memory impact comparison".
     println!("\nPeak memory of one forward pass, above the model:");
@@ -103,31 +103,37 @@ fn main() -> tensorscope::Result<()> {
         drop(out);
     }
 
-    // Gradient checkpointing.
-    println!("\nGradient checkpointing (the same training step):");
+    // Gradient checkpointing: a deeper net, in segments of 4 layers.
+    println!("\nGradient checkpointing, a 32-layer 128-wide MLP, batch 1024, segments of 4:");
+    let deep: Vec<Tensor> = (0..32)
+        .map(|_| Tensor::randn(&[128, 128], DType::F32, DEV)?.mul_scalar(0.08)?.requires_grad_(true))
+        .collect::<tensorscope::Result<_>>()?;
+    let xd = Tensor::randn(&[1024, 128], DType::F32, DEV)?;
+    let base = memory::memory_allocated(DEV);
     for ckpt in [false, true] {
         memory::reset_peak_memory_stats(DEV);
-        let loss = if ckpt {
-            let ws: Vec<Tensor> = model.ws.iter().map(|w| w.alias()).collect();
+        let mut h = xd.alias();
+        for seg in deep.chunks(4) {
+            let seg: Vec<Tensor> = seg.iter().map(|w| w.alias()).collect();
             let f = move |xs: &[Tensor]| {
                 let mut h = xs[0].alias();
-                for w in &ws {
+                for w in &seg {
                     h = h.matmul(w)?.tanh()?;
                 }
                 Ok(h)
             };
-            checkpoint(f, &[&x])?.square()?.mean_all()?
-        } else {
-            model.loss(&x)?
-        };
+            h = if ckpt { checkpoint(f, &[&h])? } else { f(std::slice::from_ref(&h))? };
+        }
+        let loss = h.square()?.mean_all()?;
+        drop(h);
         loss.backward()?;
         drop(loss);
         println!(
-            "    {:<13} peak {} above the model",
+            "    {:<13} peak {:>10} above parameters and input",
             if ckpt { "checkpointed" } else { "plain" },
             kib(memory::max_memory_allocated(DEV) - base)
         );
-        for w in &model.ws {
+        for w in &deep {
             w.zero_grad();
         }
     }

@@ -316,3 +316,97 @@ fn checkpoint_gives_identical_gradients_and_less_peak_memory() {
     println!("peak plain {peak_plain} B, checkpointed {peak_ckpt} B");
     assert!((peak_ckpt as f64) <= 0.6 * peak_plain as f64, "peak falls by at least 40%: {peak_plain} -> {peak_ckpt}");
 }
+
+#[test]
+fn gradcheck_reductions_and_softmax() {
+    let _l = lock();
+    let a = leaf_t(3, 4, 20);
+    gradcheck("sum dims", &[a.alias()], |x| x[0].sum(&[1], false));
+    gradcheck("sum keepdim", &[a.alias()], |x| x[0].sum(&[0], true));
+    gradcheck("sum_all", &[a.alias()], |x| x[0].sum_all());
+    gradcheck("mean", &[a.alias()], |x| x[0].mean(&[-1], false));
+    gradcheck("max (amax)", &[a.alias()], |x| x[0].max(&[1], true));
+    gradcheck("min (amin)", &[a.alias()], |x| x[0].min(&[0], false));
+    gradcheck("max_dim values", &[a.alias()], |x| Ok(x[0].max_dim(1, false)?.0));
+    gradcheck("min_dim values", &[a.alias()], |x| Ok(x[0].min_dim(0, true)?.0));
+    gradcheck("prod", &[a.alias()], |x| x[0].prod(&[1], false));
+    gradcheck("var", &[a.alias()], |x| x[0].var(&[1], 1, false));
+    gradcheck("var population", &[a.alias()], |x| x[0].var(&[0, 1], 0, true));
+    gradcheck("std", &[a.alias()], |x| x[0].std(&[0], 1, false));
+    gradcheck("logsumexp", &[a.alias()], |x| x[0].logsumexp(&[1], false));
+    gradcheck("softmax", &[a.alias()], |x| x[0].softmax(-1));
+    gradcheck("softmax dim 0", &[a.alias()], |x| x[0].softmax(0));
+    gradcheck("log_softmax", &[a.alias()], |x| x[0].log_softmax(1));
+}
+
+#[test]
+fn gradcheck_matmul_all_ranks() {
+    let _l = lock();
+    let m = leaf_t(3, 4, 21);
+    let n = leaf(&[4, 2], 22);
+    let v = leaf(&[4], 23);
+    let u = leaf(&[3], 24);
+    let batched = leaf(&[2, 3, 4], 25);
+    gradcheck("2-D x 2-D (transposed lhs)", &[m.alias(), n.alias()], |x| x[0].matmul(&x[1]));
+    gradcheck("2-D x 1-D", &[m.alias(), v.alias()], |x| x[0].matmul(&x[1]));
+    gradcheck("1-D x 2-D", &[u.alias(), m.alias()], |x| x[0].matmul(&x[1]));
+    gradcheck("1-D x 1-D", &[v.alias(), v.detach().requires_grad_(true).unwrap()], |x| x[0].matmul(&x[1]));
+    gradcheck("batched x broadcast 2-D", &[batched.alias(), n.alias()], |x| x[0].matmul(&x[1]));
+}
+
+#[test]
+fn gradcheck_index_and_shape_ops() {
+    let _l = lock();
+    let a = leaf_t(4, 3, 26);
+    let idx = Tensor::from_slice(&[2i64, 0, 2], &[3], CPU).unwrap();
+    gradcheck("index_select (repeated index)", &[a.alias()], |x| x[0].index_select(0, &idx));
+    let gidx = Tensor::from_slice(&[0i64, 2, 1, 1, 0, 0], &[2, 3], CPU).unwrap();
+    gradcheck("gather", &[a.alias()], |x| x[0].gather(0, &gidx));
+    gradcheck("masked_select", &[a.alias()], |x| x[0].masked_select(&x[0].detach().gt_scalar(0.0)?));
+    let b = leaf(&[2, 3], 27);
+    gradcheck("cat", &[a.alias(), b.alias()], |x| Tensor::cat(&[&x[0], &x[1]], 0));
+    gradcheck("stack", &[a.alias(), a.detach().requires_grad_(true).unwrap()], |x| Tensor::stack(&[&x[0], &x[1]], 1));
+    gradcheck("repeat", &[b.alias()], |x| x[0].repeat(&[2, 1, 3]));
+    // A cast's gradient is cast back (finite differences through f32 would
+    // only measure f32 rounding, so this one is checked directly).
+    let y = b.to_dtype(DType::F32).unwrap().mul_scalar(3.0).unwrap().sum_all().unwrap();
+    b.zero_grad();
+    y.backward().unwrap();
+    let g = b.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F64);
+    assert_eq!(g.to_vec::<f64>().unwrap(), vec![3.0; 6]);
+}
+
+/// The seed's "memory impact comparison": the same forward pass under
+/// normal mode keeps every activation while its output lives; no_grad and
+/// inference_mode keep only the output.
+#[test]
+fn memory_impact_of_grad_modes() {
+    let _l = lock();
+    let ws: Vec<Tensor> = (0..4).map(|i| leaf(&[64, 64], 30 + i)).collect();
+    let x = Tensor::randn(&[32, 64], DType::F64, CPU).unwrap();
+    let fwd = || -> Tensor {
+        let mut h = x.alias();
+        for w in &ws {
+            h = h.matmul(w).unwrap().tanh().unwrap();
+        }
+        h
+    };
+    let act = memory::round_size(32 * 64 * 8);
+    let base = memory::memory_allocated(CPU);
+    let held = |f: &dyn Fn() -> Tensor| {
+        memory::reset_peak_memory_stats(CPU);
+        let out = f();
+        let held = memory::memory_allocated(CPU) - base;
+        let peak = memory::max_memory_allocated(CPU) - base;
+        drop(out);
+        (held, peak)
+    };
+    let (normal, normal_peak) = held(&fwd);
+    let (nograd, nograd_peak) = held(&|| no_grad(fwd));
+    let (infer, infer_peak) = held(&|| autograd::inference_mode(fwd));
+    assert_eq!(normal, 4 * act, "the graph keeps the four tanh outputs (the last is the output)");
+    assert_eq!(nograd, act, "no_grad keeps only the output");
+    assert_eq!(infer, act, "inference_mode keeps only the output");
+    assert!(nograd_peak < normal_peak && infer_peak == nograd_peak, "{normal_peak} {nograd_peak} {infer_peak}");
+}

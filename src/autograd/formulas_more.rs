@@ -171,12 +171,13 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
         // Lift vectors to matrices, as matmul does, and g to match.
         let lift_a = |t: &Tensor| if sa.len() == 1 { t.unsqueeze(0) } else { Ok(t.alias()) };
         let lift_b = |t: &Tensor| if sb.len() == 1 { t.unsqueeze(1) } else { Ok(t.alias()) };
+        // Put back the dims matmul removed: m (last) first, then n before it.
         let mut g2 = g.alias();
-        if sa.len() == 1 {
-            g2 = g2.unsqueeze(-2)?;
-        }
         if sb.len() == 1 {
             g2 = g2.unsqueeze(-1)?;
+        }
+        if sa.len() == 1 {
+            g2 = g2.unsqueeze(-2)?;
         }
         let sa2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.clone() };
         let sb2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.clone() };

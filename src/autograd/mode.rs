@@ -3,7 +3,6 @@
 //! previous mode when it is dropped, also during a panic.
 
 use std::cell::Cell;
-use std::marker::PhantomData;
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -28,12 +27,14 @@ pub fn is_inference_mode() -> bool {
 pub struct GradModeGuard {
     prev_grad: bool,
     prev_inference: bool,
-    _not_send: PhantomData<*const ()>,
+    /// Not `Send` (the mode is thread-local); a zero-sized array rather than
+    /// `PhantomData`, so compiler messages name no std type.
+    _not_send: [*const (); 0],
 }
 
 impl GradModeGuard {
     fn set(grad: bool, inference: bool) -> GradModeGuard {
-        let g = GradModeGuard { prev_grad: is_grad_enabled(), prev_inference: is_inference_mode(), _not_send: PhantomData };
+        let g = GradModeGuard { prev_grad: is_grad_enabled(), prev_inference: is_inference_mode(), _not_send: [] };
         GRAD_ENABLED.with(|c| c.set(grad));
         INFERENCE.with(|c| c.set(inference));
         g

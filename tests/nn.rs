@@ -92,7 +92,7 @@ fn leaf(shape: &[usize], seed: u64) -> Tensor {
 }
 
 fn assert_err_names(r: tensorscope::Result<Tensor>, op: &str) -> Error {
-    let e = r.err().expect("expected an error");
+    let e = r.expect_err("expected an error");
     assert!(e.to_string().contains(op), "message {e} does not name {op}");
     e
 }

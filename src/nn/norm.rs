@@ -163,7 +163,7 @@ impl BatchNorm1d {
         if !dtype.is_float() {
             bail!(Error::dtype("BatchNorm1d", "a float dtype", dtype));
         }
-        if !(eps.is_finite() && eps >= 0.0) || !(0.0..=1.0).contains(&momentum) {
+        if !(eps.is_finite() && eps >= 0.0 && (0.0..=1.0).contains(&momentum)) {
             bail!(Error::arg(
                 "BatchNorm1d",
                 format!("eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {momentum}")

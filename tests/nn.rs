@@ -232,6 +232,24 @@ fn activations_match_naive() {
             let y = m.forward_owned(x).unwrap();
             assert_eq!(vals(&keep), before, "{name}: alias untouched");
             assert!(!y.shares_storage(&keep));
+            // Owned, unique, strided (the base is gone): written in place.
+            let x = randn(&[6, 8], dtype, 6).slice(1, 0, 8, 2).unwrap();
+            assert!(!x.is_contiguous());
+            let ptr = x.data_ptr();
+            let r: Vec<f64> = vals(&x).into_iter().map(f).collect();
+            let y = m.forward_owned(x).unwrap();
+            assert_eq!(y.data_ptr(), ptr, "{name}: strided, in place");
+            close(&vals(&y), &r, 1e-5, name);
+        }
+    }
+    // Reduced precision: same function within the dtype's resolution.
+    for dtype in [DType::F16, DType::BF16] {
+        for (name, m, f) in &cases {
+            let x = randn(&[4, 6], dtype, 7).t().unwrap();
+            let r: Vec<f64> = vals(&x).into_iter().map(f).collect();
+            close(&vals(&m.forward(&x).unwrap()), &r, 2e-2, name);
+            let y = m.forward_owned(x.deep_clone().unwrap()).unwrap();
+            close(&vals(&y), &r, 2e-2, name);
         }
     }
 }

@@ -51,6 +51,19 @@ impl Module for Embedding {
         if idx.dtype() != DType::I64 {
             bail!(Error::dtype("Embedding", "i64 indices", idx.dtype()));
         }
+        let n = self.weight.shape()[0];
+        if idx.numel() > 0 {
+            let lo = idx.min_all()?.item::<i64>()?;
+            let hi = idx.max_all()?.item::<i64>()?;
+            if lo < 0 || hi >= n as i64 {
+                bail!(Error::IndexOutOfRange {
+                    op: "Embedding",
+                    index: if lo < 0 { lo } else { hi },
+                    dim: 0,
+                    size: n,
+                });
+            }
+        }
         let flat = idx.reshape(&[-1])?;
         let rows = self.weight.index_select(0, &flat)?;
         let mut shape: Vec<isize> = idx.shape().iter().map(|&d| d as isize).collect();

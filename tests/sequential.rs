@@ -404,3 +404,47 @@ fn training_keeps_exactly_what_backward_needs() {
     net.zero_grad();
     assert_eq!(memory::memory_allocated(CPU), base);
 }
+
+#[test]
+fn nested_sequential_and_dropout_in_training() {
+    let _g = lock();
+    // A nested all-in-place Sequential can itself take a donation.
+    let mut inner = Sequential::new();
+    inner.add(ReLU).add(Tanh);
+    assert!(inner.can_work_in_place());
+    let mut outer = Sequential::new();
+    outer.add(Linear::new(W, W).unwrap()).add(inner);
+    assert!(!outer.can_work_in_place());
+    let x = randn(&[B, W], 13);
+    let _ng = autograd::no_grad_guard();
+    let y = outer.forward(&x).unwrap();
+    assert_eq!(
+        outer.donation_stats(),
+        DonationStats {
+            offered: 1,
+            taken: 1,
+            ..Default::default()
+        }
+    );
+    let r: Vec<f64> = {
+        let l = outer.layers()[0].forward(&x).unwrap();
+        vals(&l).into_iter().map(|v| v.max(0.0).tanh()).collect()
+    };
+    let got = vals(&y);
+    assert!(got.iter().zip(&r).all(|(a, b)| (a - b).abs() < 1e-6));
+
+    // Dropout in training mode on a donated buffer: the mask is applied in
+    // place; only the mask and its temporaries are allocated, and freed.
+    let mut net = Sequential::new();
+    net.add(Dropout::new(0.5).unwrap());
+    let x = Tensor::ones(&[B, W], DType::F32, CPU).unwrap();
+    let ptr = x.data_ptr();
+    let (peak, left, y) = peak_of(|| net.forward_owned(x).unwrap());
+    assert_eq!(y.data_ptr(), ptr);
+    assert_eq!(left, 0);
+    // The mask (ACT) plus the f64 host buffer `uniform_` draws into before
+    // copying (2 ACT for f32; core behaviour, see creation.rs random_fill).
+    assert_eq!(peak, 3 * ACT, "the mask and its f64 staging buffer");
+    assert!(vals(&y).iter().all(|v| *v == 0.0 || *v == 2.0));
+    assert_eq!(net.donation_stats().taken, 1);
+}

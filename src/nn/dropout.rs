@@ -10,7 +10,8 @@ use crate::Tensor;
 ///
 /// In evaluation mode the forward on an owned input returns it as it is (no
 /// allocation); in training mode with a donated buffer (only handle, no graph
-/// needed) the mask is applied in place, so only the mask is allocated.
+/// needed) the mask is applied in place, so only the mask (one buffer of the
+/// input's size) is allocated.
 ///
 /// ```
 /// use tensorscope::nn::{Dropout, Module};
@@ -52,9 +53,12 @@ impl Dropout {
         if self.p >= 1.0 {
             return x.zeros_like();
         }
-        let keep = x.rand_like()?.lt_scalar(1.0 - self.p)?;
-        let mut m = keep.to_dtype(x.dtype())?;
-        m.mul_scalar_(1.0 / (1.0 - self.p))?;
+        // floor(u + 1 - p) is 1 exactly when u >= p (probability 1 - p) and
+        // 0 otherwise: one buffer, built in place.
+        let mut m = x.rand_like()?;
+        m.add_scalar_(1.0 - self.p)?
+            .floor_()?
+            .mul_scalar_(1.0 / (1.0 - self.p))?;
         Ok(m)
     }
 

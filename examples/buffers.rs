@@ -45,14 +45,22 @@ fn main() -> tensorscope::Result<()> {
         d.mul_out(&b, &mut e)?;
         e.index_select_out(0, &idx, &mut rows)?;
     }
-    println!("    `_out` buffers: {:>5} blocks handed out", allocations() - allocs0);
+    println!(
+        "    `_out` buffers: {:>5} blocks handed out",
+        allocations() - allocs0
+    );
 
     // In place: the same storage, a new version each write.
     let v0 = e.version();
     for _ in 0..10 {
         e.mul_scalar_(0.5)?.add_(&a)?;
     }
-    println!("    20 in-place writes: {} blocks, version {} -> {}", allocations() - allocs0, v0, e.version());
+    println!(
+        "    20 in-place writes: {} blocks, version {} -> {}",
+        allocations() - allocs0,
+        v0,
+        e.version()
+    );
 
     // A limit, an OOM, and recovery.
     println!("\nA 64 MiB limit on the CPU allocator:");
@@ -62,9 +70,15 @@ fn main() -> tensorscope::Result<()> {
         Err(e) => println!("    {e}"),
     }
     let small = Tensor::zeros(&[1 << 20], DType::F32, DEV)?;
-    println!("    and the process goes on: a 4 MiB tensor is fine ({} allocated)", memory::fmt_bytes(memory::memory_allocated(DEV)));
+    println!(
+        "    and the process goes on: a 4 MiB tensor is fine ({} allocated)",
+        memory::fmt_bytes(memory::memory_allocated(DEV))
+    );
     let s = memory::memory_stats(DEV);
-    println!("    OOMs counted: {}, release-and-retry attempts: {}", s.num_ooms, s.num_alloc_retries);
+    println!(
+        "    OOMs counted: {}, release-and-retry attempts: {}",
+        s.num_ooms, s.num_alloc_retries
+    );
     drop(small);
     memory::set_memory_limit(DEV, MemoryLimit::Unlimited)?;
     Ok(())

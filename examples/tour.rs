@@ -68,7 +68,10 @@ fn main() -> tensorscope::Result<()> {
             v.storage_offset()
         );
     }
-    println!("    bytes allocated by all those views: {}", memory::memory_allocated(dev) - before);
+    println!(
+        "    bytes allocated by all those views: {}",
+        memory::memory_allocated(dev) - before
+    );
     drop(views);
     let before = memory::memory_allocated(dev);
     let t = x.t()?;
@@ -79,7 +82,11 @@ fn main() -> tensorscope::Result<()> {
         ("to_dtype(F64)", x.to_dtype(DType::F64)?),
     ];
     for (name, c) in &copies {
-        println!("    {name:<24} shares storage: {:<5} bytes {}", x.shares_storage(c), c.storage_nbytes());
+        println!(
+            "    {name:<24} shares storage: {:<5} bytes {}",
+            x.shares_storage(c),
+            c.storage_nbytes()
+        );
     }
     println!(
         "    bytes allocated by the copies: {} (each rounded to the 512-byte block size)",
@@ -98,9 +105,18 @@ fn main() -> tensorscope::Result<()> {
         col.fill_(-1.0)?;
     }
     base.mul_scalar_(2.0)?;
-    println!("    base after row.add_(5), col.fill_(-1), base.mul_(2): {:?}", base.to_vec::<f32>()?);
-    println!("    version counter (bumped by each in-place write): {}", base.version());
-    println!("    bytes allocated by the in-place ops: {}", memory::memory_allocated(dev) - before);
+    println!(
+        "    base after row.add_(5), col.fill_(-1), base.mul_(2): {:?}",
+        base.to_vec::<f32>()?
+    );
+    println!(
+        "    version counter (bumped by each in-place write): {}",
+        base.version()
+    );
+    println!(
+        "    bytes allocated by the in-place ops: {}",
+        memory::memory_allocated(dev) - before
+    );
 
     // 4. The statistics.
     drop((x, t, base));

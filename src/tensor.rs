@@ -78,7 +78,11 @@ impl Tensor {
     /// A new tensor implementation over the same storage and layout, with no
     /// autograd state (the body of `detach`).
     pub(crate) fn detach_impl(&self) -> Tensor {
-        let mut t = Tensor::from_parts(self.inner.storage.clone(), self.inner.layout.clone(), self.inner.dtype);
+        let mut t = Tensor::from_parts(
+            self.inner.storage.clone(),
+            self.inner.layout.clone(),
+            self.inner.dtype,
+        );
         if let Some(i) = Arc::get_mut(&mut t.inner) {
             i.inference = self.inner.inference;
         }

@@ -15,7 +15,10 @@ const CPU: Device = Device::Cpu;
 
 fn leaf(shape: &[usize], seed: u64) -> Tensor {
     let mut g = tensorscope::Generator::new(seed);
-    Tensor::randn_with(shape, DType::F64, CPU, &mut g).unwrap().requires_grad_(true).unwrap()
+    Tensor::randn_with(shape, DType::F64, CPU, &mut g)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
 }
 
 /// Checks the analytic gradient of `sum(f(xs) * w)` (w random, fixed) against
@@ -24,14 +27,26 @@ fn gradcheck(name: &str, inputs: &[Tensor], f: impl Fn(&[Tensor]) -> tensorscope
     let out = f(inputs).unwrap();
     let mut g = tensorscope::Generator::new(99);
     let w = Tensor::randn_with(out.shape(), DType::F64, CPU, &mut g).unwrap();
-    let loss = |xs: &[Tensor]| -> f64 { f(xs).unwrap().mul(&w).unwrap().sum_all().unwrap().item::<f64>().unwrap() };
+    let loss = |xs: &[Tensor]| -> f64 {
+        f(xs)
+            .unwrap()
+            .mul(&w)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .item::<f64>()
+            .unwrap()
+    };
     for x in inputs {
         x.zero_grad();
     }
     out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
     let eps = 1e-6;
     for (k, x) in inputs.iter().enumerate() {
-        let analytic = x.grad().map(|g| g.to_vec::<f64>().unwrap()).unwrap_or_else(|| vec![0.0; x.numel()]);
+        let analytic = x
+            .grad()
+            .map(|g| g.to_vec::<f64>().unwrap())
+            .unwrap_or_else(|| vec![0.0; x.numel()]);
         let base = x.to_vec::<f64>().unwrap();
         for i in 0..x.numel() {
             let mut plus = base.clone();
@@ -77,13 +92,22 @@ fn gradcheck_binary_ops_with_broadcast_and_strides() {
     gradcheck("add", &[a.alias(), b.alias()], |x| x[0].add(&x[1]));
     gradcheck("sub", &[a.alias(), b.alias()], |x| x[0].sub(&x[1]));
     gradcheck("mul", &[a.alias(), b.alias()], |x| x[0].mul(&x[1]));
-    gradcheck("div", &[a.alias(), b.alias()], |x| x[0].div(&x[1].abs()?.add_scalar(0.5)?));
+    gradcheck("div", &[a.alias(), b.alias()], |x| {
+        x[0].div(&x[1].abs()?.add_scalar(0.5)?)
+    });
     gradcheck("maximum", &[a.alias(), b.alias()], |x| x[0].maximum(&x[1]));
     gradcheck("minimum", &[a.alias(), b.alias()], |x| x[0].minimum(&x[1]));
     let p = leaf(&[3, 1], 3);
-    gradcheck("pow", &[a.alias(), p.alias()], |x| x[0].abs()?.add_scalar(0.5)?.pow(&x[1]));
+    gradcheck("pow", &[a.alias(), p.alias()], |x| {
+        x[0].abs()?.add_scalar(0.5)?.pow(&x[1])
+    });
     gradcheck("scalar ops", &[a.alias()], |x| {
-        x[0].add_scalar(1.0)?.mul_scalar(3.0)?.sub_scalar(2.0)?.div_scalar(4.0)?.abs()?.pow_scalar(1.5)
+        x[0].add_scalar(1.0)?
+            .mul_scalar(3.0)?
+            .sub_scalar(2.0)?
+            .div_scalar(4.0)?
+            .abs()?
+            .pow_scalar(1.5)
     });
 }
 
@@ -93,7 +117,11 @@ fn gradcheck_unary_ops() {
     let a = leaf_t(3, 5, 4);
     let pos = |x: &Tensor| x.abs().unwrap().add_scalar(0.5).unwrap();
     for (name, f) in [
-        ("neg", Box::new(|x: &[Tensor]| x[0].neg()) as Box<dyn Fn(&[Tensor]) -> tensorscope::Result<Tensor>>),
+        (
+            "neg",
+            Box::new(|x: &[Tensor]| x[0].neg())
+                as Box<dyn Fn(&[Tensor]) -> tensorscope::Result<Tensor>>,
+        ),
         ("abs", Box::new(|x: &[Tensor]| x[0].abs())),
         ("exp", Box::new(|x: &[Tensor]| x[0].exp())),
         ("log", Box::new(move |x: &[Tensor]| pos(&x[0]).log())),
@@ -105,31 +133,49 @@ fn gradcheck_unary_ops() {
         ("sigmoid", Box::new(|x: &[Tensor]| x[0].sigmoid())),
         ("relu", Box::new(|x: &[Tensor]| x[0].relu())),
         ("gelu", Box::new(|x: &[Tensor]| x[0].gelu())),
-        ("clamp", Box::new(|x: &[Tensor]| x[0].clamp(Some(-0.5), Some(0.7)))),
+        (
+            "clamp",
+            Box::new(|x: &[Tensor]| x[0].clamp(Some(-0.5), Some(0.7))),
+        ),
         ("square", Box::new(|x: &[Tensor]| x[0].square())),
-        ("reciprocal", Box::new(move |x: &[Tensor]| pos(&x[0]).reciprocal())),
+        (
+            "reciprocal",
+            Box::new(move |x: &[Tensor]| pos(&x[0]).reciprocal()),
+        ),
     ] {
         gradcheck(name, &[a.alias()], f);
     }
     let c = leaf(&[3, 5], 5);
-    gradcheck("where", &[a.alias(), c.alias()], |x| Tensor::where_cond(&x[0].gt_scalar(0.0)?, &x[0], &x[1]));
+    gradcheck("where", &[a.alias(), c.alias()], |x| {
+        Tensor::where_cond(&x[0].gt_scalar(0.0)?, &x[0], &x[1])
+    });
 }
 
 #[test]
 fn gradcheck_views() {
     let _l = lock();
     let a = leaf(&[2, 3, 4], 6);
-    gradcheck("view", &[a.alias()], |x| x[0].view(&[6, 4])?.mul_scalar(2.0));
-    gradcheck("reshape of transposed", &[a.alias()], |x| x[0].transpose(0, 2)?.reshape(&[4, 6])?.exp());
+    gradcheck("view", &[a.alias()], |x| {
+        x[0].view(&[6, 4])?.mul_scalar(2.0)
+    });
+    gradcheck("reshape of transposed", &[a.alias()], |x| {
+        x[0].transpose(0, 2)?.reshape(&[4, 6])?.exp()
+    });
     gradcheck("permute", &[a.alias()], |x| x[0].permute(&[2, 0, 1])?.sin());
     gradcheck("narrow", &[a.alias()], |x| x[0].narrow(2, 1, 2)?.exp());
-    gradcheck("slice step", &[a.alias()], |x| x[0].slice(2, 0, 4, 2)?.exp());
+    gradcheck("slice step", &[a.alias()], |x| {
+        x[0].slice(2, 0, 4, 2)?.exp()
+    });
     gradcheck("select", &[a.alias()], |x| x[0].select(1, -1)?.exp());
-    gradcheck("squeeze/unsqueeze", &[a.alias()], |x| x[0].unsqueeze(0)?.squeeze().exp());
+    gradcheck("squeeze/unsqueeze", &[a.alias()], |x| {
+        x[0].unsqueeze(0)?.squeeze().exp()
+    });
     let b = leaf(&[3, 1], 7);
     gradcheck("expand", &[b.alias()], |x| x[0].expand(&[2, 3, 4])?.exp());
     gradcheck("flatten", &[a.alias()], |x| x[0].flatten(1, 2)?.exp());
-    gradcheck("contiguous of transpose", &[a.alias()], |x| x[0].transpose(0, 1)?.contiguous()?.exp());
+    gradcheck("contiguous of transpose", &[a.alias()], |x| {
+        x[0].transpose(0, 1)?.contiguous()?.exp()
+    });
     gradcheck("deep_clone", &[a.alias()], |x| x[0].deep_clone()?.exp());
     gradcheck("unbind/chunk/split", &[a.alias()], |x| {
         let parts = x[0].chunk(2, 2)?;
@@ -142,7 +188,8 @@ fn accumulation_across_two_backward_calls() {
     let _l = lock();
     let x = leaf(&[3], 10);
     let y = x.mul_scalar(2.0).unwrap().sum_all().unwrap();
-    y.backward_with(&Tensor::scalar(1.0f64, CPU).unwrap(), true).unwrap();
+    y.backward_with(&Tensor::scalar(1.0f64, CPU).unwrap(), true)
+        .unwrap();
     y.backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![4.0; 3]);
     x.zero_grad();
@@ -165,8 +212,15 @@ fn backward_on_non_scalar_needs_a_gradient() {
     let x = leaf(&[3], 12);
     let y = x.mul_scalar(3.0).unwrap();
     assert!(matches!(y.backward(), Err(Error::Autograd { .. })));
-    y.backward_with(&Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3], CPU).unwrap(), false).unwrap();
-    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, 6.0, 9.0]);
+    y.backward_with(
+        &Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3], CPU).unwrap(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![3.0, 6.0, 9.0]
+    );
 }
 
 #[test]
@@ -190,7 +244,13 @@ fn modified_saved_tensor_fails_backward_with_versions() {
     let y = x.mul(&w).unwrap().sum_all().unwrap();
     w.add_scalar_(1.0).unwrap(); // w was saved by MulBackward at version 0
     let e = y.backward().unwrap_err().to_string();
-    assert!(e.contains("MulBackward") && e.contains("[2, 3]") && e.contains("version 1") && e.contains("expected version 0"), "{e}");
+    assert!(
+        e.contains("MulBackward")
+            && e.contains("[2, 3]")
+            && e.contains("version 1")
+            && e.contains("expected version 0"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -253,21 +313,33 @@ fn graph_memory_is_owned_and_deterministic() {
     let mut losses = Vec::new();
     for i in 1..=5 {
         losses.push(step());
-        assert_eq!(memory::memory_allocated(CPU), before + i * per_graph, "one graph per kept loss");
+        assert_eq!(
+            memory::memory_allocated(CPU),
+            before + i * per_graph,
+            "one graph per kept loss"
+        );
     }
     drop(losses);
     assert_eq!(memory::memory_allocated(CPU), before);
     let mut values = Vec::new();
     for _ in 0..5 {
         values.push(step().item::<f64>().unwrap());
-        assert_eq!(memory::memory_allocated(CPU), before, "item() keeps memory flat");
+        assert_eq!(
+            memory::memory_allocated(CPU),
+            before,
+            "item() keeps memory flat"
+        );
     }
     let loss = step();
     loss.backward().unwrap();
     drop(loss);
     let params_and_grads = memory::memory_allocated(CPU) - base;
     let block = |n: usize| memory::round_size(n * 8);
-    assert_eq!(params_and_grads, 2 * block(64 * 64) + block(32 * 64), "w + w.grad + x, exactly");
+    assert_eq!(
+        params_and_grads,
+        2 * block(64 * 64) + block(32 * 64),
+        "w + w.grad + x, exactly"
+    );
 }
 
 #[test]
@@ -279,7 +351,16 @@ fn checkpoint_gives_identical_gradients_and_less_peak_memory() {
     // segment inputs + 4 recomputed activations against 16), minus the
     // backward pass's temporaries and the weight gradients.
     let depth = 32;
-    let ws: Vec<Tensor> = (0..depth).map(|i| leaf(&[width, width], 100 + i as u64).mul_scalar(0.06).unwrap().detach().requires_grad_(true).unwrap()).collect();
+    let ws: Vec<Tensor> = (0..depth)
+        .map(|i| {
+            leaf(&[width, width], 100 + i as u64)
+                .mul_scalar(0.06)
+                .unwrap()
+                .detach()
+                .requires_grad_(true)
+                .unwrap()
+        })
+        .collect();
     let x = Tensor::randn(&[512, width], DType::F64, CPU).unwrap();
     let layer = |h: &Tensor, w: &Tensor| h.matmul(w)?.tanh();
     let run = |ckpt: bool| -> (Vec<Vec<f64>>, usize) {
@@ -292,13 +373,17 @@ fn checkpoint_gives_identical_gradients_and_less_peak_memory() {
         for seg in ws.chunks(4) {
             if ckpt {
                 let seg: Vec<Tensor> = seg.iter().map(|w| w.alias()).collect();
-                h = checkpoint(move |xs: &[Tensor]| {
-                    let mut h = xs[0].alias();
-                    for w in &seg {
-                        h = h.matmul(w)?.tanh()?;
-                    }
-                    Ok(h)
-                }, &[&h]).unwrap();
+                h = checkpoint(
+                    move |xs: &[Tensor]| {
+                        let mut h = xs[0].alias();
+                        for w in &seg {
+                            h = h.matmul(w)?.tanh()?;
+                        }
+                        Ok(h)
+                    },
+                    &[&h],
+                )
+                .unwrap();
             } else {
                 for w in seg {
                     h = layer(&h, w).unwrap();
@@ -308,13 +393,21 @@ fn checkpoint_gives_identical_gradients_and_less_peak_memory() {
         h.sum_all().unwrap().backward().unwrap();
         drop(h);
         let peak = memory::max_memory_allocated(CPU) - base;
-        (ws.iter().map(|w| w.grad().unwrap().to_vec::<f64>().unwrap()).collect(), peak)
+        (
+            ws.iter()
+                .map(|w| w.grad().unwrap().to_vec::<f64>().unwrap())
+                .collect(),
+            peak,
+        )
     };
     let (g_plain, peak_plain) = run(false);
     let (g_ckpt, peak_ckpt) = run(true);
     assert_eq!(g_plain, g_ckpt, "identical gradients");
     println!("peak plain {peak_plain} B, checkpointed {peak_ckpt} B");
-    assert!((peak_ckpt as f64) <= 0.6 * peak_plain as f64, "peak falls by at least 40%: {peak_plain} -> {peak_ckpt}");
+    assert!(
+        (peak_ckpt as f64) <= 0.6 * peak_plain as f64,
+        "peak falls by at least 40%: {peak_plain} -> {peak_ckpt}"
+    );
 }
 
 #[test]

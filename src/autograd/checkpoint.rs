@@ -38,7 +38,10 @@ where
     if !is_grad_enabled() {
         return Ok(out);
     }
-    let saved: Vec<Saved> = inputs.iter().map(|t| Saved::new(t, "CheckpointBackward")).collect::<Result<_>>()?;
+    let saved: Vec<Saved> = inputs
+        .iter()
+        .map(|t| Saved::new(t, "CheckpointBackward"))
+        .collect::<Result<_>>()?;
     let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
     let f = Arc::new(f);
     let back: BackwardFn = Box::new(move |g| {
@@ -59,7 +62,11 @@ where
         if y.requires_grad() {
             engine::run_backward(&y, g.to_dtype(y.dtype())?, false)?;
         }
-        Ok(xs.iter().zip(&wants).map(|(x, &w)| if w { x.grad() } else { None }).collect())
+        Ok(xs
+            .iter()
+            .zip(&wants)
+            .map(|(x, &w)| if w { x.grad() } else { None })
+            .collect())
     });
     // Attach even when no input requires grad: parameters inside `f` may.
     Ok(attach_node(out, "CheckpointBackward", inputs, back, false))

@@ -17,9 +17,16 @@ fn key(n: &Arc<Node>) -> usize {
 /// unless its storage is shared (then it is copied, so that a later in-place
 /// accumulation can never write into someone else's tensor).
 fn accumulate_leaf(leaf: &TensorImpl, g: Tensor) -> Result<()> {
-    let Some(m) = leaf.autograd.as_ref() else { return Ok(()) };
+    let Some(m) = leaf.autograd.as_ref() else {
+        return Ok(());
+    };
     if g.shape() != leaf.layout.shape() {
-        bail!(Error::shape("backward", leaf.layout.shape(), g.shape(), "gradient shape differs from its leaf's shape"));
+        bail!(Error::shape(
+            "backward",
+            leaf.layout.shape(),
+            g.shape(),
+            "gradient shape differs from its leaf's shape"
+        ));
     }
     let mut slot = m.grad.lock().unwrap_or_else(|e| e.into_inner());
     match slot.as_mut() {
@@ -105,7 +112,12 @@ pub(crate) fn run_backward(root: &Tensor, grad: Tensor, retain_graph: bool) -> R
         if input_grads.len() != node.next.len() {
             bail!(Error::Autograd {
                 op: "backward",
-                msg: format!("{} returned {} gradients for {} inputs", node.name, input_grads.len(), node.next.len()),
+                msg: format!(
+                    "{} returned {} gradients for {} inputs",
+                    node.name,
+                    input_grads.len(),
+                    node.next.len()
+                ),
             });
         }
         for (edge, ig) in node.next.iter().zip(input_grads) {

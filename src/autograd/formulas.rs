@@ -50,7 +50,8 @@ fn name_of(op: BinaryOp) -> &'static str {
 fn winner_mask(a: &Tensor, b: &Tensor, max: bool) -> Result<Tensor> {
     let wins = if max { a.gt(b)? } else { a.lt(b)? };
     let ties = a.eq(b)?;
-    wins.to_dtype(a.dtype())?.add(&ties.to_dtype(a.dtype())?.mul_scalar(0.5)?)
+    wins.to_dtype(a.dtype())?
+        .add(&ties.to_dtype(a.dtype())?.mul_scalar(0.5)?)
 }
 
 /// Records `out = op(a, b)`.
@@ -64,10 +65,16 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
     let name = name_of(op);
     let f: BackwardFn = match op {
         BinaryOp::Add => Box::new(move |g| {
-            Ok(vec![ra.then(|| sum_to(g, &sa, da)).transpose()?, rb.then(|| sum_to(g, &sb, db)).transpose()?])
+            Ok(vec![
+                ra.then(|| sum_to(g, &sa, da)).transpose()?,
+                rb.then(|| sum_to(g, &sb, db)).transpose()?,
+            ])
         }),
         BinaryOp::Sub => Box::new(move |g| {
-            Ok(vec![ra.then(|| sum_to(g, &sa, da)).transpose()?, rb.then(|| sum_to(&g.neg()?, &sb, db)).transpose()?])
+            Ok(vec![
+                ra.then(|| sum_to(g, &sa, da)).transpose()?,
+                rb.then(|| sum_to(&g.neg()?, &sb, db)).transpose()?,
+            ])
         }),
         BinaryOp::Mul => {
             let ka = if rb { Some(Saved::new(a, name)?) } else { None };
@@ -89,7 +96,11 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
             let kb = Saved::new(b, name)?;
             Box::new(move |g| {
                 let b = kb.get()?;
-                let ga = if ra { Some(sum_to(&g.div(b)?, &sa, da)?) } else { None };
+                let ga = if ra {
+                    Some(sum_to(&g.div(b)?, &sa, da)?)
+                } else {
+                    None
+                };
                 let gb = match &ka {
                     // d(a/b)/db = -a / b^2
                     Some(a) => Some(sum_to(&g.mul(a.get()?)?.div(&b.mul(b)?)?.neg()?, &sb, db)?),
@@ -101,11 +112,23 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
         BinaryOp::Pow => {
             let ka = Saved::new(a, name)?;
             let kb = Saved::new(b, name)?;
-            let ko = if rb { Some(Saved::new(&out, name)?) } else { None };
+            let ko = if rb {
+                Some(Saved::new(&out, name)?)
+            } else {
+                None
+            };
             Box::new(move |g| {
                 let (a, b) = (ka.get()?, kb.get()?);
                 // d(a^b)/da = b * a^(b-1); d(a^b)/db = a^b * ln(a)
-                let ga = if ra { Some(sum_to(&g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?, &sa, da)?) } else { None };
+                let ga = if ra {
+                    Some(sum_to(
+                        &g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?,
+                        &sa,
+                        da,
+                    )?)
+                } else {
+                    None
+                };
                 let gb = match &ko {
                     Some(o) => Some(sum_to(&g.mul(&o.get()?.mul(&a.log()?)?)?, &sb, db)?),
                     None => None,
@@ -119,8 +142,16 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
             let kb = Saved::new(b, name)?;
             Box::new(move |g| {
                 let (a, b) = (ka.get()?, kb.get()?);
-                let ga = if ra { Some(sum_to(&g.mul(&winner_mask(a, b, is_max)?)?, &sa, da)?) } else { None };
-                let gb = if rb { Some(sum_to(&g.mul(&winner_mask(b, a, is_max)?)?, &sb, db)?) } else { None };
+                let ga = if ra {
+                    Some(sum_to(&g.mul(&winner_mask(a, b, is_max)?)?, &sa, da)?)
+                } else {
+                    None
+                };
+                let gb = if rb {
+                    Some(sum_to(&g.mul(&winner_mask(b, a, is_max)?)?, &sb, db)?)
+                } else {
+                    None
+                };
                 Ok(vec![ga, gb])
             })
         }
@@ -142,15 +173,26 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Tensor, s: f64, out: Tensor) -> Re
         BinaryOp::Div => Box::new(move |g| Ok(vec![Some(g.div_scalar(s)?.to_dtype(da)?)])),
         BinaryOp::Pow => {
             let ka = Saved::new(a, name)?;
-            Box::new(move |g| Ok(vec![Some(g.mul(&ka.get()?.pow_scalar(s - 1.0)?.mul_scalar(s)?)?.to_dtype(da)?)]))
+            Box::new(move |g| {
+                Ok(vec![Some(
+                    g.mul(&ka.get()?.pow_scalar(s - 1.0)?.mul_scalar(s)?)?
+                        .to_dtype(da)?,
+                )])
+            })
         }
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let ka = Saved::new(a, name)?;
             let is_max = op == BinaryOp::Maximum;
             Box::new(move |g| {
                 let a = ka.get()?;
-                let wins = if is_max { a.gt_scalar(s)? } else { a.lt_scalar(s)? };
-                let m = wins.to_dtype(a.dtype())?.add(&a.eq_scalar(s)?.to_dtype(a.dtype())?.mul_scalar(0.5)?)?;
+                let wins = if is_max {
+                    a.gt_scalar(s)?
+                } else {
+                    a.lt_scalar(s)?
+                };
+                let m = wins
+                    .to_dtype(a.dtype())?
+                    .add(&a.eq_scalar(s)?.to_dtype(a.dtype())?.mul_scalar(0.5)?)?;
                 Ok(vec![Some(g.mul(&m)?.to_dtype(da)?)])
             })
         }
@@ -186,8 +228,16 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
     // Formulas in terms of the saved input `x` or the saved output `y`.
     let f: BackwardFn = match op {
         UnaryOp::Neg => Box::new(move |g| Ok(vec![Some(g.neg()?.to_dtype(da)?)])),
-        UnaryOp::Floor | UnaryOp::Round | UnaryOp::Sign => Box::new(move |g| Ok(vec![Some(g.zeros_like()?.to_dtype(da)?)])),
-        UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Recip | UnaryOp::Relu => {
+        UnaryOp::Floor | UnaryOp::Round | UnaryOp::Sign => {
+            Box::new(move |g| Ok(vec![Some(g.zeros_like()?.to_dtype(da)?)]))
+        }
+        UnaryOp::Exp
+        | UnaryOp::Sqrt
+        | UnaryOp::Rsqrt
+        | UnaryOp::Tanh
+        | UnaryOp::Sigmoid
+        | UnaryOp::Recip
+        | UnaryOp::Relu => {
             let ky = Saved::new(&out, name)?;
             Box::new(move |g| {
                 let y = ky.get()?;
@@ -224,7 +274,9 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
                     _ => {
                         // relu: g where y > 0
                         let z = g.zeros_like()?;
-                        return Ok(vec![Some(Tensor::where_cond(&y.gt_scalar(0.0)?, g, &z)?.to_dtype(da)?)]);
+                        return Ok(vec![Some(
+                            Tensor::where_cond(&y.gt_scalar(0.0)?, g, &z)?.to_dtype(da)?,
+                        )]);
                     }
                 };
                 if op != UnaryOp::Sqrt {
@@ -245,8 +297,16 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
                     UnaryOp::Square => x.mul_scalar(2.0)?,
                     UnaryOp::Gelu => {
                         // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
-                        let cdf = x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?.mul_scalar(0.5)?;
-                        let pdf = x.mul(x)?.mul_scalar(-0.5)?.exp()?.mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                        let cdf = x
+                            .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?
+                            .erf()?
+                            .add_scalar(1.0)?
+                            .mul_scalar(0.5)?;
+                        let pdf = x
+                            .mul(x)?
+                            .mul_scalar(-0.5)?
+                            .exp()?
+                            .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
                         cdf.add(&x.mul(&pdf)?)?
                     }
                     UnaryOp::Clamp(lo, hi) => {
@@ -279,8 +339,16 @@ pub(crate) fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor, out: Tensor) -> 
     let f: BackwardFn = Box::new(move |g| {
         let c = kc.get()?;
         let z = g.zeros_like()?;
-        let ga = if ra { Some(sum_to(&Tensor::where_cond(c, g, &z)?, &sa, da)?) } else { None };
-        let gb = if rb { Some(sum_to(&Tensor::where_cond(c, &z, g)?, &sb, db)?) } else { None };
+        let ga = if ra {
+            Some(sum_to(&Tensor::where_cond(c, g, &z)?, &sa, da)?)
+        } else {
+            None
+        };
+        let gb = if rb {
+            Some(sum_to(&Tensor::where_cond(c, &z, g)?, &sb, db)?)
+        } else {
+            None
+        };
         Ok(vec![ga, gb])
     });
     Ok(attach(out, "WhereBackward", &[a, b], f))
@@ -292,7 +360,12 @@ pub(crate) fn cast(a: &Tensor, out: Tensor, name: &'static str) -> Result<Tensor
         return Ok(out);
     }
     let (da, dev) = (a.dtype(), a.device());
-    Ok(attach(out, name, &[a], Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?.to_device(dev)?)]))))
+    Ok(attach(
+        out,
+        name,
+        &[a],
+        Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?.to_device(dev)?)])),
+    ))
 }
 
 /// Records a view whose gradient is `back(g)` (e.g. a transpose back, or a

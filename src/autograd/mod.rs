@@ -33,8 +33,8 @@ pub mod mode;
 pub use checkpoint::checkpoint;
 
 pub use mode::{
-    enable_grad, enable_grad_guard, inference_mode, inference_mode_guard, is_grad_enabled, is_inference_mode, no_grad,
-    no_grad_guard, GradModeGuard,
+    enable_grad, enable_grad_guard, inference_mode, inference_mode_guard, is_grad_enabled,
+    is_inference_mode, no_grad, no_grad_guard, GradModeGuard,
 };
 
 use crate::error::{bail, Error, Result};
@@ -117,7 +117,11 @@ impl Saved {
                 ),
             });
         }
-        Ok(Saved { tensor: t.detach_impl(), version: t.version(), op })
+        Ok(Saved {
+            tensor: t.detach_impl(),
+            version: t.version(),
+            op,
+        })
     }
 
     /// The saved tensor, if it was not modified in place since.
@@ -167,21 +171,44 @@ pub(crate) fn attach(out: Tensor, name: &'static str, inputs: &[&Tensor], f: Bac
 
 /// [`attach`] for view ops: the output is marked as a view of a leaf when
 /// its input is a leaf that requires grad.
-pub(crate) fn attach_view(out: Tensor, name: &'static str, input: &Tensor, f: BackwardFn) -> Tensor {
+pub(crate) fn attach_view(
+    out: Tensor,
+    name: &'static str,
+    input: &Tensor,
+    f: BackwardFn,
+) -> Tensor {
     if !needs_grad(&[input]) {
         return out;
     }
-    let view_of_leaf = input.is_leaf() || input.inner.autograd.as_ref().is_some_and(|m| m.view_of_leaf);
+    let view_of_leaf = input.is_leaf()
+        || input
+            .inner
+            .autograd
+            .as_ref()
+            .is_some_and(|m| m.view_of_leaf);
     attach_node(out, name, &[input], f, view_of_leaf)
 }
 
-pub(crate) fn attach_node(out: Tensor, name: &'static str, inputs: &[&Tensor], f: BackwardFn, view_of_leaf: bool) -> Tensor {
+pub(crate) fn attach_node(
+    out: Tensor,
+    name: &'static str,
+    inputs: &[&Tensor],
+    f: BackwardFn,
+    view_of_leaf: bool,
+) -> Tensor {
     let node = Arc::new(Node {
         name,
         backward: Mutex::new(Some(f)),
-        next: inputs.iter().map(|t| if t.requires_grad() { edge_of(t) } else { None }).collect(),
+        next: inputs
+            .iter()
+            .map(|t| if t.requires_grad() { edge_of(t) } else { None })
+            .collect(),
     });
-    out.with_autograd(AutogradMeta { grad_fn: Some(node), grad: Mutex::new(None), view_of_leaf })
+    out.with_autograd(AutogradMeta {
+        grad_fn: Some(node),
+        grad: Mutex::new(None),
+        view_of_leaf,
+    })
 }
 
 impl Tensor {
@@ -193,13 +220,21 @@ impl Tensor {
     /// `true` for a tensor not produced by a recorded op (every tensor that
     /// does not require grad, and every `requires_grad` leaf).
     pub fn is_leaf(&self) -> bool {
-        self.inner.autograd.as_ref().is_none_or(|m| m.grad_fn.is_none())
+        self.inner
+            .autograd
+            .as_ref()
+            .is_none_or(|m| m.grad_fn.is_none())
     }
 
     /// The name of the op that produced this tensor in the graph, if any
     /// (e.g. `"MulBackward"`).
     pub fn grad_fn_name(&self) -> Option<&'static str> {
-        self.inner.autograd.as_ref()?.grad_fn.as_ref().map(|n| n.name)
+        self.inner
+            .autograd
+            .as_ref()?
+            .grad_fn
+            .as_ref()
+            .map(|n| n.name)
     }
 
     /// This tensor as a leaf that requires (or does not require) grad,
@@ -210,34 +245,61 @@ impl Tensor {
         if !self.is_leaf() {
             bail!(Error::Autograd {
                 op: "requires_grad_",
-                msg: format!("you can only change requires_grad of leaf tensors; this one was made by {}", self.grad_fn_name().unwrap_or("?")),
+                msg: format!(
+                    "you can only change requires_grad of leaf tensors; this one was made by {}",
+                    self.grad_fn_name().unwrap_or("?")
+                ),
             });
         }
         if yes == self.requires_grad() {
             return Ok(self);
         }
         if yes && !(self.dtype().is_float()) {
-            bail!(Error::dtype("requires_grad_", "a float dtype (only floating point tensors can require gradients)", self.dtype()));
+            bail!(Error::dtype(
+                "requires_grad_",
+                "a float dtype (only floating point tensors can require gradients)",
+                self.dtype()
+            ));
         }
         let plain = self.detach_impl();
-        Ok(if yes { plain.with_autograd(AutogradMeta { grad_fn: None, grad: Mutex::new(None), view_of_leaf: false }) } else { plain })
+        Ok(if yes {
+            plain.with_autograd(AutogradMeta {
+                grad_fn: None,
+                grad: Mutex::new(None),
+                view_of_leaf: false,
+            })
+        } else {
+            plain
+        })
     }
 
     /// The accumulated gradient (a new handle to it), if any.
     pub fn grad(&self) -> Option<Tensor> {
         let m = self.inner.autograd.as_ref()?;
-        m.grad.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|g| g.alias())
+        m.grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|g| g.alias())
     }
 
     /// Replaces the accumulated gradient (`None` frees it). An `Err` on a
     /// tensor that does not require grad, or for a gradient of another shape.
     pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
         let Some(m) = self.inner.autograd.as_ref() else {
-            bail!(Error::Autograd { op: "set_grad", msg: "the tensor does not require grad".into() });
+            bail!(Error::Autograd {
+                op: "set_grad",
+                msg: "the tensor does not require grad".into()
+            });
         };
         if let Some(g) = &grad {
             if g.shape() != self.shape() {
-                bail!(Error::shape("set_grad", self.shape(), g.shape(), "a gradient must have the tensor's shape"));
+                bail!(Error::shape(
+                    "set_grad",
+                    self.shape(),
+                    g.shape(),
+                    "a gradient must have the tensor's shape"
+                ));
             }
         }
         *m.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
@@ -269,7 +331,12 @@ impl Tensor {
     /// With `retain_graph` the saved tensors are kept for another backward.
     pub fn backward_with(&self, grad: &Tensor, retain_graph: bool) -> Result<()> {
         if grad.shape() != self.shape() {
-            bail!(Error::shape("backward", self.shape(), grad.shape(), "the gradient must have the output's shape"));
+            bail!(Error::shape(
+                "backward",
+                self.shape(),
+                grad.shape(),
+                "the gradient must have the output's shape"
+            ));
         }
         let g = crate::autograd::no_grad(|| grad.to_dtype(self.dtype()))?;
         engine::run_backward(self, g, retain_graph)
@@ -289,7 +356,9 @@ pub(crate) fn check_inplace(t: &Tensor, op: &'static str) -> Result<()> {
     if !is_grad_enabled() {
         return Ok(());
     }
-    let Some(m) = t.inner.autograd.as_ref() else { return Ok(()) };
+    let Some(m) = t.inner.autograd.as_ref() else {
+        return Ok(());
+    };
     let what = if m.grad_fn.is_none() {
         "a leaf tensor that requires grad is being used in an in-place operation"
     } else if m.view_of_leaf {
@@ -298,5 +367,8 @@ pub(crate) fn check_inplace(t: &Tensor, op: &'static str) -> Result<()> {
         "in-place operations on tensors that require grad are not recorded by tensorscope's autograd; \
          use the out-of-place form, or write under no_grad"
     };
-    bail!(Error::Autograd { op, msg: format!("{what} ({} {:?})", t.dtype(), t.shape()) })
+    bail!(Error::Autograd {
+        op,
+        msg: format!("{what} ({} {:?})", t.dtype(), t.shape())
+    })
 }

@@ -1,8 +1,49 @@
 //! Neural-network modules.
 //!
 //! A [`Module`] owns its parameters (leaf tensors that require grad). Layers
-//! and `Sequential` live in this folder, one concept per file.
+//! and [`Sequential`] live in this folder, one concept per file.
+//!
+//! # Parameters and buffers
+//!
+//! * [`named_parameters`](Module::named_parameters) lists the **trainable**
+//!   tensors only (what PyTorch's `parameters()` yields).
+//! * [`named_parameters_mut`](Module::named_parameters_mut) lists the same
+//!   tensors in the same order, **followed by the buffers** a checkpoint must
+//!   save (PyTorch's `state_dict` extras): BatchNorm1d's `running_mean`,
+//!   `running_var` and `num_batches_tracked`. Buffers never require grad, so
+//!   they never get a gradient and an optimizer that skips tensors without a
+//!   gradient leaves them alone. The first `named_parameters().len()` entries
+//!   of `named_parameters_mut()` are therefore exactly the trainable ones.
+//!
+//! ```
+//! use tensorscope::nn::{Linear, Module, ReLU, Sequential};
+//! use tensorscope::{DType, Device, Tensor};
+//! let mut net = Sequential::new();
+//! net.add(Linear::new(4, 8)?).add(ReLU).add(Linear::new(8, 2)?);
+//! let x = Tensor::randn(&[3, 4], DType::F32, Device::Cpu)?;
+//! let y = tensorscope::autograd::no_grad(|| net.forward_owned(x))?;
+//! assert_eq!(y.shape(), &[3, 2]);
+//! assert_eq!(net.named_parameters()[0].0, "0.weight");
+//! # Ok::<(), tensorscope::Error>(())
+//! ```
 
+mod activation;
+mod dropout;
+mod embedding;
+pub mod init;
+mod linear;
+pub mod loss;
 mod module;
+mod norm;
+mod sequential;
 
+pub use activation::{ReLU, Sigmoid, Tanh, GELU};
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use loss::{bce_with_logits, cross_entropy, mse_loss};
 pub use module::Module;
+pub use norm::{BatchNorm1d, LayerNorm};
+pub use sequential::{DonationStats, Sequential};
+
+pub(crate) use sequential::{donation_verdict, Verdict};

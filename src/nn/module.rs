@@ -37,7 +37,10 @@ pub trait Module: Send {
 
     /// Every parameter, in the order of [`named_parameters`](Module::named_parameters).
     fn parameters(&self) -> Vec<&Tensor> {
-        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
     /// Switches training mode (dropout active, batch statistics used) on or off.
@@ -59,7 +62,11 @@ pub trait Module: Send {
         for (_, p) in self.named_parameters_mut() {
             if p.device() != device {
                 let moved = crate::autograd::no_grad(|| p.detach().to_device(device))?;
-                *p = if p.requires_grad() { moved.requires_grad_(true)? } else { moved };
+                *p = if p.requires_grad() {
+                    moved.requires_grad_(true)?
+                } else {
+                    moved
+                };
             }
         }
         Ok(())

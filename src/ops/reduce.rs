@@ -155,29 +155,59 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Sum, self, dims, keepdim, self.reduction(Reduction::Sum, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Sum,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Sum, dims, keepdim)?,
+        )
     }
 
     /// Mean over `dims` (empty: all); float tensors only. The mean of nothing is NaN.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Mean, self, dims, keepdim, self.reduction(Reduction::Mean, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Mean,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Mean, dims, keepdim)?,
+        )
     }
 
     /// Product over `dims` (empty: all). Bool and integer tensors multiply into i64.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Prod, self, dims, keepdim, self.reduction(Reduction::Prod, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Prod,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Prod, dims, keepdim)?,
+        )
     }
 
     /// Largest value over `dims` (empty: all), like `torch.amax`. NaN
     /// propagates; an empty reduction is an error.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Max, self, dims, keepdim, self.reduction(Reduction::Max, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Max,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Max, dims, keepdim)?,
+        )
     }
 
     /// Smallest value over `dims` (empty: all), like `torch.amin`. NaN
     /// propagates; an empty reduction is an error.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Min, self, dims, keepdim, self.reduction(Reduction::Min, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Min,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Min, dims, keepdim)?,
+        )
     }
 
     /// Largest values along `dim` and their indices (i64), like `torch.max(x, dim)`.
@@ -193,14 +223,26 @@ impl Tensor {
     /// ```
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let (v, i) = self.arg_reduction("max_dim", true, dim, keepdim, true)?;
-        let v = crate::autograd::formulas_more::select_dim(self, dim, keepdim, v.expect("values requested"), &i)?;
+        let v = crate::autograd::formulas_more::select_dim(
+            self,
+            dim,
+            keepdim,
+            v.expect("values requested"),
+            &i,
+        )?;
         Ok((v, i))
     }
 
     /// Smallest values along `dim` and their indices (i64), like `torch.min(x, dim)`.
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let (v, i) = self.arg_reduction("min_dim", false, dim, keepdim, true)?;
-        let v = crate::autograd::formulas_more::select_dim(self, dim, keepdim, v.expect("values requested"), &i)?;
+        let v = crate::autograd::formulas_more::select_dim(
+            self,
+            dim,
+            keepdim,
+            v.expect("values requested"),
+            &i,
+        )?;
         Ok((v, i))
     }
 
@@ -228,12 +270,24 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn var(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Var(correction), self, dims, keepdim, self.reduction(Reduction::Var(correction), dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Var(correction),
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Var(correction), dims, keepdim)?,
+        )
     }
 
     /// Standard deviation: the square root of [`var`](Tensor::var).
     pub fn std(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::Std(correction), self, dims, keepdim, self.reduction(Reduction::Std(correction), dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::Std(correction),
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::Std(correction), dims, keepdim)?,
+        )
     }
 
     /// `log(sum(exp(x)))` over `dims` (empty: all), without overflow for
@@ -247,7 +301,13 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(crate::autograd::formulas_more::Red::LogSumExp, self, dims, keepdim, self.reduction(Reduction::LogSumExp, dims, keepdim)?)
+        crate::autograd::formulas_more::reduce(
+            crate::autograd::formulas_more::Red::LogSumExp,
+            self,
+            dims,
+            keepdim,
+            self.reduction(Reduction::LogSumExp, dims, keepdim)?,
+        )
     }
 
     /// Sum of every element, as a rank-0 tensor.

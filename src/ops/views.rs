@@ -2,9 +2,9 @@
 //! data, except `reshape`/`flatten` when the strides cannot express the new
 //! shape (exactly PyTorch's rule) and `contiguous` on a non-contiguous tensor.
 
+use crate::autograd::formulas::{pick, sum_to, view as grad_view};
 use crate::error::{bail, Error, Result};
 use crate::layout::{normalize_dim, resolve_shape};
-use crate::autograd::formulas::{pick, sum_to, view as grad_view};
 use crate::Tensor;
 
 /// `shape` as the signed dims `reshape` takes.
@@ -30,7 +30,12 @@ impl Tensor {
         match self.layout().view(&to) {
             Some(l) => {
                 let back = signed(self.shape());
-                Ok(grad_view(self, self.with_layout(l), "ViewBackward", move |g| g.reshape(&back)))
+                Ok(grad_view(
+                    self,
+                    self.with_layout(l),
+                    "ViewBackward",
+                    move |g| g.reshape(&back),
+                ))
             }
             None => bail!(Error::NotViewable {
                 op: "view",
@@ -53,7 +58,9 @@ impl Tensor {
             }
         };
         let back = signed(self.shape());
-        Ok(grad_view(self, out, "ReshapeBackward", move |g| g.reshape(&back)))
+        Ok(grad_view(self, out, "ReshapeBackward", move |g| {
+            g.reshape(&back)
+        }))
     }
 
     /// Merges dimensions `start..=end` into one (a view when possible, as `reshape`).
@@ -79,13 +86,20 @@ impl Tensor {
     /// Swaps two dimensions (a view).
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let out = self.with_layout(self.layout().transpose(d0, d1)?);
-        Ok(grad_view(self, out, "TransposeBackward", move |g| g.transpose(d0, d1)))
+        Ok(grad_view(self, out, "TransposeBackward", move |g| {
+            g.transpose(d0, d1)
+        }))
     }
 
     /// Transpose of a tensor of rank at most 2 (a view); rank 0 and 1 are returned as they are.
     pub fn t(&self) -> Result<Tensor> {
         match self.rank() {
-            0 | 1 => Ok(grad_view(self, self.with_layout(self.layout().clone()), "TBackward", |g| Ok(g.alias()))),
+            0 | 1 => Ok(grad_view(
+                self,
+                self.with_layout(self.layout().clone()),
+                "TBackward",
+                |g| Ok(g.alias()),
+            )),
             2 => self.transpose(0, 1),
             r => bail!(Error::arg(
                 "t",
@@ -106,26 +120,34 @@ impl Tensor {
             let d = normalize_dim("permute", d, dims.len())?;
             inv[d] = i as isize;
         }
-        Ok(grad_view(self, out, "PermuteBackward", move |g| g.permute(&inv)))
+        Ok(grad_view(self, out, "PermuteBackward", move |g| {
+            g.permute(&inv)
+        }))
     }
 
     /// Elements `start .. start + len` of `dim` (a view).
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
         let out = self.with_layout(self.layout().narrow(dim, start, len)?);
-        Ok(pick(self, out, "NarrowBackward", move |z| z.narrow(dim, start, len)))
+        Ok(pick(self, out, "NarrowBackward", move |z| {
+            z.narrow(dim, start, len)
+        }))
     }
 
     /// Python's `t[start:end:step]` along `dim` (a view). `end` is clamped to
     /// the dimension's size; `step` must be positive.
     pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Result<Tensor> {
         let out = self.with_layout(self.layout().slice("slice", dim, start, end, step)?);
-        Ok(pick(self, out, "SliceBackward", move |z| z.slice(dim, start, end, step)))
+        Ok(pick(self, out, "SliceBackward", move |z| {
+            z.slice(dim, start, end, step)
+        }))
     }
 
     /// Removes `dim` by fixing it at `index` (negative counts from the end); a view.
     pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
         let out = self.with_layout(self.layout().select(dim, index)?);
-        Ok(pick(self, out, "SelectBackward", move |z| z.select(dim, index)))
+        Ok(pick(self, out, "SelectBackward", move |z| {
+            z.select(dim, index)
+        }))
     }
 
     /// Removes every dimension of size 1 (a view).
@@ -139,14 +161,18 @@ impl Tensor {
     pub fn squeeze_dim(&self, dim: isize) -> Result<Tensor> {
         let back = signed(self.shape());
         let out = self.with_layout(self.layout().squeeze_dim(dim)?);
-        Ok(grad_view(self, out, "SqueezeBackward", move |g| g.reshape(&back)))
+        Ok(grad_view(self, out, "SqueezeBackward", move |g| {
+            g.reshape(&back)
+        }))
     }
 
     /// Inserts a dimension of size 1 at `dim` (a view).
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let back = signed(self.shape());
         let out = self.with_layout(self.layout().unsqueeze(dim)?);
-        Ok(grad_view(self, out, "UnsqueezeBackward", move |g| g.reshape(&back)))
+        Ok(grad_view(self, out, "UnsqueezeBackward", move |g| {
+            g.reshape(&back)
+        }))
     }
 
     /// Broadcasts size-1 dimensions to `shape` with stride 0 (a view; no
@@ -154,14 +180,18 @@ impl Tensor {
     pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
         let (back, dt) = (self.shape().to_vec(), self.dtype());
         let out = self.with_layout(self.layout().expand(shape)?);
-        Ok(grad_view(self, out, "ExpandBackward", move |g| sum_to(g, &back, dt)))
+        Ok(grad_view(self, out, "ExpandBackward", move |g| {
+            sum_to(g, &back, dt)
+        }))
     }
 
     /// [`expand`](Tensor::expand) to another tensor's shape.
     pub fn expand_as(&self, other: &Tensor) -> Result<Tensor> {
         let (back, dt) = (self.shape().to_vec(), self.dtype());
         let out = self.with_layout(self.layout().broadcast_to(other.shape())?);
-        Ok(grad_view(self, out, "ExpandBackward", move |g| sum_to(g, &back, dt)))
+        Ok(grad_view(self, out, "ExpandBackward", move |g| {
+            sum_to(g, &back, dt)
+        }))
     }
 
     /// Views of every index along `dim`, each without that dimension.

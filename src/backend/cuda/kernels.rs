@@ -126,8 +126,8 @@ pub(crate) const UNARY_OPS: [UnaryOp; 19] = {
 fn _every_unary_op(op: UnaryOp) {
     use UnaryOp::*;
     match op {
-        Neg | Abs | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Relu | Gelu | Erf | Floor
-        | Round | Sign | Recip | Square | Clamp(..) => {}
+        Neg | Abs | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Relu | Gelu | Erf
+        | Floor | Round | Sign | Recip | Square | Clamp(..) => {}
     }
 }
 

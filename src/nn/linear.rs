@@ -1,0 +1,116 @@
+//! `Linear`: `y = x W^T + b`.
+
+use super::{init, Module};
+use crate::autograd::needs_grad;
+use crate::error::{bail, Error, Result};
+use crate::{DType, Device, Tensor};
+
+/// A fully connected layer: `y = x.matmul(weight.t()) + bias`, with
+/// `weight: [out, in]` and `bias: [out]`.
+///
+/// Initialised as PyTorch does: both weight and bias uniform in
+/// `[-1/sqrt(in), 1/sqrt(in))` (`kaiming_uniform_(a = sqrt(5))`).
+///
+/// When no graph is recorded (no input requires grad, or grad mode is off)
+/// the bias is added in place into the fresh matmul result, so a forward
+/// allocates one output and nothing else.
+///
+/// ```
+/// use tensorscope::nn::{Linear, Module};
+/// use tensorscope::{DType, Device, Tensor};
+/// let lin = Linear::new(3, 2)?;
+/// let y = lin.forward(&Tensor::ones(&[5, 3], DType::F32, Device::Cpu)?)?;
+/// assert_eq!(y.shape(), &[5, 2]);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub struct Linear {
+    /// `[out_features, in_features]`.
+    pub weight: Tensor,
+    /// `[out_features]`, if the layer has a bias.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// An f32 layer on the CPU, with a bias.
+    pub fn new(in_features: usize, out_features: usize) -> Result<Linear> {
+        Linear::with_options(in_features, out_features, true, DType::F32, Device::Cpu)
+    }
+
+    /// A layer of the given dtype (a float) on `device`, with or without bias.
+    pub fn with_options(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Linear> {
+        if !dtype.is_float() {
+            bail!(Error::dtype("Linear", "a float dtype", dtype));
+        }
+        let mut w = Tensor::empty(&[out_features, in_features], dtype, device)?;
+        init::kaiming_uniform_(&mut w, 5f64.sqrt())?;
+        let bias = if bias {
+            let bound = init::kaiming_bound(5f64.sqrt(), in_features);
+            let mut b = Tensor::empty(&[out_features], dtype, device)?;
+            init::uniform_(&mut b, -bound, bound)?;
+            Some(b.requires_grad_(true)?)
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: w.requires_grad_(true)?,
+            bias,
+        })
+    }
+
+    /// `in_features`.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    /// `out_features`.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
+            bail!(Error::shape(
+                "Linear",
+                x.shape(),
+                self.weight.shape(),
+                format!(
+                    "the input's last dimension must be in_features = {}",
+                    self.in_features()
+                )
+            ));
+        }
+        let mut y = x.matmul(&self.weight.t()?)?;
+        if let Some(b) = &self.bias {
+            if needs_grad(&[x, &self.weight, b]) {
+                y = y.add(b)?;
+            } else {
+                y.add_(b)?;
+            }
+        }
+        Ok(y)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        let mut v = vec![("weight".to_string(), &self.weight)];
+        if let Some(b) = &self.bias {
+            v.push(("bias".to_string(), b));
+        }
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = vec![("weight".to_string(), &mut self.weight)];
+        if let Some(b) = &mut self.bias {
+            v.push(("bias".to_string(), b));
+        }
+        v
+    }
+}

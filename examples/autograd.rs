@@ -22,7 +22,11 @@ impl Mlp {
     fn new() -> tensorscope::Result<Mlp> {
         tensorscope::manual_seed(0);
         let ws = (0..4)
-            .map(|_| Tensor::randn(&[512, 512], DType::F32, DEV)?.mul_scalar(0.04)?.requires_grad_(true))
+            .map(|_| {
+                Tensor::randn(&[512, 512], DType::F32, DEV)?
+                    .mul_scalar(0.04)?
+                    .requires_grad_(true)
+            })
             .collect::<tensorscope::Result<_>>()?;
         Ok(Mlp { ws })
     }
@@ -49,15 +53,24 @@ fn main() -> tensorscope::Result<()> {
     let mut kept = Vec::new();
     for step in 1..=4 {
         kept.push(model.loss(&x)?);
-        println!("    after step {step}: {} above the model", kib(memory::memory_allocated(DEV) - base));
+        println!(
+            "    after step {step}: {} above the model",
+            kib(memory::memory_allocated(DEV) - base)
+        );
     }
     drop(kept);
-    println!("    dropped the Vec: {} above the model (graphs freed at once)", kib(memory::memory_allocated(DEV) - base));
+    println!(
+        "    dropped the Vec: {} above the model (graphs freed at once)",
+        kib(memory::memory_allocated(DEV) - base)
+    );
     println!("Fix: push loss.item()");
     let mut values = Vec::new();
     for step in 1..=4 {
         values.push(model.loss(&x)?.item::<f32>()?);
-        println!("    after step {step}: {} above the model", kib(memory::memory_allocated(DEV) - base));
+        println!(
+            "    after step {step}: {} above the model",
+            kib(memory::memory_allocated(DEV) - base)
+        );
     }
 
     // Mistake 2: "deleting before backward". In tensorscope the graph owns
@@ -66,12 +79,23 @@ fn main() -> tensorscope::Result<()> {
     let out = model.forward(&x)?;
     let loss = out.square()?.mean_all()?;
     drop(out); // PyTorch: an error or a silent bug; here the graph keeps what it needs
-    println!("    output dropped before backward: {} still held by the graph", kib(memory::memory_allocated(DEV) - base));
+    println!(
+        "    output dropped before backward: {} still held by the graph",
+        kib(memory::memory_allocated(DEV) - base)
+    );
     loss.backward()?;
     println!("    after backward: {} above the model (saved tensors released; what is left is the gradients)", kib(memory::memory_allocated(DEV) - base));
     drop(loss);
-    let grads: usize = model.ws.iter().map(|w| w.grad().map_or(0, |g| memory::round_size(g.nbytes()))).sum();
-    println!("    loss dropped: {} above the model = the 4 gradients ({})", kib(memory::memory_allocated(DEV) - base), kib(grads));
+    let grads: usize = model
+        .ws
+        .iter()
+        .map(|w| w.grad().map_or(0, |g| memory::round_size(g.nbytes())))
+        .sum();
+    println!(
+        "    loss dropped: {} above the model = the 4 gradients ({})",
+        kib(memory::memory_allocated(DEV) - base),
+        kib(grads)
+    );
     for w in &model.ws {
         w.zero_grad();
     }
@@ -79,34 +103,60 @@ fn main() -> tensorscope::Result<()> {
     // Mistake 4: in-place during autograd is an error, not silent corruption.
     println!("\nMistake: in-place writes during autograd");
     let mut w0 = model.ws[0].alias();
-    println!("    w.add_scalar_(1.0) on a parameter: {}", w0.add_scalar_(1.0).unwrap_err());
+    println!(
+        "    w.add_scalar_(1.0) on a parameter: {}",
+        w0.add_scalar_(1.0).unwrap_err()
+    );
     let mut scale = Tensor::ones(&[512], DType::F32, DEV)?;
     let y = x.matmul(&model.ws[0])?.mul(&scale)?.sum_all()?;
     scale.mul_scalar_(2.0)?; // `scale` was saved by MulBackward
-    println!("    backward after changing a saved tensor: {}", y.backward().unwrap_err());
+    println!(
+        "    backward after changing a saved tensor: {}",
+        y.backward().unwrap_err()
+    );
     autograd::no_grad(|| w0.sub_scalar_(0.0).map(|_| ()))?;
-    println!("    the same update under no_grad (how optimizers work): ok, version {}", w0.version());
+    println!(
+        "    the same update under no_grad (how optimizers work): ok, version {}",
+        w0.version()
+    );
     drop((y, w0, scale));
 
     // The seed's "memory impact comparison".
     println!("\nPeak memory of one forward pass, above the model:");
     for (name, run) in [
-        ("normal", Box::new(|| model.forward(&x)) as Box<dyn Fn() -> tensorscope::Result<Tensor>>),
-        ("no_grad", Box::new(|| autograd::no_grad(|| model.forward(&x)))),
-        ("inference_mode", Box::new(|| autograd::inference_mode(|| model.forward(&x)))),
+        (
+            "normal",
+            Box::new(|| model.forward(&x)) as Box<dyn Fn() -> tensorscope::Result<Tensor>>,
+        ),
+        (
+            "no_grad",
+            Box::new(|| autograd::no_grad(|| model.forward(&x))),
+        ),
+        (
+            "inference_mode",
+            Box::new(|| autograd::inference_mode(|| model.forward(&x))),
+        ),
     ] {
         memory::reset_peak_memory_stats(DEV);
         let out = run()?;
         let peak = memory::max_memory_allocated(DEV) - base;
         let after = memory::memory_allocated(DEV) - base;
-        println!("    {name:<15} peak {:>10}   held while the output lives {:>10}", kib(peak), kib(after));
+        println!(
+            "    {name:<15} peak {:>10}   held while the output lives {:>10}",
+            kib(peak),
+            kib(after)
+        );
         drop(out);
     }
 
     // Gradient checkpointing: a deeper net, in segments of 4 layers.
     println!("\nGradient checkpointing, a 32-layer 128-wide MLP, batch 1024, segments of 4:");
     let deep: Vec<Tensor> = (0..32)
-        .map(|_| Tensor::randn(&[128, 128], DType::F32, DEV)?.mul_scalar(0.08)?.requires_grad_(true))
+        .map(|_| {
+            Tensor::randn(&[128, 128], DType::F32, DEV)?
+                .mul_scalar(0.08)?
+                .requires_grad_(true)
+        })
         .collect::<tensorscope::Result<_>>()?;
     let xd = Tensor::randn(&[1024, 128], DType::F32, DEV)?;
     let base = memory::memory_allocated(DEV);
@@ -122,7 +172,11 @@ fn main() -> tensorscope::Result<()> {
                 }
                 Ok(h)
             };
-            h = if ckpt { checkpoint(f, &[&h])? } else { f(std::slice::from_ref(&h))? };
+            h = if ckpt {
+                checkpoint(f, &[&h])?
+            } else {
+                f(std::slice::from_ref(&h))?
+            };
         }
         let loss = h.square()?.mean_all()?;
         drop(h);

@@ -420,11 +420,17 @@ fn gradcheck_reductions_and_softmax() {
     gradcheck("mean", &[a.alias()], |x| x[0].mean(&[-1], false));
     gradcheck("max (amax)", &[a.alias()], |x| x[0].max(&[1], true));
     gradcheck("min (amin)", &[a.alias()], |x| x[0].min(&[0], false));
-    gradcheck("max_dim values", &[a.alias()], |x| Ok(x[0].max_dim(1, false)?.0));
-    gradcheck("min_dim values", &[a.alias()], |x| Ok(x[0].min_dim(0, true)?.0));
+    gradcheck("max_dim values", &[a.alias()], |x| {
+        Ok(x[0].max_dim(1, false)?.0)
+    });
+    gradcheck("min_dim values", &[a.alias()], |x| {
+        Ok(x[0].min_dim(0, true)?.0)
+    });
     gradcheck("prod", &[a.alias()], |x| x[0].prod(&[1], false));
     gradcheck("var", &[a.alias()], |x| x[0].var(&[1], 1, false));
-    gradcheck("var population", &[a.alias()], |x| x[0].var(&[0, 1], 0, true));
+    gradcheck("var population", &[a.alias()], |x| {
+        x[0].var(&[0, 1], 0, true)
+    });
     gradcheck("std", &[a.alias()], |x| x[0].std(&[0], 1, false));
     gradcheck("logsumexp", &[a.alias()], |x| x[0].logsumexp(&[1], false));
     gradcheck("softmax", &[a.alias()], |x| x[0].softmax(-1));
@@ -440,11 +446,21 @@ fn gradcheck_matmul_all_ranks() {
     let v = leaf(&[4], 23);
     let u = leaf(&[3], 24);
     let batched = leaf(&[2, 3, 4], 25);
-    gradcheck("2-D x 2-D (transposed lhs)", &[m.alias(), n.alias()], |x| x[0].matmul(&x[1]));
+    gradcheck("2-D x 2-D (transposed lhs)", &[m.alias(), n.alias()], |x| {
+        x[0].matmul(&x[1])
+    });
     gradcheck("2-D x 1-D", &[m.alias(), v.alias()], |x| x[0].matmul(&x[1]));
     gradcheck("1-D x 2-D", &[u.alias(), m.alias()], |x| x[0].matmul(&x[1]));
-    gradcheck("1-D x 1-D", &[v.alias(), v.detach().requires_grad_(true).unwrap()], |x| x[0].matmul(&x[1]));
-    gradcheck("batched x broadcast 2-D", &[batched.alias(), n.alias()], |x| x[0].matmul(&x[1]));
+    gradcheck(
+        "1-D x 1-D",
+        &[v.alias(), v.detach().requires_grad_(true).unwrap()],
+        |x| x[0].matmul(&x[1]),
+    );
+    gradcheck(
+        "batched x broadcast 2-D",
+        &[batched.alias(), n.alias()],
+        |x| x[0].matmul(&x[1]),
+    );
 }
 
 #[test]
@@ -452,17 +468,33 @@ fn gradcheck_index_and_shape_ops() {
     let _l = lock();
     let a = leaf_t(4, 3, 26);
     let idx = Tensor::from_slice(&[2i64, 0, 2], &[3], CPU).unwrap();
-    gradcheck("index_select (repeated index)", &[a.alias()], |x| x[0].index_select(0, &idx));
+    gradcheck("index_select (repeated index)", &[a.alias()], |x| {
+        x[0].index_select(0, &idx)
+    });
     let gidx = Tensor::from_slice(&[0i64, 2, 1, 1, 0, 0], &[2, 3], CPU).unwrap();
     gradcheck("gather", &[a.alias()], |x| x[0].gather(0, &gidx));
-    gradcheck("masked_select", &[a.alias()], |x| x[0].masked_select(&x[0].detach().gt_scalar(0.0)?));
+    gradcheck("masked_select", &[a.alias()], |x| {
+        x[0].masked_select(&x[0].detach().gt_scalar(0.0)?)
+    });
     let b = leaf(&[2, 3], 27);
-    gradcheck("cat", &[a.alias(), b.alias()], |x| Tensor::cat(&[&x[0], &x[1]], 0));
-    gradcheck("stack", &[a.alias(), a.detach().requires_grad_(true).unwrap()], |x| Tensor::stack(&[&x[0], &x[1]], 1));
+    gradcheck("cat", &[a.alias(), b.alias()], |x| {
+        Tensor::cat(&[&x[0], &x[1]], 0)
+    });
+    gradcheck(
+        "stack",
+        &[a.alias(), a.detach().requires_grad_(true).unwrap()],
+        |x| Tensor::stack(&[&x[0], &x[1]], 1),
+    );
     gradcheck("repeat", &[b.alias()], |x| x[0].repeat(&[2, 1, 3]));
     // A cast's gradient is cast back (finite differences through f32 would
     // only measure f32 rounding, so this one is checked directly).
-    let y = b.to_dtype(DType::F32).unwrap().mul_scalar(3.0).unwrap().sum_all().unwrap();
+    let y = b
+        .to_dtype(DType::F32)
+        .unwrap()
+        .mul_scalar(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap();
     b.zero_grad();
     y.backward().unwrap();
     let g = b.grad().unwrap();
@@ -498,8 +530,15 @@ fn memory_impact_of_grad_modes() {
     let (normal, normal_peak) = held(&fwd);
     let (nograd, nograd_peak) = held(&|| no_grad(fwd));
     let (infer, infer_peak) = held(&|| autograd::inference_mode(fwd));
-    assert_eq!(normal, 4 * act, "the graph keeps the four tanh outputs (the last is the output)");
+    assert_eq!(
+        normal,
+        4 * act,
+        "the graph keeps the four tanh outputs (the last is the output)"
+    );
     assert_eq!(nograd, act, "no_grad keeps only the output");
     assert_eq!(infer, act, "inference_mode keeps only the output");
-    assert!(nograd_peak < normal_peak && infer_peak == nograd_peak, "{normal_peak} {nograd_peak} {infer_peak}");
+    assert!(
+        nograd_peak < normal_peak && infer_peak == nograd_peak,
+        "{normal_peak} {nograd_peak} {infer_peak}"
+    );
 }

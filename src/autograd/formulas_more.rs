@@ -26,7 +26,10 @@ fn reduced_dims(x: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
     if dims.is_empty() {
         return Ok((0..x.rank()).collect());
     }
-    let mut v = dims.iter().map(|&d| normalize_dim("backward", d, x.rank())).collect::<Result<Vec<_>>>()?;
+    let mut v = dims
+        .iter()
+        .map(|&d| normalize_dim("backward", d, x.rank()))
+        .collect::<Result<Vec<_>>>()?;
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -45,7 +48,13 @@ fn keep(t: &Tensor, dims: &[usize], keepdim: bool) -> Result<Tensor> {
 }
 
 /// Records `out = red(x, dims, keepdim)`.
-pub(crate) fn reduce(red: Red, x: &Tensor, dims: &[isize], keepdim: bool, out: Tensor) -> Result<Tensor> {
+pub(crate) fn reduce(
+    red: Red,
+    x: &Tensor,
+    dims: &[isize],
+    keepdim: bool,
+    out: Tensor,
+) -> Result<Tensor> {
     if !needs_grad(&[x]) || !out.dtype().is_float() {
         return Ok(out);
     }
@@ -65,9 +74,20 @@ pub(crate) fn reduce(red: Red, x: &Tensor, dims: &[isize], keepdim: bool, out: T
     let sdims: Vec<isize> = rd.iter().map(|&d| d as isize).collect();
     let dt = x.dtype();
     let needs_x = !matches!(red, Red::Sum | Red::Mean);
-    let needs_y = matches!(red, Red::Max | Red::Min | Red::Prod | Red::Std(_) | Red::LogSumExp);
-    let kx = if needs_x { Some(Saved::new(x, name)?) } else { None };
-    let ky = if needs_y { Some(Saved::new(&out, name)?) } else { None };
+    let needs_y = matches!(
+        red,
+        Red::Max | Red::Min | Red::Prod | Red::Std(_) | Red::LogSumExp
+    );
+    let kx = if needs_x {
+        Some(Saved::new(x, name)?)
+    } else {
+        None
+    };
+    let ky = if needs_y {
+        Some(Saved::new(&out, name)?)
+    } else {
+        None
+    };
     let f: BackwardFn = Box::new(move |g| {
         let gk = keep(g, &rd, keepdim)?;
         let gin = match red {
@@ -113,7 +133,13 @@ pub(crate) fn reduce(red: Red, x: &Tensor, dims: &[isize], keepdim: bool, out: T
 
 /// Records the values of `max_dim`/`min_dim`: the gradient goes to the
 /// selected index only.
-pub(crate) fn select_dim(x: &Tensor, dim: isize, keepdim: bool, values: Tensor, indices: &Tensor) -> Result<Tensor> {
+pub(crate) fn select_dim(
+    x: &Tensor,
+    dim: isize,
+    keepdim: bool,
+    values: Tensor,
+    indices: &Tensor,
+) -> Result<Tensor> {
     if !needs_grad(&[x]) {
         return Ok(values);
     }
@@ -139,7 +165,11 @@ pub(crate) fn softmax(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<
     if !needs_grad(&[x]) {
         return Ok(out);
     }
-    let name = if log { "LogSoftmaxBackward" } else { "SoftmaxBackward" };
+    let name = if log {
+        "LogSoftmaxBackward"
+    } else {
+        "SoftmaxBackward"
+    };
     let ky = Saved::new(&out, name)?;
     let dt = x.dtype();
     let f: BackwardFn = Box::new(move |g| {
@@ -163,14 +193,34 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
         return Ok(out);
     }
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    let ka = if rb { Some(Saved::new(a, "MmBackward")?) } else { None };
-    let kb = if ra { Some(Saved::new(b, "MmBackward")?) } else { None };
+    let ka = if rb {
+        Some(Saved::new(a, "MmBackward")?)
+    } else {
+        None
+    };
+    let kb = if ra {
+        Some(Saved::new(b, "MmBackward")?)
+    } else {
+        None
+    };
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
     let (da, db) = (a.dtype(), b.dtype());
     let f: BackwardFn = Box::new(move |g| {
         // Lift vectors to matrices, as matmul does, and g to match.
-        let lift_a = |t: &Tensor| if sa.len() == 1 { t.unsqueeze(0) } else { Ok(t.alias()) };
-        let lift_b = |t: &Tensor| if sb.len() == 1 { t.unsqueeze(1) } else { Ok(t.alias()) };
+        let lift_a = |t: &Tensor| {
+            if sa.len() == 1 {
+                t.unsqueeze(0)
+            } else {
+                Ok(t.alias())
+            }
+        };
+        let lift_b = |t: &Tensor| {
+            if sb.len() == 1 {
+                t.unsqueeze(1)
+            } else {
+                Ok(t.alias())
+            }
+        };
         // Put back the dims matmul removed: m (last) first, then n before it.
         let mut g2 = g.alias();
         if sb.len() == 1 {
@@ -179,8 +229,16 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Result<Tensor> {
         if sa.len() == 1 {
             g2 = g2.unsqueeze(-2)?;
         }
-        let sa2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.clone() };
-        let sb2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.clone() };
+        let sa2: Vec<usize> = if sa.len() == 1 {
+            vec![1, sa[0]]
+        } else {
+            sa.clone()
+        };
+        let sb2: Vec<usize> = if sb.len() == 1 {
+            vec![sb[0], 1]
+        } else {
+            sb.clone()
+        };
         let ga = match &kb {
             Some(b) => {
                 let b2 = lift_b(b.get()?)?;
@@ -296,15 +354,24 @@ pub(crate) fn repeat(x: &Tensor, reps: &[usize], out: Tensor) -> Result<Tensor> 
         return Ok(out);
     }
     let lead = reps.len() - x.rank();
-    let xs: Vec<usize> = std::iter::repeat_n(1, lead).chain(x.shape().iter().copied()).collect();
+    let xs: Vec<usize> = std::iter::repeat_n(1, lead)
+        .chain(x.shape().iter().copied())
+        .collect();
     let reps = reps.to_vec();
     let (orig, dt) = (x.shape().to_vec(), x.dtype());
     let f: BackwardFn = Box::new(move |g| {
         // [r0 * s0, r1 * s1, ...] -> [r0, s0, r1, s1, ...], sum the r dims.
-        let split: Vec<isize> = reps.iter().zip(&xs).flat_map(|(&r, &s)| [r as isize, s as isize]).collect();
+        let split: Vec<isize> = reps
+            .iter()
+            .zip(&xs)
+            .flat_map(|(&r, &s)| [r as isize, s as isize])
+            .collect();
         let rdims: Vec<isize> = (0..reps.len()).map(|i| 2 * i as isize).collect();
         let s = g.reshape(&split)?.sum(&rdims, false)?;
-        Ok(vec![Some(s.reshape(&orig.iter().map(|&d| d as isize).collect::<Vec<_>>())?.to_dtype(dt)?)])
+        Ok(vec![Some(
+            s.reshape(&orig.iter().map(|&d| d as isize).collect::<Vec<_>>())?
+                .to_dtype(dt)?,
+        )])
     });
     Ok(attach(out, "RepeatBackward", &[x], f))
 }

@@ -34,7 +34,11 @@ pub struct GradModeGuard {
 
 impl GradModeGuard {
     fn set(grad: bool, inference: bool) -> GradModeGuard {
-        let g = GradModeGuard { prev_grad: is_grad_enabled(), prev_inference: is_inference_mode(), _not_send: [] };
+        let g = GradModeGuard {
+            prev_grad: is_grad_enabled(),
+            prev_inference: is_inference_mode(),
+            _not_send: [],
+        };
         GRAD_ENABLED.with(|c| c.set(grad));
         INFERENCE.with(|c| c.set(inference));
         g

@@ -4,5 +4,7 @@
 //! and `Sequential` live in this folder, one concept per file.
 
 mod module;
+mod state;
 
 pub use module::Module;
+pub use state::*;

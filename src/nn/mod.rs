@@ -36,6 +36,7 @@ pub mod loss;
 mod module;
 mod norm;
 mod sequential;
+mod state;
 
 pub use activation::{ReLU, Sigmoid, Tanh, GELU};
 pub use dropout::Dropout;
@@ -45,5 +46,6 @@ pub use loss::{bce_with_logits, cross_entropy, mse_loss};
 pub use module::Module;
 pub use norm::{BatchNorm1d, LayerNorm};
 pub use sequential::{DonationStats, Sequential};
+pub use state::*;
 
 pub(crate) use sequential::{donation_verdict, Verdict};

@@ -1,1 +1,127 @@
-//! Optimizers and learning-rate schedules.
+//! Optimizers, gradient clipping and learning-rate schedules.
+//!
+//! An [`Optimizer`] takes the model by `&mut` for the length of a step, so no
+//! other borrow of a parameter can be alive while the update runs. State
+//! (momentum buffers, Adam's moments, and one or two scratch buffers per
+//! parameter) is keyed by parameter name and allocated on the first step
+//! only; every later step updates in place under `no_grad` and allocates
+//! nothing from the device allocator.
+//!
+//! ```
+//! use tensorscope::nn::Module;
+//! use tensorscope::optim::{Optimizer, Sgd, SgdConfig};
+//! use tensorscope::{DType, Device, Tensor};
+//!
+//! struct Line { w: Tensor }
+//! impl Module for Line {
+//!     fn forward(&self, x: &Tensor) -> tensorscope::Result<Tensor> { x.mul(&self.w) }
+//!     fn named_parameters(&self) -> Vec<(String, &Tensor)> { vec![("w".into(), &self.w)] }
+//!     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> { vec![("w".into(), &mut self.w)] }
+//! }
+//!
+//! let mut model = Line { w: Tensor::ones(&[3], DType::F32, Device::Cpu)?.requires_grad_(true)? };
+//! let mut opt = Sgd::new(SgdConfig { lr: 0.5, ..Default::default() })?;
+//! let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu)?;
+//! model.forward(&x)?.sum_all()?.backward()?;   // d/dw = x
+//! opt.step(&mut model)?;                        // w = 1 - 0.5 * x
+//! assert_eq!(model.w.to_vec::<f32>()?, vec![0.5, 0.0, -0.5]);
+//! opt.zero_grad(&model);
+//! # Ok::<(), tensorscope::Error>(())
+//! ```
+
+mod adam;
+mod clip;
+mod schedule;
+mod sgd;
+
+pub use adam::{Adam, AdamConfig, AdamW};
+pub use clip::clip_grad_norm_;
+pub use schedule::{CosineAnnealingLR, LrScheduler, StepLR};
+pub use sgd::{Sgd, SgdConfig};
+
+use crate::error::{bail, Error, Result};
+use crate::nn::Module;
+use crate::Tensor;
+
+/// Something that updates a module's parameters from their gradients.
+pub trait Optimizer {
+    /// One update of every parameter that has a gradient (parameters without
+    /// one are skipped, as in PyTorch). The model is borrowed mutably for the
+    /// whole step.
+    fn step(&mut self, model: &mut dyn Module) -> Result<()>;
+
+    /// Frees every parameter's gradient (PyTorch's `set_to_none=True`).
+    fn zero_grad(&self, model: &dyn Module) {
+        model.zero_grad()
+    }
+
+    /// The current learning rate.
+    fn lr(&self) -> f64;
+
+    /// Sets the learning rate (used by the schedules).
+    fn set_lr(&mut self, lr: f64);
+}
+
+/// A state buffer of `p`'s shape and dtype, filled with zeros.
+pub(crate) fn zeros_for(p: &Tensor) -> Result<Tensor> {
+    Tensor::zeros(p.shape(), p.dtype(), p.device())
+}
+
+/// Checks that a parameter still matches the state kept for it.
+pub(crate) fn check_state(op: &'static str, name: &str, p: &Tensor, buf: &Tensor) -> Result<()> {
+    if p.shape() != buf.shape() || p.dtype() != buf.dtype() || p.device() != buf.device() {
+        bail!(Error::arg(
+            op,
+            format!(
+                "parameter {name:?} changed since the optimizer's state was made: now {:?} {} on {}, state {:?} {} on {}",
+                p.shape(),
+                p.dtype(),
+                p.device(),
+                buf.shape(),
+                buf.dtype(),
+                buf.device()
+            )
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the gradient can update the parameter in place.
+pub(crate) fn check_grad(op: &'static str, name: &str, p: &Tensor, g: &Tensor) -> Result<()> {
+    if g.dtype() != p.dtype() || g.device() != p.device() {
+        bail!(Error::arg(
+            op,
+            format!(
+                "the gradient of {name:?} is {} on {}, the parameter {} on {}",
+                g.dtype(),
+                g.device(),
+                p.dtype(),
+                p.device()
+            )
+        ));
+    }
+    if !p.dtype().is_float() {
+        bail!(Error::dtype(op, "a float parameter", p.dtype()));
+    }
+    Ok(())
+}
+
+/// Checks a hyper-parameter: finite and inside `[lo, hi)` (or `[lo, hi]`).
+pub(crate) fn check_range(
+    op: &'static str,
+    what: &str,
+    v: f64,
+    lo: f64,
+    hi: f64,
+    hi_inclusive: bool,
+) -> Result<()> {
+    let ok = v.is_finite() && v >= lo && (v < hi || (hi_inclusive && v <= hi));
+    if !ok {
+        let close = if hi_inclusive { ']' } else { ')' };
+        bail!(Error::arg(
+            op,
+            format!("{what} must be in [{lo}, {hi}{close}, got {v}")
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+// A reference to a parameter held across an optimizer step.
+//
+// `step` borrows the whole model mutably for the update, so a `&Tensor`
+// into it cannot be alive at the same time: the value it would read is being
+// rewritten.
+use tensorscope::nn::Module;
+use tensorscope::optim::{Optimizer, Sgd, SgdConfig};
+use tensorscope::{DType, Device, Result, Tensor};
+
+struct Model {
+    w: Tensor,
+}
+
+impl Module for Model {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.mul(&self.w)
+    }
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        vec![("w".into(), &self.w)]
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("w".into(), &mut self.w)]
+    }
+}
+
+fn main() {
+    let w = Tensor::ones(&[3], DType::F32, Device::Cpu).unwrap().requires_grad_(true).unwrap();
+    let mut model = Model { w };
+    let mut opt = Sgd::new(SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let p = &model.w;
+    opt.step(&mut model).unwrap();
+    println!("{:?}", p.to_vec::<f32>());
+}

@@ -29,7 +29,7 @@ pub(crate) fn ptr<T>(s: &Storage) -> *mut T {
 /// The caller holds at least a read lock on `s`, nothing writes those elements
 /// while the slice lives, the storage holds `offset + len` elements of `T`,
 /// and they are initialised.
-pub(crate) unsafe fn slice<'a, T>(s: &'a Storage, offset: usize, len: usize) -> &'a [T] {
+pub(crate) unsafe fn slice<T>(s: &Storage, offset: usize, len: usize) -> &[T] {
     debug_assert!((offset + len) * std::mem::size_of::<T>() <= s.nbytes());
     if len == 0 {
         return &[];

@@ -888,7 +888,8 @@ impl FastExp for f32 {
 pub(crate) fn exp_f32(x: f32) -> f32 {
     const HI: f32 = 88.722_84; // ln(f32::MAX)
     const LO: f32 = -104.0; // below: 0
-                            // Comparisons, not min/max, so that NaN passes through.
+    // Comparisons, not min/max or clamp, so that NaN passes through.
+    #[allow(clippy::manual_clamp)]
     let xc = if x > HI {
         HI
     } else if x < LO {
@@ -906,7 +907,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     y = y * r + 8.333_452e-3;
     y = y * r + 4.166_579_6e-2;
     y = y * r + 1.666_666_5e-1;
-    y = y * r + 5.000_000_1e-1;
+    y = y * r + 0.5; // 5.0000001e-1 rounds to exactly 0.5 in f32
     y = y * r * r + r + 1.0;
     let n = (t.to_bits() as i32) - 0x4B40_0000;
     let n1 = n >> 1;
@@ -992,8 +993,8 @@ unsafe fn softmax_row_impl<T: Flt>(
         for (i, b) in buf[..len].iter_mut().enumerate() {
             *b = (rd(c0 + i) - m).fexp();
         }
-        for i in len..len.next_multiple_of(8) {
-            buf[i] = zero;
+        for b in &mut buf[len..len.next_multiple_of(8)] {
+            *b = zero;
         }
         for c in buf[..len.next_multiple_of(8)].chunks_exact(8) {
             for (l, &v) in sl.iter_mut().zip(c) {

@@ -326,6 +326,48 @@ fn unreadable_malformed_and_unsupported_files_are_errors() {
         e.to_string().contains("\"q\": dtype I8 is not supported"),
         "{e}"
     );
+    assert!(e.to_string().contains("unexpected keys [\"q\"]"), "{e}");
+    // an unsupported tensor under a parameter's name is not also "missing"
+    let mut f = all_types(6).ps;
+    f.retain(|(n, _)| n != "buf.u8");
+    let sd: Vec<(String, Vec<u8>, Vec<usize>)> = state_dict(&AllTypes { ps: f })
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| {
+            let b = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            (
+                n,
+                b.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                t.shape().to_vec(),
+            )
+        })
+        .collect();
+    let mut views: Vec<(String, safetensors::tensor::TensorView)> = sd
+        .iter()
+        .map(|(n, b, s)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F64, s.clone(), b)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let q = [7u8; 6];
+    views.push((
+        "buf.u8".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I8, vec![6], &q).unwrap(),
+    ));
+    safetensors::tensor::serialize_to_file(views, None, &path).unwrap();
+    let e = load_safetensors(&mut m, &path).unwrap_err().to_string();
+    assert!(e.contains("\"buf.u8\": dtype I8 is not supported"), "{e}");
+    assert!(
+        !e.contains("missing keys") && !e.contains("unexpected keys"),
+        "{e}"
+    );
+    assert!(
+        e.contains("\"layer.f32\": dtype float64 in the checkpoint, float32 in the model"),
+        "{e}"
+    );
     assert_eq!(model_bits(&m), before);
     let e = save_safetensors(
         &m,

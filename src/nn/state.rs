@@ -65,13 +65,14 @@ pub fn snapshot(model: &dyn Module) -> Result<Vec<(String, Tensor)>> {
 /// parameter's device before anything is written.
 pub fn load_state_dict(model: &mut dyn Module, state: &[(String, Tensor)]) -> Result<()> {
     let refs: Vec<(String, &Tensor)> = state.iter().map(|(n, t)| (n.clone(), t)).collect();
-    load_checked(model, refs, Vec::new(), "load_state_dict")
+    load_checked(model, refs, Vec::new(), &[], "load_state_dict")
 }
 
 fn load_checked(
     model: &mut dyn Module,
     state: Vec<(String, &Tensor)>,
     mut problems: Vec<String>,
+    unusable: &[String],
     op: &'static str,
 ) -> Result<()> {
     let mut by_name: HashMap<&str, &Tensor> = HashMap::new();
@@ -87,7 +88,9 @@ fn load_checked(
     let mut sources: Vec<Option<Tensor>> = Vec::with_capacity(params.len());
     for (name, p) in params.iter() {
         let Some(src) = by_name.get(name.as_str()) else {
-            missing.push(name.clone());
+            if !unusable.contains(name) {
+                missing.push(name.clone());
+            }
             sources.push(None);
             continue;
         };
@@ -120,6 +123,7 @@ fn load_checked(
     let mut unexpected: Vec<&str> = by_name
         .keys()
         .copied()
+        .chain(unusable.iter().map(String::as_str))
         .filter(|n| !known.contains(*n))
         .collect();
     unexpected.sort_unstable();
@@ -266,18 +270,22 @@ pub fn load_safetensors(model: &mut dyn Module, path: impl AsRef<Path>) -> Resul
         msg: format!("{}: {e}", path.display()),
     })?;
     let mut problems = Vec::new();
+    let mut unusable = Vec::new();
     let mut tensors = Vec::new();
     let mut names: Vec<(String, TensorView)> = st.tensors();
     names.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, view) in names {
         match from_st_dtype(view.dtype()) {
             Some(dt) => tensors.push((name, tensor_from_bytes(dt, view.shape(), view.data())?)),
-            None => problems.push(format!(
-                "{name:?}: dtype {:?} is not supported by tensorscope",
-                view.dtype()
-            )),
+            None => {
+                problems.push(format!(
+                    "{name:?}: dtype {:?} is not supported by tensorscope",
+                    view.dtype()
+                ));
+                unusable.push(name);
+            }
         }
     }
     let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    load_checked(model, refs, problems, "load_safetensors")
+    load_checked(model, refs, problems, &unusable, "load_safetensors")
 }

@@ -888,7 +888,7 @@ impl FastExp for f32 {
 pub(crate) fn exp_f32(x: f32) -> f32 {
     const HI: f32 = 88.722_84; // ln(f32::MAX)
     const LO: f32 = -104.0; // below: 0
-    // Comparisons, not min/max or clamp, so that NaN passes through.
+                            // Comparisons, not min/max or clamp, so that NaN passes through.
     #[allow(clippy::manual_clamp)]
     let xc = if x > HI {
         HI

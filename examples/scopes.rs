@@ -123,19 +123,12 @@ fn main() -> Result<()> {
     println!();
     println!("5. The temporaries of one expression die with the statement");
     let pred = Tensor::randn(&[512, 10], DType::F32, CPU)?;
-    let labels = Tensor::ones(&[512, 1], DType::F32, CPU)?;
+    let labels = Tensor::zeros(&[512], DType::I64, CPU)?;
     show("before the expression");
     tensorscope::memory::reset_peak_memory_stats(CPU);
     let base = leak::live_bytes();
-    // with reductions: pred.argmax(1)?.eq(&labels)?.sum()?.item()
-    let v: f64 = pred
-        .gt_scalar(0.0)?
-        .to_dtype(DType::F32)?
-        .eq(&labels)?
-        .to_dtype(DType::F32)?
-        .narrow(0, 0, 1)?
-        .narrow(1, 0, 1)?
-        .item()?;
+    // The seed's `(predicted_labels.argmax(1) == labels).sum().item()`.
+    let v: i64 = pred.argmax(1, false)?.eq(&labels)?.sum_all()?.item()?;
     let peak = tensorscope::memory::max_memory_allocated(CPU) - base;
     println!(
         "    value {v}; the temporaries peaked at {} above the start",

@@ -416,11 +416,18 @@ fn unary_ops(dev: Device) {
             (Some(1.0), None),
         ] {
             let y = x.clamp(lo, hi).unwrap();
+            // As in PyTorch, an integer tensor clamped to a fractional bound
+            // computes (and returns) f32: the bound is not rounded.
+            let promoted = !dt.is_float() && [lo, hi].iter().flatten().any(|b| b.fract() != 0.0);
+            if promoted {
+                assert_eq!(y.dtype(), DType::F32, "clamp({lo:?}, {hi:?}) {dt} promotes");
+            }
+            let bound = |b: f64| if promoted { b } else { cast_ref(b, dt) };
             let want: Vec<f64> = xv
                 .iter()
                 .map(|&e| {
-                    let l = lo.map(|l| cast_ref(l, dt));
-                    let h = hi.map(|h| cast_ref(h, dt));
+                    let l = lo.map(bound);
+                    let h = hi.map(bound);
                     let e = if l.is_some_and(|l| e < l) {
                         l.unwrap()
                     } else {

@@ -171,8 +171,27 @@ impl ClassList {
             ClassList::Tree(t) => t.first().copied(),
         }
     }
+    /// Removes and returns the best entry.
+    #[inline]
+    fn pop_best(&mut self) -> Option<(usize, u32)> {
+        match self {
+            ClassList::Vec(v) => v.pop(),
+            ClassList::Tree(t) => {
+                let e = t.pop_first();
+                if t.is_empty() {
+                    *self = ClassList::Vec(Vec::new());
+                }
+                e
+            }
+        }
+    }
+    #[inline]
     fn insert(&mut self, e: (usize, u32)) {
         match self {
+            // Fast path: below every entry (or the first one), so it goes last.
+            ClassList::Vec(v) if v.last().is_none_or(|&l| e < l) && v.len() < CLASS_VEC_MAX => {
+                v.push(e)
+            }
             ClassList::Vec(v) if v.len() < CLASS_VEC_MAX => {
                 let pos = v.partition_point(|&x| x > e);
                 if v.get(pos) != Some(&e) {
@@ -189,8 +208,13 @@ impl ClassList {
             }
         }
     }
+    #[inline]
     fn remove(&mut self, e: (usize, u32)) -> bool {
         match self {
+            ClassList::Vec(v) if v.last() == Some(&e) => {
+                v.pop();
+                true
+            }
             ClassList::Vec(v) => {
                 let pos = v.partition_point(|&x| x > e);
                 let found = v.get(pos) == Some(&e);
@@ -292,7 +316,7 @@ impl FreeSet {
     }
 
     /// The first key at or above `(stream, size)` on `stream`.
-    #[inline]
+    #[cfg(test)]
     fn first_fit(&self, stream: u64, size: usize) -> Option<Key> {
         if size <= CLASS_MAX {
             if let Some(sc) = self.stream(stream) {
@@ -307,6 +331,31 @@ impl FreeSet {
         (key.0 == stream).then_some(key)
     }
 
+    /// Removes and returns the first key at or above `(stream, size)` on `stream`.
+    #[inline]
+    fn take_first_fit(&mut self, stream: u64, size: usize) -> Option<Key> {
+        if size <= CLASS_MAX {
+            if let Some((_, sc)) = self.classes.iter_mut().find(|(s, _)| *s == stream) {
+                let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
+                if let Some(c) = sc.first_class_from(c0) {
+                    let list = &mut sc.lists[c];
+                    let (addr, id) = list.pop_best().expect("marked classes are not empty");
+                    if list.is_empty() {
+                        sc.mark(c, false);
+                    }
+                    return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
+                }
+            }
+        }
+        let key = self.big.range((stream, size, 0, 0)..).next().copied()?;
+        if key.0 != stream {
+            return None;
+        }
+        self.big.remove(&key);
+        Some(key)
+    }
+
+    #[inline]
     fn insert(&mut self, key: Key) {
         match class_of(key.1) {
             Some(c) => {
@@ -320,6 +369,7 @@ impl FreeSet {
         }
     }
 
+    #[inline]
     fn remove(&mut self, key: &Key) -> bool {
         match class_of(key.1) {
             Some(c) => {
@@ -372,6 +422,7 @@ impl Inner {
     }
 
     /// Puts a free block in its pool, keeping the inactive-split statistics.
+    #[inline]
     fn pool_insert(&mut self, id: u32) {
         let key = self.key(id);
         let pool = self.blocks[id as usize].pool;
@@ -382,6 +433,7 @@ impl Inner {
         self.pool_set(pool).insert(key);
     }
 
+    #[inline]
     fn pool_remove(&mut self, id: u32) {
         let key = self.key(id);
         let pool = self.blocks[id as usize].pool;
@@ -408,9 +460,14 @@ impl Inner {
         self.free_ids.push(id);
     }
 
-    /// Best fit from the pool, on the same stream.
-    fn find_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
-        self.pool_set(pool).first_fit(stream, size).map(|key| key.3)
+    /// Takes the best fit from the pool, on the same stream, out of the pool.
+    fn take_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
+        let key = self.pool_set(pool).take_first_fit(stream, size)?;
+        if self.is_split(key.3) {
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, key.1 as i64);
+        }
+        Some(key.3)
     }
 
     /// Releases every cached segment that is whole (not split). Returns the
@@ -458,11 +515,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             Pool::Large
         };
         let mut inner = self.lock();
-        let id = match inner.find_free(pool, stream, size) {
-            Some(id) => {
-                inner.pool_remove(id);
-                id
-            }
+        let id = match inner.take_free(pool, stream, size) {
+            Some(id) => id,
             None => self.new_segment(&mut inner, bytes, size, pool, stream)?,
         };
         // Split off the remainder if it is worth keeping.
@@ -748,6 +802,17 @@ mod tests {
                 want,
                 "first fit {stream} {size}"
             );
+            if rnd(4) == 0 {
+                // Take it out, as `allocate` does.
+                assert_eq!(
+                    fs.take_first_fit(stream, size),
+                    want,
+                    "take {stream} {size}"
+                );
+                if let Some(k) = want {
+                    bt.remove(&k);
+                }
+            }
             if step % 1000 == 0 {
                 assert_eq!(fs.keys(), bt.iter().copied().collect::<Vec<_>>());
             }
@@ -765,9 +830,12 @@ mod tests {
             Some(keys[199]),
             "lowest address first"
         );
-        for &k in &keys {
+        assert_eq!(fs.take_first_fit(0, 600), Some(keys[199]));
+        assert_eq!(fs.take_first_fit(0, 600), Some(keys[198]));
+        for &k in &keys[..198] {
             assert!(fs.remove(&k));
         }
+        assert!(!fs.remove(&keys[199]), "already taken");
         assert_eq!(fs.first_fit(0, 512), None);
         assert!(fs.keys().is_empty());
     }

@@ -6,6 +6,23 @@ use crate::error::{bail, Error, Result};
 use crate::random::{with_global, Generator};
 use crate::{DType, Device, Element, Tensor};
 
+/// Significand bits of a float dtype (53 for f64 and anything else).
+fn mantissa_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 24,
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        _ => 53,
+    }
+}
+
+/// Uniform in `[0, 1)` on a grid of `2^-p`: exact in a dtype with `p`
+/// significand bits, so `rand` never rounds up to 1.0 in f32/f16/bf16. For
+/// f64 (`p = 53`) this is the generator's `next_f64`.
+fn unit(g: &mut Generator, p: u32) -> f64 {
+    (g.next_u64() >> (64 - p)) as f64 / (1u64 << p) as f64
+}
+
 impl Tensor {
     /// A tensor of uninitialised values (in practice: whatever the cached block
     /// held; never uninitialised memory in Rust's sense, and bool tensors are
@@ -42,8 +59,8 @@ impl Tensor {
 
     /// A tensor with the elements of `data` (row-major) and `shape`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != data.len() {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n != Some(data.len()) {
             bail!(Error::ElementCount {
                 op: "from_slice",
                 from: vec![data.len()],
@@ -51,6 +68,7 @@ impl Tensor {
                 to: shape.iter().map(|&d| d as isize).collect(),
             });
         }
+        let n = data.len();
         let t = Tensor::alloc(shape, T::DTYPE, Device::Cpu)?;
         {
             let _l = crate::storage::lock(&[], &[t.storage()]);
@@ -88,10 +106,25 @@ impl Tensor {
             ));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        Tensor::from_slice(&v, &[n], Device::Cpu)?
+        Tensor::from_fn_f64(&[n], |i| start + i as f64 * step)?
             .to_dtype(dtype)?
             .to_device(device)
+    }
+
+    /// A contiguous f64 CPU tensor of `shape` with `f(i)` at row-major index
+    /// `i`, in order. The buffer comes from the allocator, so a size that
+    /// cannot be served is an `Err`, not an abort.
+    fn from_fn_f64(shape: &[usize], mut f: impl FnMut(usize) -> f64) -> Result<Tensor> {
+        let t = Tensor::alloc(shape, DType::F64, Device::Cpu)?;
+        let n = t.numel();
+        let _l = crate::storage::lock(&[], &[t.storage()]);
+        let p = crate::backend::cpu::ptr::<f64>(t.storage());
+        for i in 0..n {
+            // SAFETY: fresh contiguous CPU storage of n f64; exclusive lock held.
+            unsafe { p.add(i).write(f(i)) };
+        }
+        drop(_l);
+        Ok(t)
     }
 
     /// `steps` points evenly spaced from `start` to `end`, both included.
@@ -102,26 +135,24 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        let v: Vec<f64> = match steps {
-            0 => vec![],
-            1 => vec![start],
-            n => {
-                let step = (end - start) / (n - 1) as f64;
-                // PyTorch fills the second half from the end, so `end` is exact.
-                (0..n)
-                    .map(|i| {
-                        if i < n / 2 {
-                            start + step * i as f64
-                        } else {
-                            end - step * (n - 1 - i) as f64
-                        }
-                    })
-                    .collect()
-            }
+        let n = steps;
+        let step = if n > 1 {
+            (end - start) / (n - 1) as f64
+        } else {
+            0.0
         };
-        Tensor::from_slice(&v, &[steps], Device::Cpu)?
-            .to_dtype(dtype)?
-            .to_device(device)
+        // PyTorch fills the second half from the end, so `end` is exact.
+        Tensor::from_fn_f64(&[n], |i| {
+            if n == 1 {
+                start
+            } else if i < n / 2 {
+                start + step * i as f64
+            } else {
+                end - step * (n - 1 - i) as f64
+            }
+        })?
+        .to_dtype(dtype)?
+        .to_device(device)
     }
 
     /// The `n x m` identity (ones on the main diagonal).
@@ -135,6 +166,9 @@ impl Tensor {
 
     /// Uniform in `[0, 1)` from the global generator.
     pub fn rand(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        if !dtype.is_float() {
+            bail!(Error::dtype("rand", "a float dtype", dtype));
+        }
         let mut t = Tensor::alloc(shape, dtype, device)?;
         t.uniform_(0.0, 1.0)?;
         Ok(t)
@@ -142,6 +176,9 @@ impl Tensor {
 
     /// Standard normal from the global generator.
     pub fn randn(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        if !dtype.is_float() {
+            bail!(Error::dtype("randn", "a float dtype", dtype));
+        }
         let mut t = Tensor::alloc(shape, dtype, device)?;
         t.normal_(0.0, 1.0)?;
         Ok(t)
@@ -155,7 +192,8 @@ impl Tensor {
         gen: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
-        t.random_fill(gen, |g| g.next_f64())?;
+        let p = mantissa_bits(dtype);
+        t.random_fill("rand", gen, |g| unit(g, p))?;
         Ok(t)
     }
 
@@ -167,7 +205,7 @@ impl Tensor {
         gen: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
-        t.random_fill(gen, |g| g.next_normal())?;
+        t.random_fill("randn", gen, |g| g.next_normal())?;
         Ok(t)
     }
 
@@ -175,28 +213,30 @@ impl Tensor {
     /// this tensor's shape, so results do not depend on strides or device).
     fn random_fill(
         &mut self,
+        op: &'static str,
         gen: &mut Generator,
         mut draw: impl FnMut(&mut Generator) -> f64,
     ) -> Result<&mut Tensor> {
-        self.check_writable("random")?;
+        self.check_writable(op)?;
         if !self.dtype().is_float() {
-            bail!(Error::dtype("random", "a float dtype", self.dtype()));
+            bail!(Error::dtype(op, "a float dtype", self.dtype()));
         }
-        let v: Vec<f64> = (0..self.numel()).map(|_| draw(gen)).collect();
-        let src = Tensor::from_slice(&v, self.shape(), Device::Cpu)?;
+        let src = Tensor::from_fn_f64(self.shape(), |_| draw(gen))?;
         self.copy_(&src)
     }
 
     /// Fills in place, uniform in `[low, high)`, from the global generator.
     pub fn uniform_(&mut self, low: f64, high: f64) -> Result<&mut Tensor> {
-        if !(low <= high) {
+        let ok = low.is_finite() && high.is_finite() && low <= high;
+        if !ok {
             bail!(Error::arg(
                 "uniform_",
-                format!("low {low} must not exceed high {high}")
+                format!("low {low} and high {high} must be finite, with low <= high")
             ));
         }
         with_global(|g| {
-            self.random_fill(g, |g| low + (high - low) * g.next_f64())
+            let p = mantissa_bits(self.dtype());
+            self.random_fill("uniform_", g, |g| low + (high - low) * unit(g, p))
                 .map(|_| ())
         })?;
         Ok(self)
@@ -204,14 +244,15 @@ impl Tensor {
 
     /// Fills in place, normal with `mean` and `std`, from the global generator.
     pub fn normal_(&mut self, mean: f64, std: f64) -> Result<&mut Tensor> {
-        if !(std >= 0.0) {
+        let ok = std.is_finite() && std >= 0.0;
+        if !ok {
             bail!(Error::arg(
                 "normal_",
-                format!("std must be non-negative, got {std}")
+                format!("std must be finite and non-negative, got {std}")
             ));
         }
         with_global(|g| {
-            self.random_fill(g, |g| mean + std * g.next_normal())
+            self.random_fill("normal_", g, |g| mean + std * g.next_normal())
                 .map(|_| ())
         })?;
         Ok(self)

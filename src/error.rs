@@ -150,6 +150,15 @@ pub enum Error {
         /// Why (e.g. "tensorscope was built without the `cuda` feature").
         reason: String,
     },
+    /// An autograd rule was broken (second backward, in-place on a leaf that
+    /// requires grad, a saved tensor modified in place, ...).
+    #[error("{op}: {msg}")]
+    Autograd {
+        /// The operation.
+        op: &'static str,
+        /// What happened.
+        msg: String,
+    },
     /// A backend (driver, compiler, library) reported an error.
     #[error("{op}: backend error: {msg}")]
     Backend {

@@ -122,7 +122,7 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
     }
     let mut out: Dims = to.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || n % known != 0 {
+        if known == 0 || !n.is_multiple_of(known) {
             bail!(Error::ElementCount {
                 op,
                 from: from.to_vec(),
@@ -259,7 +259,7 @@ impl Layout {
                 )
             ));
         }
-        let mut seen = [false; 64];
+        let mut seen: SmallVec<[bool; 8]> = smallvec::smallvec![false; self.rank()];
         let mut l = self.clone();
         for (i, &d) in dims.iter().enumerate() {
             let d = normalize_dim("permute", d, self.rank())?;
@@ -278,13 +278,7 @@ impl Layout {
 
     /// Elements `start .. start + len` of dimension `dim`.
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Layout> {
-        self.slice(
-            "narrow",
-            dim,
-            start,
-            start.checked_add(len).unwrap_or(usize::MAX),
-            1,
-        )
+        self.slice("narrow", dim, start, start.saturating_add(len), 1)
     }
 
     /// Elements `start, start + step, ...` below `end` of dimension `dim` (Python's `t[start:end:step]`).
@@ -305,7 +299,7 @@ impl Layout {
         if start > size || (op == "narrow" && end > size) {
             bail!(Error::IndexOutOfRange {
                 op,
-                index: end.max(start) as i64,
+                index: i64::try_from(end.max(start)).unwrap_or(i64::MAX),
                 dim: d,
                 size
             });

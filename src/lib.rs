@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod autograd;
 pub mod backend;
 mod creation;
 mod device;

@@ -18,6 +18,11 @@ pub(crate) static LIVE_TENSORS: AtomicUsize = AtomicUsize::new(0);
 /// * Every operation returns a fresh handle. Dropping the last handle to a
 ///   storage returns its bytes to the device's caching allocator at once.
 /// * The handle is one pointer wide.
+/// * The operators `+ - * /` and unary `-` work on `&Tensor`, `Tensor` and
+///   `f64` operands and return `Result<Tensor>`, so they need `?`:
+///   `let c = (&a + &b)?;`. Bad input (shapes that do not broadcast, bool
+///   arithmetic, ...) is an `Err` naming the op, never a panic. There is no
+///   `+=`: writing in place is explicit (`a.add_(&b)?`).
 /// * It is `Send` (data-loading threads hand tensors over) and `Sync`: shared
 ///   `&Tensor`s can be read from many threads, e.g. model weights in a server.
 ///   Every storage has a reader-writer lock, so an in-place write through one
@@ -40,6 +45,10 @@ pub(crate) struct TensorImpl {
     pub(crate) storage: Storage,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
+    /// `None` for tensors that do not require grad (the fast path).
+    pub(crate) autograd: Option<Box<crate::autograd::AutogradMeta>>,
+    /// Made in inference mode: may never be saved for backward.
+    pub(crate) inference: bool,
 }
 
 impl Drop for TensorImpl {
@@ -58,12 +67,40 @@ impl Tensor {
                     .max(layout.offset() * dtype.size_in_bytes())
         );
         LIVE_TENSORS.fetch_add(1, Ordering::Relaxed);
+        let inference = crate::autograd::is_inference_mode();
         Tensor {
             inner: Arc::new(TensorImpl {
                 storage,
                 layout,
                 dtype,
+                autograd: None,
+                inference,
             }),
+        }
+    }
+
+    /// A new tensor implementation over the same storage and layout, with no
+    /// autograd state (the body of `detach`).
+    pub(crate) fn detach_impl(&self) -> Tensor {
+        let mut t = Tensor::from_parts(self.inner.storage.clone(), self.inner.layout.clone(), self.inner.dtype);
+        if let Some(i) = Arc::get_mut(&mut t.inner) {
+            i.inference = self.inner.inference;
+        }
+        t
+    }
+
+    /// This tensor with autograd state (a fresh implementation if this one is shared).
+    pub(crate) fn with_autograd(mut self, meta: crate::autograd::AutogradMeta) -> Tensor {
+        match Arc::get_mut(&mut self.inner) {
+            Some(i) => {
+                i.autograd = Some(Box::new(meta));
+                self
+            }
+            None => {
+                let mut t = self.detach_impl();
+                Arc::get_mut(&mut t.inner).expect("fresh").autograd = Some(Box::new(meta));
+                t
+            }
         }
     }
 
@@ -74,18 +111,26 @@ impl Tensor {
 
     /// Allocates an uninitialised contiguous tensor.
     pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let layout = Layout::contiguous(shape);
-        let bytes = layout
-            .numel()
-            .checked_mul(dtype.size_in_bytes())
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| {
                 Error::arg(
                     "alloc",
                     format!("shape {shape:?} of {dtype} overflows the address space"),
                 )
             })?;
+        if bytes == 0 {
+            // No block is allocated for an empty tensor, but the device must
+            // still exist: an empty CUDA tensor without a CUDA backend is an error.
+            crate::alloc::allocator(device)?;
+        }
         let storage = Storage::new(device, bytes)?;
-        Ok(Tensor::from_parts(storage, layout, dtype))
+        Ok(Tensor::from_parts(
+            storage,
+            Layout::contiguous(shape),
+            dtype,
+        ))
     }
 
     pub(crate) fn storage(&self) -> &Storage {

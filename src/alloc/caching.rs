@@ -38,6 +38,9 @@ pub const MIN_LARGE_ALLOC: usize = 10 << 20;
 pub const LARGE_BUFFER: usize = 20 << 20;
 /// Large segments round up to a multiple of this.
 pub const ROUND_LARGE: usize = 2 << 20;
+/// Larger requests fail at once with `OutOfMemory` (no system could serve
+/// them, and rounding them up would overflow).
+const MAX_REQUEST: usize = (isize::MAX as usize) - ROUND_LARGE;
 
 /// Where segments come from.
 pub(crate) trait SegmentSource: Send + Sync {
@@ -508,6 +511,20 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// Allocates `bytes` (at least 1) on `stream` (0 for the CPU).
     pub(crate) fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
+        if bytes > MAX_REQUEST {
+            // No system can serve it, and rounding it would overflow.
+            let mut inner = self.lock();
+            inner.stats.num_ooms += 1;
+            return Err(Error::OutOfMemory {
+                device: self.source.device(),
+                requested: bytes,
+                allocated: inner.stats.allocated_bytes.all.current as usize,
+                reserved: inner.stats.reserved_bytes.all.current as usize,
+                limit: inner.limit,
+                device_free: None,
+                device_total: None,
+            });
+        }
         let size = round_size(bytes);
         let pool = if size <= SMALL_SIZE {
             Pool::Small
@@ -677,8 +694,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {
-        let mut s = self.lock().stats.clone();
-        s.limit = self.lock().limit;
+        // One lock, so the snapshot is consistent.
+        let inner = self.lock();
+        let mut s = inner.stats.clone();
+        s.limit = inner.limit;
         s
     }
 

@@ -7,7 +7,7 @@
 //! ```
 //! use tensorscope::{memory, Device, Tensor};
 //! let before = memory::memory_allocated(Device::Cpu);
-//! let t = Tensor::zeros(&[1024], tensorscope::DType::F32)?;
+//! let t = Tensor::zeros(&[1024], tensorscope::DType::F32, Device::Cpu)?;
 //! assert!(memory::memory_allocated(Device::Cpu) >= before + 4096);
 //! drop(t);
 //! # Ok::<(), tensorscope::Error>(())

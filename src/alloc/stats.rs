@@ -137,28 +137,41 @@ impl MemoryStats {
     }
 }
 
+/// One line of the summary box, between its outer `|`s.
+enum Line {
+    /// A horizontal rule of this character.
+    Rule(char),
+    /// Left-aligned text, padded to the box width.
+    Text(String),
+    /// Centred text.
+    Center(String),
+}
+
+/// The `memory_summary` table: every line has the same width (the widest
+/// content decides it), so the borders line up.
 pub(crate) fn summary(device: Device, s: &MemoryStats) -> String {
-    let w = 75;
-    let line = format!("|{}|\n", "=".repeat(w));
-    let sep = format!("|{}|\n", "-".repeat(w));
-    let mut out = String::new();
-    out += &line;
-    out += &format!(
-        "|{:^w$}|\n",
-        format!("tensorscope memory summary, device {device}")
-    );
-    out += &sep;
+    let row = |name: &str, v: [String; 4]| {
+        format!(
+            " {:<24}| {:>11} | {:>11} | {:>11} | {:>11} ",
+            name, v[0], v[1], v[2], v[3]
+        )
+    };
+    let mut lines = vec![
+        Line::Rule('='),
+        Line::Center(format!("tensorscope memory summary, device {device}")),
+        Line::Rule('-'),
+    ];
     let limit = s.limit.map(fmt_bytes).unwrap_or_else(|| "none".into());
-    out += &format!(
-        "|  OOMs: {:<8} retries: {:<8} system allocs: {:<8} limit: {:<10}|\n",
+    lines.push(Line::Text(format!(
+        "  OOMs: {:<8} retries: {:<8} system allocs: {:<8} limit: {}",
         s.num_ooms, s.num_alloc_retries, s.num_sys_alloc, limit
-    );
-    out += &line;
-    out += &format!(
-        "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
-        "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"
-    );
-    out += &sep;
+    )));
+    lines.push(Line::Rule('='));
+    lines.push(Line::Text(row(
+        "Metric",
+        ["Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"].map(String::from),
+    )));
+    lines.push(Line::Rule('-'));
     let bytes = |v: i64| fmt_bytes(v.max(0) as usize);
     let rows: [(&str, &StatTriple, bool); 9] = [
         ("Allocated memory", &s.allocated_bytes, true),
@@ -173,36 +186,46 @@ pub(crate) fn summary(device: Device, s: &MemoryStats) -> String {
     ];
     for (name, t, is_bytes) in rows {
         for (label, st) in [
-            ("", &t.all),
+            (name, &t.all),
             ("  from large pool", &t.large),
             ("  from small pool", &t.small),
         ] {
-            let n = if label.is_empty() {
-                name.to_string()
-            } else {
-                label.to_string()
-            };
-            if is_bytes {
-                out += &format!(
-                    "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
-                    n,
+            let v = if is_bytes {
+                [
                     bytes(st.current),
                     bytes(st.peak),
                     fmt_bytes(st.allocated as usize),
-                    fmt_bytes(st.freed as usize)
-                );
+                    fmt_bytes(st.freed as usize),
+                ]
             } else {
-                out += &format!(
-                    "| {:<24}| {:>11} | {:>11} | {:>10} | {:>10} |\n",
-                    n, st.current, st.peak, st.allocated, st.freed
-                );
-            }
+                [
+                    st.current.to_string(),
+                    st.peak.to_string(),
+                    st.allocated.to_string(),
+                    st.freed.to_string(),
+                ]
+            };
+            lines.push(Line::Text(row(label, v)));
         }
-        out += &sep;
+        lines.push(Line::Rule('-'));
     }
-    out.pop();
-    out.pop();
-    out += "\n";
-    out += &line.replace('-', "=");
+    *lines.last_mut().expect("rows were pushed") = Line::Rule('=');
+    let w = lines
+        .iter()
+        .map(|l| match l {
+            Line::Text(t) | Line::Center(t) => t.chars().count(),
+            Line::Rule(_) => 0,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(75);
+    let mut out = String::new();
+    for l in &lines {
+        match l {
+            Line::Rule(c) => out += &format!("|{}|\n", c.to_string().repeat(w)),
+            Line::Text(t) => out += &format!("|{t:<w$}|\n"),
+            Line::Center(t) => out += &format!("|{t:^w$}|\n"),
+        }
+    }
     out
 }

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)]
 
-use crate::backend::{BinaryOp, Operand, UnaryOp};
 use crate::alloc::DeviceAllocator;
+use crate::backend::{BinaryOp, Operand, UnaryOp};
 use crate::error::{Error, Result};
 use crate::Device;
 

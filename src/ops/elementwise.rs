@@ -6,11 +6,18 @@
 //! dtypes; true division and float-only unary ops on integers compute in f32;
 //! an integer tensor with a non-integral scalar computes in f32 (PyTorch's
 //! result type). Arithmetic on bool tensors other than `add`/`mul`/
-//! `maximum`/`minimum` (which are `or`/`and`) is an error.
+//! `maximum`/`minimum` (which are `or`/`and`) is an error. (Unlike PyTorch, a
+//! rank-0 tensor promotes like any other tensor: `f32 [n] + f64 []` is f64.)
 //!
-//! **In place**: the other operand must broadcast to `self`'s shape, the
-//! result dtype must be castable to `self`'s (a float result into an integer
-//! tensor is an error, as in PyTorch), and `self` must not be an expanded view
+//! **Scalars** take the tensor's dtype: rounded into a float dtype, wrapped
+//! into an integer one (`u8 + -2.0` adds 254, wrapping, as PyTorch does).
+//! Comparisons see the scalar's true value (`u8 == -2.0` is false
+//! everywhere). An integer tensor to a negative integer power is an error.
+//!
+//! **In place and `out`**: the other operand must broadcast to `self`'s shape, the
+//! result dtype must be castable to `self`'s (PyTorch's `canCast`: a float
+//! result into an integer or bool tensor, or a numeric result into a bool one,
+//! is an error), and `self` must not be an expanded view
 //! (several elements sharing one memory location). An operand that overlaps
 //! `self` in memory with a different layout is copied first, so the result is
 //! always as if the right-hand side were evaluated before the write.
@@ -40,9 +47,48 @@ fn compute_dtype(op: BinaryOp, a: DType, b: DType) -> Result<DType> {
     }
 }
 
+/// PyTorch's `canCast`: whether a result of dtype `from` may be stored in a
+/// tensor of dtype `to` (in place or through `out`). A float result never
+/// goes into an integer or bool tensor, nor a numeric result into a bool one.
+fn can_cast(from: DType, to: DType) -> bool {
+    !((from.is_float() && !to.is_float()) || (from != DType::Bool && to == DType::Bool))
+}
+
+/// The error for a result of dtype `res` that cannot be stored in `dst`.
+fn cast_error(op: &'static str, res: DType, dst: DType) -> Error {
+    Error::dtype(
+        op,
+        format!("an output dtype that the result type {res} can be cast to (result type {res} can't be cast to the desired output type {dst})"),
+        dst,
+    )
+}
+
+/// `true` if the integral value `s` is representable in integer dtype `d`.
+fn fits_int(d: DType, s: f64) -> bool {
+    let (lo, hi) = match d {
+        DType::U8 => (0.0, 255.0),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        _ => (-9.223_372_036_854_776e18, 9.223_372_036_854_775e18),
+    };
+    s >= lo && s <= hi
+}
+
 /// The dtype a tensor of dtype `a` with a scalar computes in.
 fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
     let integral = s.fract() == 0.0 && s.is_finite();
+    if a == DType::Bool && op == BinaryOp::Sub {
+        bail!(Error::dtype(
+            op.name(),
+            "a numeric dtype (subtraction is not defined on bool tensors; use logical ops)",
+            DType::Bool
+        ));
+    }
+    if (a.is_int() || a == DType::Bool) && op == BinaryOp::Pow && integral && s < 0.0 {
+        bail!(Error::arg(
+            op.name(),
+            format!("integers to negative integer powers are not allowed (a {a} tensor to the power {s})")
+        ));
+    }
     let dt = match a {
         d if d.is_float() => d,
         DType::Bool if op.is_comparison() => {
@@ -58,7 +104,14 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
             _ => DType::F32,
         },
         d => {
-            if integral && op != BinaryOp::Div {
+            if integral && op.is_comparison() && !fits_int(d, s) {
+                // Compare against the true value, not a wrapped one.
+                if fits_int(DType::I64, s) {
+                    DType::I64
+                } else {
+                    DType::F64
+                }
+            } else if integral && op != BinaryOp::Div {
                 d
             } else {
                 DType::F32
@@ -66,6 +119,15 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
         }
     };
     Ok(dt)
+}
+
+/// `true` when both clamp bounds (where given) are integral, so an integer
+/// tensor can be clamped in its own dtype.
+fn clamp_bounds_integral(min: Option<f64>, max: Option<f64>) -> bool {
+    [min, max]
+        .iter()
+        .flatten()
+        .all(|v| v.is_finite() && v.fract() == 0.0)
 }
 
 /// The tensor converted to `dt` if needed (a new handle otherwise).
@@ -76,6 +138,7 @@ fn as_dtype(t: &Tensor, dt: DType) -> Result<Tensor> {
 impl Tensor {
     /// Refuses writes that would be ill-defined. Autograd adds its checks here.
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        crate::autograd::check_inplace(self, op)?;
         if self.layout().has_internal_overlap() {
             bail!(Error::InvalidInPlace {
                 op,
@@ -151,12 +214,8 @@ impl Tensor {
         out.check_writable(op.name())?;
         let dt = compute_dtype(op, self.dtype(), other.dtype())?;
         let res_dt = if op.is_comparison() { DType::Bool } else { dt };
-        if res_dt != out.dtype() && (res_dt.is_float() && !out.dtype().is_float()) {
-            bail!(Error::dtype(
-                op.name(),
-                format!("an output dtype that {res_dt} can be cast to"),
-                out.dtype()
-            ));
+        if !can_cast(res_dt, out.dtype()) {
+            bail!(cast_error(op.name(), res_dt, out.dtype()));
         }
         let a = out.detangle(&as_dtype(self, dt)?)?;
         let b = out.detangle(&as_dtype(other, dt)?)?;
@@ -204,15 +263,8 @@ impl Tensor {
         self.check_writable(op.name())?;
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
         if dt != self.dtype() {
-            if dt.is_float() && !self.dtype().is_float() {
-                bail!(Error::dtype(
-                    op.name(),
-                    format!(
-                        "a float tensor (result type {dt} cannot be cast in place to {})",
-                        self.dtype()
-                    ),
-                    self.dtype()
-                ));
+            if !can_cast(dt, self.dtype()) {
+                bail!(cast_error(op.name(), dt, self.dtype()));
             }
             let r = self.scalar_op(op, s)?;
             backend::copy(&Operand::of(&r), &Operand::of(self))?;
@@ -351,20 +403,44 @@ impl Tensor {
         self.fill_(0.0)
     }
 
-    /// Clamps to `[min, max]` (either may be `None`).
+    /// Clamps to `[min, max]` (either may be `None`; if `min > max` every
+    /// element becomes `max`, as in PyTorch). NaN elements stay NaN. An
+    /// integer tensor with a non-integral bound computes in f32 (PyTorch's
+    /// result type for a tensor and a float scalar).
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if self.dtype().is_int() && !clamp_bounds_integral(min, max) {
+            return self.to_dtype(DType::F32)?.clamp(min, max);
+        }
         self.unary_op(UnaryOp::Clamp(
             min.unwrap_or(f64::NAN),
             max.unwrap_or(f64::NAN),
         ))
     }
 
-    /// In-place [`clamp`](Tensor::clamp).
+    /// In-place [`clamp`](Tensor::clamp). An error on an integer tensor with a
+    /// non-integral bound (the f32 result cannot be stored in place).
     pub fn clamp_(&mut self, min: Option<f64>, max: Option<f64>) -> Result<&mut Tensor> {
+        if self.dtype().is_int() && !clamp_bounds_integral(min, max) {
+            bail!(cast_error("clamp", DType::F32, self.dtype()));
+        }
         self.unary_inplace(UnaryOp::Clamp(
             min.unwrap_or(f64::NAN),
             max.unwrap_or(f64::NAN),
         ))
+    }
+
+    /// `s - self` (PyTorch's `rsub`), with the dtype rules of
+    /// [`sub_scalar`](Tensor::sub_scalar). This is what `s - &t` computes.
+    pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
+        let dt = scalar_compute_dtype(BinaryOp::Sub, self.dtype(), s)?;
+        Tensor::full(&[], s, dt, self.device())?.binary_op(BinaryOp::Sub, self)
+    }
+
+    /// `s / self`, with the dtype rules of [`div_scalar`](Tensor::div_scalar)
+    /// (integers divide in f32). This is what `s / &t` computes.
+    pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
+        let dt = scalar_compute_dtype(BinaryOp::Div, self.dtype(), s)?;
+        Tensor::full(&[], s, dt, self.device())?.binary_op(BinaryOp::Div, self)
     }
 }
 
@@ -470,6 +546,7 @@ macro_rules! unary_inplace_methods {
 }
 
 unary_inplace_methods! {
-    Neg: neg_; Abs: abs_; Exp: exp_; Log: log_; Sqrt: sqrt_; Sigmoid: sigmoid_; Tanh: tanh_;
-    Relu: relu_; Gelu: gelu_; Floor: floor_; Round: round_;
+    Neg: neg_; Abs: abs_; Exp: exp_; Log: log_; Sqrt: sqrt_; Rsqrt: rsqrt_; Sin: sin_; Cos: cos_;
+    Sigmoid: sigmoid_; Tanh: tanh_; Relu: relu_; Gelu: gelu_; Floor: floor_; Round: round_;
+    Sign: sign_; Recip: reciprocal_; Square: square_;
 }

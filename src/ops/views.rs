@@ -163,8 +163,9 @@ impl Tensor {
     /// Splits `dim` into pieces of the given sizes, which must add up to its size; views.
     pub fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor>> {
         let d = normalize_dim("split", dim, self.rank())?;
-        let total: usize = sizes.iter().sum();
-        if total != self.shape()[d] {
+        let total = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s));
+        if total != Some(self.shape()[d]) {
+            let total = sizes.iter().fold(0usize, |a, &s| a.saturating_add(s));
             bail!(Error::arg(
                 "split",
                 format!(
@@ -192,7 +193,11 @@ impl Tensor {
             bail!(Error::arg("chunk", "number of chunks must be positive"));
         }
         let d = normalize_dim("chunk", dim, self.rank())?;
-        let size = self.shape()[d].div_ceil(chunks).max(1);
+        if self.shape()[d] == 0 {
+            // PyTorch: `chunks` empty pieces.
+            return (0..chunks).map(|_| self.narrow(d as isize, 0, 0)).collect();
+        }
+        let size = self.shape()[d].div_ceil(chunks);
         self.split(size, d as isize)
     }
 
@@ -205,11 +210,30 @@ impl Tensor {
                 format!("shape {shape:?} and strides {strides:?} differ in length")
             ));
         }
-        let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
         let cap = self.storage_nbytes() / self.dtype().size_in_bytes();
-        if l.numel() > 0 && l.storage_span() > cap {
-            bail!(Error::arg("as_strided", format!("shape {shape:?}, strides {strides:?} and offset {offset} reach element {} of a storage of {cap} elements", l.storage_span() - 1)));
+        // The last element reached, computed without overflow (None: past any storage).
+        let last = if shape.contains(&0) {
+            Some(0)
+        } else {
+            shape
+                .iter()
+                .zip(strides)
+                .try_fold(offset, |acc, (&d, &st)| {
+                    (d - 1).checked_mul(st).and_then(|x| acc.checked_add(x))
+                })
+        };
+        let empty = shape.contains(&0);
+        match last {
+            Some(l) if empty || l < cap => {}
+            _ => bail!(Error::arg(
+                "as_strided",
+                format!(
+                    "shape {shape:?}, strides {strides:?} and offset {offset} reach element {} of a storage of {cap} elements",
+                    last.map_or_else(|| "beyond usize::MAX".to_string(), |l| l.to_string())
+                )
+            )),
         }
+        let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
         Ok(self.with_layout(l))
     }
 

@@ -113,7 +113,7 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
     }
     with_dtype!(src.dtype, S => with_dtype!(dst.dtype, D => {
         // SAFETY: dtypes match the operands; the caller holds the locks.
-        unsafe { map1::<S, D>(src, dst, |x| CastTo::<D>::cast(x)) }
+        unsafe { map1::<S, D>(src, dst, CastTo::<D>::cast) }
     }))
 }
 
@@ -298,7 +298,7 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
             }
         }
     }
-    with_numeric_dtype!(a.dtype, T => go::<T>(op, a, T::from_f64(scalar), dst), _ => {
+    with_numeric_dtype!(a.dtype, T => go::<T>(op, a, <T as Num>::scalar(scalar), dst), _ => {
         let s = scalar != 0.0;
         // SAFETY: dtypes match; the caller holds the locks.
         unsafe {

@@ -16,6 +16,10 @@ pub(crate) trait Num: crate::Element + Default {
     fn neg(self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
+    /// An arithmetic scalar in this dtype: rounded for floats, wrapped
+    /// (two's complement, through i64) for integers, as PyTorch converts a
+    /// Python int for `uint8_tensor + (-2)`.
+    fn scalar(v: f64) -> Self;
 }
 
 macro_rules! num_float {
@@ -73,6 +77,10 @@ macro_rules! num_float {
             fn is_nan(self) -> bool {
                 num_traits::Float::is_nan(self)
             }
+            #[inline(always)]
+            fn scalar(v: f64) -> Self {
+                <$t as crate::Element>::from_f64(v)
+            }
         }
     };
 }
@@ -113,12 +121,35 @@ macro_rules! num_int {
                     }
                 }
             }
+            /// Wrapping power by squaring over the whole exponent range. A
+            /// negative exponent gives `1 / self` truncated toward zero, as
+            /// PyTorch's integer `pow` does: 1 for 1, +-1 for -1, 0 otherwise
+            /// (and 0 for 0, rather than a division by zero).
             #[inline(always)]
             fn pow(self, o: Self) -> Self {
                 if o < 0 {
-                    return if self == 1 { 1 } else { 0 };
+                    let one: Self = 1;
+                    return if self == one {
+                        one
+                    } else if self == one.wrapping_neg() {
+                        if o % 2 == 0 {
+                            one
+                        } else {
+                            self
+                        }
+                    } else {
+                        0
+                    };
                 }
-                self.wrapping_pow(o as u32)
+                let (mut base, mut e, mut acc): (Self, u64, Self) = (self, o as u64, 1);
+                while e > 0 {
+                    if e & 1 == 1 {
+                        acc = acc.wrapping_mul(base);
+                    }
+                    base = base.wrapping_mul(base);
+                    e >>= 1;
+                }
+                acc
             }
             #[inline(always)]
             fn max(self, o: Self) -> Self {
@@ -144,6 +175,10 @@ macro_rules! num_int {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 false
+            }
+            #[inline(always)]
+            fn scalar(v: f64) -> Self {
+                v as i64 as $t
             }
         }
     };
@@ -194,16 +229,93 @@ pub(crate) fn round_even<C: num_traits::Float>(x: C) -> C {
 }
 
 /// GELU, exact (erf) form, as `torch.nn.functional.gelu` by default.
+///
+/// Computed in f64 when `C` is f64 with an erf/erfc accurate to a few ulps
+/// (so f64 tensors get f64 accuracy); otherwise with the fast [`erf`], whose
+/// 1.2e-7 error is below f32 rounding.
 #[inline(always)]
 pub(crate) fn gelu<C: num_traits::Float>(x: C) -> C {
+    if std::mem::size_of::<C>() == 8 {
+        let v = x.to_f64().unwrap_or(f64::NAN);
+        return C::from(gelu_f64(v)).unwrap_or_else(C::nan);
+    }
     let half = C::from(0.5).unwrap();
     let inv_sqrt2 = C::from(std::f64::consts::FRAC_1_SQRT_2).unwrap();
     half * x * (C::one() + erf(x * inv_sqrt2))
 }
 
-/// erf, to about 1e-7 relative (W. J. Cody's rational approximations are
-/// overkill here; this is Abramowitz-Stegun 7.1.26 refined by one Newton step
-/// on f64).
+/// GELU on f64 to full precision: `x/2 * (1 + erf(x/sqrt 2))` for x >= 0 and
+/// `x/2 * erfc(-x/sqrt 2)` below 0 (no cancellation in the tail).
+pub(crate) fn gelu_f64(x: f64) -> f64 {
+    let z = x * std::f64::consts::FRAC_1_SQRT_2;
+    if x.is_nan() {
+        x
+    } else if x >= 0.0 {
+        0.5 * x * (1.0 + erf_precise(z))
+    } else {
+        0.5 * x * erfc_precise(-z)
+    }
+}
+
+/// erf to a few ulps: the Taylor series `2/sqrt(pi) e^(-z^2) sum 2^n z^(2n+1) / (2n+1)!!`
+/// (all terms positive) below 2.5, `1 - erfc` above.
+pub(crate) fn erf_precise(z: f64) -> f64 {
+    let a = z.abs();
+    let r = if a < 2.5 {
+        erf_series(a)
+    } else {
+        1.0 - erfc_precise(a)
+    };
+    r.copysign(z)
+}
+
+/// erf by its positive-term series, for `0 <= z < 2.5` (at most ~45 terms).
+fn erf_series(z: f64) -> f64 {
+    let z2 = z * z;
+    let (mut term, mut sum, mut n) = (z, z, 0.0f64);
+    while term > sum * 1e-17 {
+        n += 1.0;
+        term *= 2.0 * z2 / (2.0 * n + 1.0);
+        sum += term;
+    }
+    std::f64::consts::FRAC_2_SQRT_PI * (-z2).exp() * sum
+}
+
+/// erfc for `z >= 0`: `1 - erf` below 2.5 (erfc > 4e-4 there, so little is
+/// lost), the continued fraction `e^(-z^2)/sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...))))`
+/// (Abramowitz-Stegun 7.1.14, evaluated by Lentz's method) above.
+pub(crate) fn erfc_precise(z: f64) -> f64 {
+    if z < 2.5 {
+        return 1.0 - erf_series(z);
+    }
+    if z > 27.0 {
+        return 0.0; // below the smallest subnormal
+    }
+    let tiny = 1e-300;
+    let mut f = z;
+    let (mut c, mut d) = (f, 0.0f64);
+    for i in 1..500 {
+        let a = i as f64 * 0.5;
+        d = z + a * d;
+        if d.abs() < tiny {
+            d = tiny;
+        }
+        d = 1.0 / d;
+        c = z + a / c;
+        if c.abs() < tiny {
+            c = tiny;
+        }
+        let delta = c * d;
+        f *= delta;
+        if (delta - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    (-z * z).exp() / (std::f64::consts::PI.sqrt() * f)
+}
+
+/// erf to about 1.2e-7 (through [`erf_f64`]): enough for the f32/f16/bf16
+/// compute paths; f64 uses [`erf_precise`].
 #[inline(always)]
 pub(crate) fn erf<C: num_traits::Float>(x: C) -> C {
     let xf = x.to_f64().unwrap();

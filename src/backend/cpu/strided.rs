@@ -36,6 +36,34 @@ impl<T> SendPtr<T> {
     }
 }
 
+/// The thread pool kernels split their work over, or `None` to run on the
+/// calling thread.
+///
+/// Kernels run while holding storage locks, so their chunks must never wait
+/// for a thread that could itself be blocked on a storage lock:
+/// * chunks run on a private pool whose threads run nothing else (never user
+///   code), so they always make progress;
+/// * a kernel called from any rayon worker thread (a tensor op inside the
+///   user's own `par_iter`) runs on that thread alone, as PyTorch's
+///   `parallel_for` does inside a parallel region. Otherwise the waiting
+///   worker could steal another task that blocks on the lock it holds.
+///
+/// Any kernel that parallelises under storage locks (reductions, matmul
+/// through gemm's rayon parallelism) must do so inside
+/// `kernel_pool().install(..)`, or run sequentially when this is `None`.
+pub(crate) fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::LazyLock<Option<rayon::ThreadPool>> = std::sync::LazyLock::new(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("tensorscope-kernel-{i}"))
+            .build()
+            .ok()
+    });
+    if rayon::current_thread_index().is_some() {
+        return None;
+    }
+    POOL.as_ref().filter(|p| p.current_num_threads() > 1)
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Plan<const N: usize> {
     shape: Dims,
@@ -173,15 +201,22 @@ impl<const N: usize> Plan<N> {
         if self.wants_tiles() {
             return self.tiled(f);
         }
-        if n < 2 * PAR_CHUNK || rayon::current_num_threads() == 1 {
+        let pool = if n < 2 * PAR_CHUNK {
+            None
+        } else {
+            kernel_pool()
+        };
+        let Some(pool) = pool else {
             self.runs(0, n, &mut |o, l, s| f(o, l, s));
             return;
-        }
+        };
         let chunks = n.div_ceil(PAR_CHUNK);
         use rayon::prelude::*;
-        (0..chunks).into_par_iter().for_each(|c| {
-            let start = c * PAR_CHUNK;
-            self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
+        pool.install(|| {
+            (0..chunks).into_par_iter().for_each(|c| {
+                let start = c * PAR_CHUNK;
+                self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
+            })
         });
     }
 
@@ -206,11 +241,17 @@ impl<const N: usize> Plan<N> {
             }
         };
         let bands = rows.div_ceil(TILE);
-        if rows * cols < 2 * PAR_CHUNK {
-            (0..bands).for_each(band);
+        let pool = if rows * cols < 2 * PAR_CHUNK {
+            None
         } else {
-            use rayon::prelude::*;
-            (0..bands).into_par_iter().for_each(band);
+            kernel_pool()
+        };
+        match pool {
+            None => (0..bands).for_each(band),
+            Some(pool) => {
+                use rayon::prelude::*;
+                pool.install(|| (0..bands).into_par_iter().for_each(band));
+            }
         }
     }
 }

@@ -168,6 +168,7 @@ enum ClassList {
 }
 
 impl ClassList {
+    #[cfg(test)]
     fn best(&self) -> Option<(usize, u32)> {
         match self {
             ClassList::Vec(v) => v.last().copied(),
@@ -299,7 +300,7 @@ fn class_of(size: usize) -> Option<usize> {
 }
 
 impl FreeSet {
-    #[inline]
+    #[cfg(test)]
     fn stream(&self, stream: u64) -> Option<&SizeClasses> {
         self.classes
             .iter()

@@ -27,24 +27,29 @@
 pub mod alloc;
 pub mod autograd;
 pub mod backend;
+mod borrowed;
 mod creation;
 mod device;
 mod display;
 mod dtype;
 mod error;
 pub mod layout;
+pub mod leak;
 mod ops;
 pub mod random;
+pub mod scope;
 mod static_checks;
 mod storage;
 mod tensor;
 
 pub use alloc as memory;
+pub use borrowed::{TensorView, TensorViewMut};
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use random::{manual_seed, Generator};
+pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;
 
 #[doc(hidden)]

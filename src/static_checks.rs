@@ -13,3 +13,30 @@ assert_impl_all!(Tensor: Send, Sync);
 assert_not_impl_any!(Tensor: Copy, Clone);
 assert_eq_size!(Tensor, usize);
 assert_eq_size!(Option<Tensor>, usize);
+
+// Scopes (src/scope.rs). A `Scoped<'s>` is a borrow of one arena slot: one
+// pointer, not Copy/Clone (it is a unique handle: `move_out` consumes it), and
+// neither Send nor Sync (a scope's handles stay on the thread that opened it;
+// `&Tensor` obtained from it is still Send, since `Tensor: Sync`).
+use crate::{Scope, ScopeStats, Scoped, TensorView, TensorViewMut};
+assert_not_impl_any!(Scoped<'static>: Send, Sync, Copy, Clone);
+assert_eq_size!(Scoped<'static>, usize);
+assert_eq_size!(Option<Scoped<'static>>, usize);
+// The scope itself is only ever lent as `&'s Scope<'s>`; it is not Sync, so
+// that reference cannot reach another thread either.
+assert_not_impl_any!(Scope<'static>: Sync, Copy, Clone);
+assert_impl_all!(ScopeStats: Send, Sync, Copy);
+
+// Borrowed views (src/borrowed.rs): one pointer, Send and Sync like Tensor
+// (a view of a shared base can be read from `std::thread::scope` threads),
+// not Copy/Clone (a second view is made on purpose, from the base).
+assert_impl_all!(TensorView<'static>: Send, Sync);
+assert_impl_all!(TensorViewMut<'static>: Send, Sync);
+assert_not_impl_any!(TensorView<'static>: Copy, Clone);
+assert_not_impl_any!(TensorViewMut<'static>: Copy, Clone);
+assert_eq_size!(TensorView<'static>, usize);
+assert_eq_size!(TensorViewMut<'static>, usize);
+
+// Leak reports are plain data that can cross threads (e.g. be returned from a
+// test thread).
+assert_impl_all!(crate::leak::LeakReport: Send, Sync, std::error::Error);

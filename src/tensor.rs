@@ -4,11 +4,7 @@ use crate::error::{bail, Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device, Element};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// Live [`Tensor`] handles' implementations (counted once per `alias` group).
-pub(crate) static LIVE_TENSORS: AtomicUsize = AtomicUsize::new(0);
 
 /// An owned handle to a tensor: a [`Layout`] over a refcounted storage.
 ///
@@ -53,7 +49,7 @@ pub(crate) struct TensorImpl {
 
 impl Drop for TensorImpl {
     fn drop(&mut self) {
-        LIVE_TENSORS.fetch_sub(1, Ordering::Relaxed);
+        crate::leak::tensor_dropped(self.storage.device());
     }
 }
 
@@ -66,7 +62,7 @@ impl Tensor {
                     .nbytes()
                     .max(layout.offset() * dtype.size_in_bytes())
         );
-        LIVE_TENSORS.fetch_add(1, Ordering::Relaxed);
+        crate::leak::tensor_created(storage.device());
         let inference = crate::autograd::is_inference_mode();
         Tensor {
             inner: Arc::new(TensorImpl {

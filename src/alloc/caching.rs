@@ -94,6 +94,10 @@ struct Inner {
     large: FreeSet,
     stats: MemoryStats,
     limit: Option<usize>,
+    /// Blocks whose allocation has ended ([`CachingAllocator::end_allocation`])
+    /// but which are still in use by another stream: no longer allocated,
+    /// still active, not reusable until [`CachingAllocator::free`].
+    deferred: std::collections::HashSet<u32>,
 }
 
 /// A caching allocator over a [`SegmentSource`].
@@ -649,12 +653,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
             b.allocated = false;
             (b.pool, b.size, b.requested)
         };
+        let deferred = !inner.deferred.is_empty() && inner.deferred.remove(&id);
         let st = &mut inner.stats;
-        st.allocation.sub(pool, 1);
+        if !deferred {
+            st.allocation.sub(pool, 1);
+            st.allocated_bytes.sub(pool, size as i64);
+            st.requested_bytes.sub(pool, requested as i64);
+        }
         st.active.sub(pool, 1);
-        st.allocated_bytes.sub(pool, size as i64);
         st.active_bytes.sub(pool, size as i64);
-        st.requested_bytes.sub(pool, requested as i64);
         // Merge with the previous block, then the next, if free.
         let mut id = id;
         let prev = inner.blocks[id as usize].prev;
@@ -683,6 +690,25 @@ impl<S: SegmentSource> CachingAllocator<S> {
             inner.retire_block(next);
         }
         inner.pool_insert(id);
+    }
+
+    /// Ends `block`'s allocation without making it reusable: PyTorch's free
+    /// of a block that another stream may still be using (`record_stream`).
+    /// The allocation statistics (`allocation`, `allocated_bytes`,
+    /// `requested_bytes`) drop now; the block stays active, out of the pool,
+    /// until [`free`](Self::free) is called once the other streams are done.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // only CUDA has other streams
+    pub(crate) fn end_allocation(&self, block: &Block) {
+        let mut inner = self.lock();
+        let b = &inner.blocks[block.id as usize];
+        debug_assert!(b.live && b.allocated && b.addr == block.addr);
+        let (pool, size, requested) = (b.pool, b.size, b.requested);
+        if inner.deferred.insert(block.id) {
+            let st = &mut inner.stats;
+            st.allocation.sub(pool, 1);
+            st.allocated_bytes.sub(pool, size as i64);
+            st.requested_bytes.sub(pool, requested as i64);
+        }
     }
 
     /// Returns every whole cached segment to the system.
@@ -948,6 +974,34 @@ mod tests {
         // Still works afterwards.
         let b = a.allocate(100, 0).unwrap();
         a.free(b);
+    }
+
+    #[test]
+    fn end_allocation_defers_reuse() {
+        let a = fake(usize::MAX);
+        let b = a.allocate(1000, 7).unwrap();
+        let addr = b.addr;
+        a.end_allocation(&b);
+        let s = a.stats();
+        assert_eq!(s.allocated_bytes.all.current, 0, "no longer allocated");
+        assert_eq!(s.requested_bytes.all.current, 0);
+        assert_eq!(s.allocation.all.current, 0);
+        assert_eq!(s.active_bytes.all.current, 1024, "still active");
+        assert_eq!(s.active.all.current, 1);
+        let c = a.allocate(1000, 7).unwrap();
+        assert_ne!(c.addr, addr, "a pending block is not reused");
+        a.free(b);
+        let s = a.stats();
+        assert_eq!(s.allocated_bytes.all.current, 1024, "only c is allocated");
+        assert_eq!(s.active_bytes.all.current, 1024);
+        assert_eq!(s.allocated_bytes.all.freed, 1024, "counted once");
+        a.free(c);
+        let d = a.allocate(1000, 7).unwrap();
+        assert_eq!(d.addr, addr, "reusable once freed");
+        a.free(d);
+        let s = a.stats();
+        assert_eq!(s.allocated_bytes.all.current, 0);
+        assert_eq!(s.active_bytes.all.current, 0);
     }
 
     #[test]

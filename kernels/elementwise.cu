@@ -1,0 +1,269 @@
+// Elementwise kernels: unary ops, binary ops and binary ops with a scalar.
+//
+//   unary_<op>_<dtype>(Geom<2> g, i64 n, T* out, const T* a)
+//   unary_clamp_<dtype>(Geom<2> g, i64 n, T* out, const T* a, u64 lo, u64 hi, i32 has)
+//   binary_<op>_<dtype>(Geom<3> g, i64 n, O* out, const T* a, const T* b)
+//   bscalar_<op>_<dtype>(Geom<2> g, i64 n, O* out, const T* a, u64 s)
+//
+// <op> is `UnaryOp::name()` / `BinaryOp::name()`. Operand 0 of the geometry
+// is the output. O is T, or bool (u8) for comparisons. Scalars arrive as
+// the bits of a value already converted to T on the host (`T::from_f64`),
+// clamp bounds likewise (`has` bit 0: lower bound present, bit 1: upper).
+//
+// Semantics follow the CPU backend (src/backend/cpu/elementwise.rs and
+// num.rs): float ops compute in f32 (f64 for f64) and round once; integer
+// arithmetic wraps; integer division floors and gives 0 on division by 0;
+// float maximum/minimum propagate NaN; bool add/maximum are `or`, the other
+// bool arithmetic is `and`.
+
+// ----------------------------------------------------------------- unary ---
+
+// Float-only ops (the op layer promotes integers to f32 first).
+#define FLOAT_UNARY(NAME, EXPR_F, EXPR_D)                   \
+    DEV float op_##NAME(float x) { return EXPR_F; }          \
+    DEV double op_##NAME(double x) { return EXPR_D; }
+
+FLOAT_UNARY(exp, expf(x), exp(x))
+FLOAT_UNARY(log, logf(x), log(x))
+FLOAT_UNARY(sqrt, sqrtf(x), sqrt(x))
+FLOAT_UNARY(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
+FLOAT_UNARY(sin, sinf(x), sin(x))
+FLOAT_UNARY(cos, cosf(x), cos(x))
+FLOAT_UNARY(tanh, tanhf(x), tanh(x))
+FLOAT_UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+FLOAT_UNARY(gelu, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)),
+            0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+FLOAT_UNARY(reciprocal, 1.0f / x, 1.0 / x)
+
+// Ops defined on every numeric type. Floats: f, integers: i (wrapping).
+#define NUM_UNARY(NAME, EXPR_F, EXPR_D, EXPR_I64, EXPR_I32, EXPR_U8) \
+    DEV float op_##NAME(float x) { return EXPR_F; }                   \
+    DEV double op_##NAME(double x) { return EXPR_D; }                 \
+    DEV i64 op_##NAME(i64 x) { return EXPR_I64; }                     \
+    DEV i32 op_##NAME(i32 x) { return EXPR_I32; }                     \
+    DEV u8 op_##NAME(u8 x) { return EXPR_U8; }
+
+NUM_UNARY(neg, -x, -x, (i64)(0ull - (u64)x), (i32)(0u - (u32)x), (u8)(0u - (u32)x))
+NUM_UNARY(abs, fabsf(x), fabs(x), x < 0 ? (i64)(0ull - (u64)x) : x, x < 0 ? (i32)(0u - (u32)x) : x, x)
+NUM_UNARY(relu, (x > 0.0f || x != x) ? x : 0.0f, (x > 0.0 || x != x) ? x : 0.0, x > 0 ? x : 0,
+          x > 0 ? x : 0, x)
+NUM_UNARY(square, x * x, x * x, (i64)((u64)x * (u64)x), (i32)((u32)x * (u32)x), (u8)((u32)x * (u32)x))
+NUM_UNARY(floor, floorf(x), floor(x), x, x, x)
+NUM_UNARY(round, rintf(x), rint(x), x, x, x)
+NUM_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x), x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x),
+          (i64)(x > 0 ? 1 : (x < 0 ? -1 : 0)), x > 0 ? 1 : (x < 0 ? -1 : 0), (u8)(x > 0 ? 1 : 0))
+
+#define UNARY_KERNEL(NAME, SUF, T)                                                        \
+    KERNEL void unary_##NAME##_##SUF(Geom<2> g, i64 n, T* out, const T* a) {               \
+        for_each<2>(g, n, [&](const i64* o) { out[o[0]] = Store<T>::from(op_##NAME(load(a[o[1]]))); }); \
+    }
+
+#define UNARY_FLOAT_DTYPES(NAME)      \
+    UNARY_KERNEL(NAME, f32, float)    \
+    UNARY_KERNEL(NAME, f64, double)   \
+    UNARY_KERNEL(NAME, f16, f16)      \
+    UNARY_KERNEL(NAME, bf16, bf16)
+
+#define UNARY_NUM_DTYPES(NAME)   \
+    UNARY_FLOAT_DTYPES(NAME)     \
+    UNARY_KERNEL(NAME, i64, i64) \
+    UNARY_KERNEL(NAME, i32, i32) \
+    UNARY_KERNEL(NAME, u8, u8)
+
+UNARY_FLOAT_DTYPES(exp)
+UNARY_FLOAT_DTYPES(log)
+UNARY_FLOAT_DTYPES(sqrt)
+UNARY_FLOAT_DTYPES(rsqrt)
+UNARY_FLOAT_DTYPES(sin)
+UNARY_FLOAT_DTYPES(cos)
+UNARY_FLOAT_DTYPES(tanh)
+UNARY_FLOAT_DTYPES(sigmoid)
+UNARY_FLOAT_DTYPES(gelu)
+UNARY_FLOAT_DTYPES(reciprocal)
+UNARY_NUM_DTYPES(neg)
+UNARY_NUM_DTYPES(abs)
+UNARY_NUM_DTYPES(relu)
+UNARY_NUM_DTYPES(square)
+UNARY_NUM_DTYPES(floor)
+UNARY_NUM_DTYPES(round)
+UNARY_NUM_DTYPES(sign)
+
+// Clamp compares in the storage type's value (bounds already converted to T).
+#define CLAMP_KERNEL(SUF, T)                                                                   \
+    KERNEL void unary_clamp_##SUF(Geom<2> g, i64 n, T* out, const T* a, u64 lo, u64 hi, i32 has) { \
+        const auto l = load(from_bits<T>(lo));                                                 \
+        const auto h = load(from_bits<T>(hi));                                                 \
+        for_each<2>(g, n, [&](const i64* o) {                                                   \
+            auto x = load(a[o[1]]);                                                            \
+            if ((has & 1) && x < l) x = l;                                                     \
+            if ((has & 2) && x > h) x = h;                                                     \
+            out[o[0]] = Store<T>::from(x);                                                      \
+        });                                                                                    \
+    }
+
+CLAMP_KERNEL(f32, float)
+CLAMP_KERNEL(f64, double)
+CLAMP_KERNEL(f16, f16)
+CLAMP_KERNEL(bf16, bf16)
+CLAMP_KERNEL(i64, i64)
+CLAMP_KERNEL(i32, i32)
+CLAMP_KERNEL(u8, u8)
+
+// ---------------------------------------------------------------- binary ---
+
+DEV float op_add(float a, float b) { return a + b; }
+DEV double op_add(double a, double b) { return a + b; }
+DEV float op_sub(float a, float b) { return a - b; }
+DEV double op_sub(double a, double b) { return a - b; }
+DEV float op_mul(float a, float b) { return a * b; }
+DEV double op_mul(double a, double b) { return a * b; }
+DEV float op_div(float a, float b) { return a / b; }
+DEV double op_div(double a, double b) { return a / b; }
+DEV float op_pow(float a, float b) { return powf(a, b); }
+DEV double op_pow(double a, double b) { return pow(a, b); }
+DEV float op_maximum(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a > b ? a : b); }
+DEV double op_maximum(double a, double b) { return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a > b ? a : b); }
+DEV float op_minimum(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b); }
+DEV double op_minimum(double a, double b) { return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a < b ? a : b); }
+
+// Integer arithmetic wraps (computed in the unsigned type of the same width).
+#define INT_BINARY(T, U)                                                             \
+    DEV T op_add(T a, T b) { return (T)((U)a + (U)b); }                              \
+    DEV T op_sub(T a, T b) { return (T)((U)a - (U)b); }                              \
+    DEV T op_mul(T a, T b) { return (T)((U)a * (U)b); }                              \
+    DEV T op_maximum(T a, T b) { return a > b ? a : b; }                             \
+    DEV T op_minimum(T a, T b) { return a < b ? a : b; }                             \
+    DEV T op_pow(T a, T b) {                                                          \
+        if (b < 0) return a == 1 ? 1 : 0;                                             \
+        u32 e = (u32)b;                                                               \
+        U base = (U)a, r = 1;                                                         \
+        while (e) {                                                                   \
+            if (e & 1u) r = r * base;                                                 \
+            base = base * base;                                                       \
+            e >>= 1;                                                                  \
+        }                                                                             \
+        return (T)r;                                                                  \
+    }
+
+INT_BINARY(i64, u64)
+INT_BINARY(i32, u32)
+
+// Floor division; 0 for a zero divisor; MIN / -1 wraps to MIN.
+DEV i64 op_div(i64 a, i64 b) {
+    if (b == 0) return 0;
+    if (b == -1) return (i64)(0ull - (u64)a);
+    i64 q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+DEV i32 op_div(i32 a, i32 b) {
+    if (b == 0) return 0;
+    if (b == -1) return (i32)(0u - (u32)a);
+    i32 q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+
+DEV u8 op_add(u8 a, u8 b) { return (u8)(a + b); }
+DEV u8 op_sub(u8 a, u8 b) { return (u8)(a - b); }
+DEV u8 op_mul(u8 a, u8 b) { return (u8)((u32)a * (u32)b); }
+DEV u8 op_div(u8 a, u8 b) { return b == 0 ? 0 : (u8)(a / b); }
+DEV u8 op_maximum(u8 a, u8 b) { return a > b ? a : b; }
+DEV u8 op_minimum(u8 a, u8 b) { return a < b ? a : b; }
+DEV u8 op_pow(u8 a, u8 b) {
+    u32 e = b, base = a, r = 1;
+    while (e) {
+        if (e & 1u) r = (r * base) & 0xffu;
+        base = (base * base) & 0xffu;
+        e >>= 1;
+    }
+    return (u8)r;
+}
+
+template <typename C> DEV u8 op_eq(C a, C b) { return a == b; }
+template <typename C> DEV u8 op_ne(C a, C b) { return a != b; }
+template <typename C> DEV u8 op_lt(C a, C b) { return a < b; }
+template <typename C> DEV u8 op_le(C a, C b) { return a <= b; }
+template <typename C> DEV u8 op_gt(C a, C b) { return a > b; }
+template <typename C> DEV u8 op_ge(C a, C b) { return a >= b; }
+
+// Arithmetic: out is T.
+#define BINARY_KERNEL(NAME, SUF, T)                                                            \
+    KERNEL void binary_##NAME##_##SUF(Geom<3> g, i64 n, T* out, const T* a, const T* b) {       \
+        for_each<3>(g, n, [&](const i64* o) {                                                   \
+            out[o[0]] = Store<T>::from(op_##NAME(load(a[o[1]]), load(b[o[2]])));                \
+        });                                                                                    \
+    }                                                                                          \
+    KERNEL void bscalar_##NAME##_##SUF(Geom<2> g, i64 n, T* out, const T* a, u64 sb) {          \
+        const auto s = load(from_bits<T>(sb));                                                 \
+        for_each<2>(g, n, [&](const i64* o) {                                                   \
+            out[o[0]] = Store<T>::from(op_##NAME(load(a[o[1]]), s));                            \
+        });                                                                                    \
+    }
+
+// Comparisons: out is bool.
+#define COMPARE_KERNEL(NAME, SUF, T)                                                           \
+    KERNEL void binary_##NAME##_##SUF(Geom<3> g, i64 n, u8* out, const T* a, const T* b) {      \
+        for_each<3>(g, n, [&](const i64* o) { out[o[0]] = op_##NAME(load(a[o[1]]), load(b[o[2]])); }); \
+    }                                                                                          \
+    KERNEL void bscalar_##NAME##_##SUF(Geom<2> g, i64 n, u8* out, const T* a, u64 sb) {         \
+        const auto s = load(from_bits<T>(sb));                                                 \
+        for_each<2>(g, n, [&](const i64* o) { out[o[0]] = op_##NAME(load(a[o[1]]), s); });      \
+    }
+
+#define BINARY_ALL_OPS(SUF, T)        \
+    BINARY_KERNEL(add, SUF, T)        \
+    BINARY_KERNEL(sub, SUF, T)        \
+    BINARY_KERNEL(mul, SUF, T)        \
+    BINARY_KERNEL(div, SUF, T)        \
+    BINARY_KERNEL(pow, SUF, T)        \
+    BINARY_KERNEL(maximum, SUF, T)    \
+    BINARY_KERNEL(minimum, SUF, T)    \
+    COMPARE_KERNEL(eq, SUF, T)        \
+    COMPARE_KERNEL(ne, SUF, T)        \
+    COMPARE_KERNEL(lt, SUF, T)        \
+    COMPARE_KERNEL(le, SUF, T)        \
+    COMPARE_KERNEL(gt, SUF, T)        \
+    COMPARE_KERNEL(ge, SUF, T)
+
+BINARY_ALL_OPS(f32, float)
+BINARY_ALL_OPS(f64, double)
+BINARY_ALL_OPS(f16, f16)
+BINARY_ALL_OPS(bf16, bf16)
+BINARY_ALL_OPS(i64, i64)
+BINARY_ALL_OPS(i32, i32)
+BINARY_ALL_OPS(u8, u8)
+
+// bool: add/maximum are `or`; sub/mul/div/pow/minimum are `and` (the op layer
+// refuses sub/div/pow on bool); comparisons order false < true.
+DEV u8 bool_or(u8 a, u8 b) { return (u8)((a != 0) | (b != 0)); }
+DEV u8 bool_and(u8 a, u8 b) { return (u8)((a != 0) & (b != 0)); }
+DEV u8 bool_cmp_eq(u8 a, u8 b) { return (a != 0) == (b != 0); }
+DEV u8 bool_cmp_ne(u8 a, u8 b) { return (a != 0) != (b != 0); }
+DEV u8 bool_cmp_lt(u8 a, u8 b) { return (a == 0) & (b != 0); }
+DEV u8 bool_cmp_le(u8 a, u8 b) { return (a == 0) | (b != 0); }
+DEV u8 bool_cmp_gt(u8 a, u8 b) { return (a != 0) & (b == 0); }
+DEV u8 bool_cmp_ge(u8 a, u8 b) { return (a != 0) | (b == 0); }
+
+#define BOOL_KERNEL(NAME, FN)                                                                  \
+    KERNEL void binary_##NAME##_bool(Geom<3> g, i64 n, u8* out, const u8* a, const u8* b) {     \
+        for_each<3>(g, n, [&](const i64* o) { out[o[0]] = FN(a[o[1]], b[o[2]]); });              \
+    }                                                                                          \
+    KERNEL void bscalar_##NAME##_bool(Geom<2> g, i64 n, u8* out, const u8* a, u64 sb) {         \
+        const u8 s = (u8)(sb & 0xff);                                                          \
+        for_each<2>(g, n, [&](const i64* o) { out[o[0]] = FN(a[o[1]], s); });                    \
+    }
+
+BOOL_KERNEL(add, bool_or)
+BOOL_KERNEL(maximum, bool_or)
+BOOL_KERNEL(sub, bool_and)
+BOOL_KERNEL(mul, bool_and)
+BOOL_KERNEL(div, bool_and)
+BOOL_KERNEL(pow, bool_and)
+BOOL_KERNEL(minimum, bool_and)
+BOOL_KERNEL(eq, bool_cmp_eq)
+BOOL_KERNEL(ne, bool_cmp_ne)
+BOOL_KERNEL(lt, bool_cmp_lt)
+BOOL_KERNEL(le, bool_cmp_le)
+BOOL_KERNEL(gt, bool_cmp_gt)
+BOOL_KERNEL(ge, bool_cmp_ge)

@@ -1,0 +1,148 @@
+// Fused kernels for the nn layer: layer norm and dropout.
+//
+//   layer_norm_fwd_<dtype>(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd,
+//                          i64 rows, i64 cols, double eps)
+//       per row of a dense [rows, cols] x: y = (x - mean) * rstd * gamma + beta;
+//       gamma and beta may be null (no affine transform); mean and rstd
+//       (A: f32, or f64 for f64) are saved for the backward pass.
+//   layer_norm_bwd_<dtype>(const T* dy, const T* x, const T* gamma, const A* mean, const A* rstd,
+//                          T* dx, i64 rows, i64 cols)
+//       dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat))
+//   layer_norm_bwd_params_<dtype>(const T* dy, const T* x, const A* mean, const A* rstd,
+//                                 T* dgamma, T* dbeta, i64 rows, i64 cols)
+//       one thread per column (no atomics, deterministic):
+//       dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy (either may be null)
+//   dropout_<dtype>(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset)
+//       keep with probability 1 - p (Philox counter q covers elements
+//       [4q, 4q + 4)): y = keep ? x / (1 - p) : 0, mask = keep
+//   dropout_bwd_<dtype>(const T* dy, const u8* mask, T* dx, i64 n, double p)
+//       dx = mask ? dy / (1 - p) : 0
+//
+// Float dtypes only. Launch the row kernels with TS_BLOCK threads per block
+// (one block per row, grid-stride over rows).
+
+template <typename T> struct NAcc { typedef float A; };
+template <> struct NAcc<double> { typedef double A; };
+
+DEV float rsqrt_(float x) { return 1.0f / sqrtf(x); }
+DEV double rsqrt_(double x) { return 1.0 / sqrt(x); }
+
+template <typename T>
+DEV void layer_norm_fwd(const T* x, const T* gamma, const T* beta, T* y, typename NAcc<T>::A* mean,
+                        typename NAcc<T>::A* rstd, i64 rows, i64 cols, double eps) {
+    typedef typename NAcc<T>::A A;
+    __shared__ A scratch[TS_BLOCK];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        A s = 0;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) s += (A)load(xr[j]);
+        s = group_reduce(s, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A mu = s / (A)cols;
+        A v = 0;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A d = (A)load(xr[j]) - mu;
+            v += d * d;
+        }
+        v = group_reduce(v, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A rs = rsqrt_(v / (A)cols + (A)eps);
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            A h = ((A)load(xr[j]) - mu) * rs;
+            if (gamma) h *= (A)load(gamma[j]);
+            if (beta) h += (A)load(beta[j]);
+            y[r * cols + j] = Store<T>::from(h);
+        }
+    }
+}
+
+template <typename T>
+DEV void layer_norm_bwd(const T* dy, const T* x, const T* gamma, const typename NAcc<T>::A* mean,
+                        const typename NAcc<T>::A* rstd, T* dx, i64 rows, i64 cols) {
+    typedef typename NAcc<T>::A A;
+    __shared__ A scratch[TS_BLOCK];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const A mu = mean[r], rs = rstd[r];
+        A s1 = 0, s2 = 0;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A gg = (A)load(dy[r * cols + j]) * (gamma ? (A)load(gamma[j]) : (A)1);
+            const A xh = ((A)load(x[r * cols + j]) - mu) * rs;
+            s1 += gg;
+            s2 += gg * xh;
+        }
+        s1 = group_reduce(s1, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        s2 = group_reduce(s2, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A m1 = s1 / (A)cols, m2 = s2 / (A)cols;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A gg = (A)load(dy[r * cols + j]) * (gamma ? (A)load(gamma[j]) : (A)1);
+            const A xh = ((A)load(x[r * cols + j]) - mu) * rs;
+            dx[r * cols + j] = Store<T>::from(rs * (gg - m1 - xh * m2));
+        }
+    }
+}
+
+template <typename T>
+DEV void layer_norm_bwd_params(const T* dy, const T* x, const typename NAcc<T>::A* mean,
+                               const typename NAcc<T>::A* rstd, T* dgamma, T* dbeta, i64 rows, i64 cols) {
+    typedef typename NAcc<T>::A A;
+    GRID_LOOP(j, cols) {
+        A sg = 0, sb = 0;
+        for (i64 r = 0; r < rows; ++r) {
+            const A g = (A)load(dy[r * cols + j]);
+            sg += g * (((A)load(x[r * cols + j]) - mean[r]) * rstd[r]);
+            sb += g;
+        }
+        if (dgamma) dgamma[j] = Store<T>::from(sg);
+        if (dbeta) dbeta[j] = Store<T>::from(sb);
+    }
+}
+
+template <typename T> DEV void dropout(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset) {
+    typedef typename NAcc<T>::A A;
+    const A scale = (A)(1.0 / (1.0 - p));
+    const float pf = (float)p;
+    GRID_LOOP(q, (n + 3) / 4) {
+        const Philox r = philox(seed, offset + (u64)q);
+        for (int k = 0; k < 4; ++k) {
+            const i64 j = 4 * q + k;
+            if (j < n) {
+                const bool keep = u01f(r.v[k]) >= pf;
+                mask[j] = keep;
+                y[j] = Store<T>::from(keep ? (A)load(x[j]) * scale : (A)0);
+            }
+        }
+    }
+}
+
+template <typename T> DEV void dropout_bwd(const T* dy, const u8* mask, T* dx, i64 n, double p) {
+    typedef typename NAcc<T>::A A;
+    const A scale = (A)(1.0 / (1.0 - p));
+    GRID_LOOP(j, n) dx[j] = Store<T>::from(mask[j] ? (A)load(dy[j]) * scale : (A)0);
+}
+
+#define NN_KERNELS(SUF, T, A)                                                                                     \
+    KERNEL void layer_norm_fwd_##SUF(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd, i64 rows,  \
+                                     i64 cols, double eps) {                                                      \
+        layer_norm_fwd<T>(x, gamma, beta, y, mean, rstd, rows, cols, eps);                                         \
+    }                                                                                                             \
+    KERNEL void layer_norm_bwd_##SUF(const T* dy, const T* x, const T* gamma, const A* mean, const A* rstd, T* dx, \
+                                     i64 rows, i64 cols) {                                                        \
+        layer_norm_bwd<T>(dy, x, gamma, mean, rstd, dx, rows, cols);                                               \
+    }                                                                                                             \
+    KERNEL void layer_norm_bwd_params_##SUF(const T* dy, const T* x, const A* mean, const A* rstd, T* dgamma,     \
+                                            T* dbeta, i64 rows, i64 cols) {                                       \
+        layer_norm_bwd_params<T>(dy, x, mean, rstd, dgamma, dbeta, rows, cols);                                    \
+    }                                                                                                             \
+    KERNEL void dropout_##SUF(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset) {                \
+        dropout<T>(x, y, mask, n, p, seed, offset);                                                                \
+    }                                                                                                             \
+    KERNEL void dropout_bwd_##SUF(const T* dy, const u8* mask, T* dx, i64 n, double p) {                          \
+        dropout_bwd<T>(dy, mask, dx, n, p);                                                                        \
+    }
+
+NN_KERNELS(f32, float, float)
+NN_KERNELS(f64, double, double)
+NN_KERNELS(f16, f16, float)
+NN_KERNELS(bf16, bf16, float)

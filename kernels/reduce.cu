@@ -1,0 +1,207 @@
+// Reductions over a set of dimensions.
+//
+//   reduce_<op>_<dtype>(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group)
+//
+// <op> is the lower-case `ReduceOp` variant: sum, mean, max, min, argmax,
+// argmin, prod. Output dtypes: sum and prod of integers and bool give i64,
+// of floats the input dtype; mean is defined on floats only; max and min
+// keep the dtype; argmax and argmin give i64 (the linear index over the
+// reduced dimensions, row-major; for one dimension, the index along it).
+//
+// One group of `group` threads (32: a warp, or TS_BLOCK: the whole block)
+// reduces one output element; launch with TS_BLOCK threads per block.
+// Floats accumulate in f32 (f64 for f64); integers in 64 bits, wrapping.
+// max/min propagate NaN; argmax/argmin return the first NaN if there is one,
+// else the first occurrence of the extreme value. An empty reduction writes
+// the identity (0 for sum, 1 for prod, NaN for mean, -1 for argmax/argmin,
+// the lowest/highest value for max/min): the op layer refuses the undefined
+// ones before launching.
+
+struct RGeom {
+    i32 out_rank;
+    i32 red_rank;
+    i64 out_shape[TS_MAX_RANK];
+    i64 out_stride[TS_MAX_RANK];  // output strides over the kept dimensions
+    i64 in_stride[TS_MAX_RANK];   // input strides over the kept dimensions
+    i64 red_shape[TS_MAX_RANK];
+    i64 red_stride[TS_MAX_RANK];  // input strides over the reduced dimensions
+};
+
+DEV void kept_offsets(const RGeom& g, i64 o, i64& out_off, i64& in_off) {
+    out_off = 0;
+    in_off = 0;
+    for (int d = g.out_rank - 1; d >= 0; --d) {
+        const i64 s = g.out_shape[d];
+        const i64 c = o % s;
+        o /= s;
+        out_off += c * g.out_stride[d];
+        in_off += c * g.in_stride[d];
+    }
+}
+
+DEV i64 red_offset(const RGeom& g, i64 r) {
+    if (g.red_rank == 1) return r * g.red_stride[0];
+    i64 off = 0;
+    for (int d = g.red_rank - 1; d >= 0; --d) {
+        const i64 s = g.red_shape[d];
+        off += (r % s) * g.red_stride[d];
+        r /= s;
+    }
+    return off;
+}
+
+template <typename Op, typename T, typename O>
+DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, int group) {
+    typedef typename Op::Acc A;
+    __shared__ __align__(16) unsigned char smem[TS_BLOCK * sizeof(A)];
+    A* scratch = (A*)smem;
+    const int tid = threadIdx.x;
+    const int lane = tid % group;
+    const i64 per_block = TS_BLOCK / group;
+    // `base` is the same for every thread of the block, so every thread runs
+    // the same number of iterations and reaches every barrier.
+    for (i64 base = (i64)blockIdx.x * per_block; base < n_out; base += (i64)gridDim.x * per_block) {
+        const i64 o = base + tid / group;
+        const bool active = o < n_out;
+        A acc = Op::identity();
+        i64 out_off = 0, in_off = 0;
+        if (active) {
+            kept_offsets(g, o, out_off, in_off);
+            for (i64 r = lane; r < n_red; r += group) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
+        }
+        acc = group_reduce(acc, scratch, group, [](A a, A b) { return Op::combine(a, b); });
+        if (active && lane == 0) out[out_off] = Op::finish(acc, n_red);
+    }
+}
+
+// Accumulator of a storage type: f32 for f16/bf16/f32, f64 for f64.
+template <typename T> struct FAcc { typedef float A; };
+template <> struct FAcc<double> { typedef double A; };
+
+template <typename T> struct SumF {
+    typedef typename FAcc<T>::A Acc;
+    static DEV Acc identity() { return 0; }
+    static DEV Acc make(T x, i64) { return (Acc)load(x); }
+    static DEV Acc combine(Acc a, Acc b) { return a + b; }
+    static DEV T finish(Acc a, i64) { return Store<T>::from(a); }
+};
+template <typename T> struct MeanF : SumF<T> {
+    typedef typename FAcc<T>::A Acc;
+    static DEV T finish(Acc a, i64 n) { return Store<T>::from(a / (Acc)n); }
+};
+template <typename T> struct ProdF : SumF<T> {
+    typedef typename FAcc<T>::A Acc;
+    static DEV Acc identity() { return 1; }
+    static DEV Acc combine(Acc a, Acc b) { return a * b; }
+};
+// Integers (and bool) sum and multiply in u64, which wraps like i64.
+template <typename T> struct SumI {
+    typedef u64 Acc;
+    static DEV Acc identity() { return 0; }
+    static DEV Acc make(T x, i64) { return (u64)(i64)x; }
+    static DEV Acc combine(Acc a, Acc b) { return a + b; }
+    static DEV i64 finish(Acc a, i64) { return (i64)a; }
+};
+template <typename T> struct ProdI : SumI<T> {
+    static DEV u64 identity() { return 1; }
+    static DEV u64 combine(u64 a, u64 b) { return a * b; }
+};
+
+template <typename C> DEV bool is_nan(C x) { return x != x; }
+
+// max / min on the compute type; the identities are the extreme values.
+template <typename C> struct Limits;
+template <> struct Limits<float> { static DEV float lo() { return -__int_as_float(0x7f800000); } static DEV float hi() { return __int_as_float(0x7f800000); } };
+template <> struct Limits<double> { static DEV double lo() { return -__longlong_as_double(0x7ff0000000000000LL); } static DEV double hi() { return __longlong_as_double(0x7ff0000000000000LL); } };
+template <> struct Limits<i64> { static DEV i64 lo() { return (i64)0x8000000000000000ull; } static DEV i64 hi() { return 0x7fffffffffffffffLL; } };
+template <> struct Limits<i32> { static DEV i32 lo() { return (i32)0x80000000u; } static DEV i32 hi() { return 0x7fffffff; } };
+template <> struct Limits<u8> { static DEV u8 lo() { return 0; } static DEV u8 hi() { return 255; } };
+
+template <typename T, bool MAX> struct ExtremeOp {
+    typedef decltype(load(T())) Acc;
+    static DEV Acc identity() { return MAX ? Limits<Acc>::lo() : Limits<Acc>::hi(); }
+    static DEV Acc make(T x, i64) { return load(x); }
+    static DEV Acc combine(Acc a, Acc b) {
+        if (is_nan(a)) return a;
+        if (is_nan(b)) return b;
+        return MAX ? (a > b ? a : b) : (a < b ? a : b);
+    }
+    static DEV T finish(Acc a, i64) { return Store<T>::from(a); }
+};
+
+// bool max is `or`, min is `and`.
+template <bool MAX> struct ExtremeBool {
+    typedef u8 Acc;
+    static DEV u8 identity() { return MAX ? 0 : 1; }
+    static DEV u8 make(u8 x, i64) { return x != 0; }
+    static DEV u8 combine(u8 a, u8 b) { return MAX ? (a | b) : (a & b); }
+    static DEV u8 finish(u8 a, i64) { return a; }
+};
+
+template <typename C> struct ArgAcc {
+    C v;
+    i64 i;
+};
+
+template <typename T, bool MAX> struct ArgOp {
+    typedef decltype(load(T())) C;
+    typedef ArgAcc<C> Acc;
+    static DEV Acc identity() {
+        Acc a;
+        a.v = C();
+        a.i = -1;
+        return a;
+    }
+    static DEV Acc make(T x, i64 r) {
+        Acc a;
+        a.v = load(x);
+        a.i = r;
+        return a;
+    }
+    static DEV Acc combine(Acc a, Acc b) {
+        if (a.i < 0) return b;
+        if (b.i < 0) return a;
+        const bool an = is_nan(a.v), bn = is_nan(b.v);
+        if (an || bn) {
+            if (an && bn) return a.i < b.i ? a : b;
+            return an ? a : b;
+        }
+        if (a.v == b.v) return a.i < b.i ? a : b;
+        return (MAX ? a.v > b.v : a.v < b.v) ? a : b;
+    }
+    static DEV i64 finish(Acc a, i64) { return a.i; }
+};
+
+#define REDUCE_KERNEL(NAME, SUF, T, O, ...)                                                            \
+    KERNEL void reduce_##NAME##_##SUF(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group) { \
+        reduce_impl<__VA_ARGS__>(g, n_out, n_red, out, in, group);                                     \
+    }
+
+#define REDUCE_FLOAT(SUF, T)                                \
+    REDUCE_KERNEL(sum, SUF, T, T, SumF<T>)                  \
+    REDUCE_KERNEL(mean, SUF, T, T, MeanF<T>)                \
+    REDUCE_KERNEL(prod, SUF, T, T, ProdF<T>)                \
+    REDUCE_KERNEL(max, SUF, T, T, ExtremeOp<T, true>)     \
+    REDUCE_KERNEL(min, SUF, T, T, ExtremeOp<T, false>)    \
+    REDUCE_KERNEL(argmax, SUF, T, i64, ArgOp<T, true>)    \
+    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)
+
+#define REDUCE_INT(SUF, T)                                  \
+    REDUCE_KERNEL(sum, SUF, T, i64, SumI<T>)                \
+    REDUCE_KERNEL(prod, SUF, T, i64, ProdI<T>)              \
+    REDUCE_KERNEL(max, SUF, T, T, ExtremeOp<T, true>)     \
+    REDUCE_KERNEL(min, SUF, T, T, ExtremeOp<T, false>)    \
+    REDUCE_KERNEL(argmax, SUF, T, i64, ArgOp<T, true>)    \
+    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)
+
+REDUCE_FLOAT(f32, float)
+REDUCE_FLOAT(f64, double)
+REDUCE_FLOAT(f16, f16)
+REDUCE_FLOAT(bf16, bf16)
+REDUCE_INT(i64, i64)
+REDUCE_INT(i32, i32)
+REDUCE_INT(u8, u8)
+REDUCE_KERNEL(sum, bool, u8, i64, SumI<u8>)
+REDUCE_KERNEL(prod, bool, u8, i64, ProdI<u8>)
+REDUCE_KERNEL(max, bool, u8, u8, ExtremeBool<true>)
+REDUCE_KERNEL(min, bool, u8, u8, ExtremeBool<false>)

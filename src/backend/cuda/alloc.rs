@@ -1,0 +1,281 @@
+//! The CUDA caching allocator: the crate's generic caching allocator
+//! (`src/alloc/caching.rs`) over segments from the driver, plus PyTorch's
+//! cross-stream rule.
+//!
+//! * Segments come from `cuMemAlloc` and go back with `cuMemFree` (after a
+//!   device synchronisation), only when the cache is emptied or a request
+//!   cannot otherwise be served. `mem_info` is `cuMemGetInfo`.
+//! * Pools are keyed by the id of the stream that was current when the block
+//!   was allocated, so a freed block is reused only by later work on the same
+//!   stream, which the stream runs after everything queued before the free.
+//! * [`record_stream`] marks a block as used on another stream. When such a
+//!   block is freed, an event is recorded on each of those streams; the block
+//!   stops counting as allocated at once (as in PyTorch) but returns to its
+//!   pool only when all those events have completed. Pending blocks are
+//!   polled at the start of every allocation, and waited for before the cache
+//!   is emptied or an out-of-memory error is returned.
+
+use super::device::gpu_of;
+use super::stream::Stream;
+use crate::alloc::caching::{CachingAllocator, SegmentSource};
+use crate::alloc::{Block, DeviceAllocator, MemoryStats};
+use crate::error::{Error, Result};
+use crate::{Device, Tensor};
+use cudarc::driver::{result, CudaContext, CudaEvent};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Segments from the CUDA driver.
+pub(crate) struct DriverSource {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl SegmentSource for DriverSource {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+    fn alloc_segment(&self, bytes: usize) -> Option<usize> {
+        self.ctx.bind_to_thread().ok()?;
+        // SAFETY: a plain device allocation; the caller owns the pointer.
+        unsafe { result::malloc_sync(bytes) }
+            .ok()
+            .map(|p| p as usize)
+    }
+    unsafe fn free_segment(&self, addr: usize, _bytes: usize) {
+        if self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        // No block of the segment is allocated, but work queued before the
+        // last free may still be reading it: wait for the device first
+        // (cuMemFree would too, implicitly).
+        let _ = result::ctx::synchronize();
+        // SAFETY: the caller guarantees the segment came from alloc_segment
+        // and is no longer used.
+        let _ = unsafe { result::free_sync(addr as u64) };
+    }
+    fn mem_info(&self) -> Option<(usize, usize)> {
+        self.ctx.mem_get_info().ok()
+    }
+}
+
+/// Something that completes: an event recorded on a stream.
+pub(crate) trait Fence: Send + Sync {
+    /// `true` once the work it follows has finished (or on a driver error:
+    /// the block is then released rather than leaked).
+    fn is_done(&self) -> bool;
+    /// Blocks until [`is_done`](Fence::is_done).
+    fn wait(&self);
+}
+
+/// A stream a block was used on, which can record a [`Fence`].
+pub(crate) trait StreamUse: Send + Sync {
+    fn id(&self) -> u64;
+    fn record(&self) -> Box<dyn Fence>;
+}
+
+struct EventFence {
+    event: Option<CudaEvent>,
+}
+
+impl Fence for EventFence {
+    fn is_done(&self) -> bool {
+        self.event
+            .as_ref()
+            .is_none_or(|e| e.try_is_complete().unwrap_or(true))
+    }
+    fn wait(&self) {
+        if let Some(e) = &self.event {
+            let _ = e.synchronize();
+        }
+    }
+}
+
+impl StreamUse for Stream {
+    fn id(&self) -> u64 {
+        Stream::id(self)
+    }
+    fn record(&self) -> Box<dyn Fence> {
+        let cu = self.cu();
+        let event = cu.record_event(None).ok();
+        if event.is_none() {
+            // Cannot record: fall back to waiting for the stream now.
+            let _ = cu.synchronize();
+        }
+        Box::new(EventFence { event })
+    }
+}
+
+struct Pending {
+    block: Block,
+    fences: Vec<Box<dyn Fence>>,
+}
+
+/// A caching allocator with PyTorch's record_stream semantics, over any
+/// segment source (the driver in production, a fake in the unit tests).
+pub(crate) struct StreamAwareAllocator<S: SegmentSource> {
+    caching: CachingAllocator<S>,
+    /// Other streams each live block was used on, by block address.
+    uses: Mutex<HashMap<usize, Vec<Box<dyn StreamUse>>>>,
+    n_uses: AtomicUsize,
+    /// Freed blocks waiting for their fences.
+    pending: Mutex<Vec<Pending>>,
+    n_pending: AtomicUsize,
+}
+
+/// The allocator of one CUDA device.
+pub(crate) type CudaAllocator = StreamAwareAllocator<DriverSource>;
+
+impl CudaAllocator {
+    pub(crate) fn new(ordinal: usize, ctx: Arc<CudaContext>) -> Self {
+        StreamAwareAllocator::with_source(DriverSource { ordinal, ctx })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<S: SegmentSource> StreamAwareAllocator<S> {
+    pub(crate) fn with_source(source: S) -> Self {
+        StreamAwareAllocator {
+            caching: CachingAllocator::new(source),
+            uses: Mutex::new(HashMap::new()),
+            n_uses: AtomicUsize::new(0),
+            pending: Mutex::new(Vec::new()),
+            n_pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// Marks the live block at `addr` as used on `stream`.
+    pub(crate) fn record_use(&self, addr: usize, stream: Box<dyn StreamUse>) {
+        let mut uses = lock(&self.uses);
+        let list = uses.entry(addr).or_insert_with(|| {
+            self.n_uses.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        });
+        if list.iter().all(|s| s.id() != stream.id()) {
+            list.push(stream);
+        }
+    }
+
+    /// Returns the pending blocks whose fences completed (all of them,
+    /// after waiting, if `wait`) to the pool.
+    fn process_pending(&self, wait: bool) {
+        let ready: Vec<Block> = {
+            let mut p = lock(&self.pending);
+            let mut ready = Vec::new();
+            let mut i = 0;
+            while i < p.len() {
+                if wait {
+                    p[i].fences.iter().for_each(|f| f.wait());
+                }
+                if p[i].fences.iter().all(|f| f.is_done()) {
+                    ready.push(p.swap_remove(i).block);
+                } else {
+                    i += 1;
+                }
+            }
+            self.n_pending.store(p.len(), Ordering::Relaxed);
+            ready
+        };
+        for b in ready {
+            self.caching.free(b);
+        }
+    }
+}
+
+impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
+    fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
+        if self.n_pending.load(Ordering::Relaxed) > 0 {
+            self.process_pending(false);
+        }
+        match self.caching.allocate(bytes, stream) {
+            // Blocks still waiting for other streams may be what is missing:
+            // wait for them and try once more (the failed attempt stays
+            // counted in `num_ooms`).
+            Err(Error::OutOfMemory { .. }) if self.n_pending.load(Ordering::Relaxed) > 0 => {
+                self.process_pending(true);
+                self.caching.allocate(bytes, stream)
+            }
+            r => r,
+        }
+    }
+
+    fn free(&self, block: Block) {
+        let uses = if self.n_uses.load(Ordering::Relaxed) > 0 {
+            let u = lock(&self.uses).remove(&block.addr);
+            if u.is_some() {
+                self.n_uses.fetch_sub(1, Ordering::Relaxed);
+            }
+            u
+        } else {
+            None
+        };
+        match uses {
+            Some(streams) if !streams.is_empty() => {
+                let fences = streams.iter().map(|s| s.record()).collect();
+                self.caching.end_allocation(&block);
+                let mut p = lock(&self.pending);
+                p.push(Pending { block, fences });
+                self.n_pending.store(p.len(), Ordering::Relaxed);
+            }
+            _ => self.caching.free(block),
+        }
+    }
+
+    fn stats(&self) -> MemoryStats {
+        self.caching.stats()
+    }
+
+    fn empty_cache(&self) {
+        self.process_pending(true);
+        self.caching.empty_cache()
+    }
+
+    fn reset_peak(&self) {
+        self.caching.reset_peak()
+    }
+
+    fn reset_accumulated(&self) {
+        self.caching.reset_accumulated()
+    }
+
+    fn set_limit(&self, limit: Option<usize>) {
+        self.caching.set_limit(limit)
+    }
+
+    fn mem_info(&self) -> Option<(usize, usize)> {
+        self.caching.mem_info()
+    }
+}
+
+/// Marks `tensor`'s memory as used by work queued on `stream`
+/// (`Tensor.record_stream` in PyTorch).
+///
+/// Without this, when the last handle to the tensor is dropped its block goes
+/// straight back to the pool of the stream it was allocated on, and the next
+/// allocation there may overwrite it while `stream` is still reading it.
+/// With it, the block is kept out of the pool until the work queued on
+/// `stream` at the time of the drop has finished. The bytes stop counting in
+/// [`memory_allocated`](crate::memory::memory_allocated) at the drop, as in
+/// PyTorch; they stay in `active_bytes` until then.
+pub fn record_stream(tensor: &Tensor, stream: &Stream) -> Result<()> {
+    let d = tensor.device();
+    if d != stream.device() {
+        return Err(Error::DeviceMismatch {
+            op: "record_stream",
+            lhs: d,
+            rhs: stream.device(),
+        });
+    }
+    let g = gpu_of("record_stream", d)?;
+    if tensor.storage_nbytes() == 0 {
+        return Ok(()); // no block behind an empty storage
+    }
+    g.bind("record_stream")?;
+    g.alloc
+        .record_use(tensor.storage_ptr(), Box::new(stream.clone()));
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! Matrix multiplication through cuBLAS.
+//!
+//! * f32 uses `CUBLAS_COMPUTE_32F` (full fp32), or TF32 tensor cores
+//!   (`CUBLAS_COMPUTE_32F_FAST_TF32`) after [`set_allow_tf32(true)`](set_allow_tf32);
+//!   off by default, like `torch.backends.cuda.matmul.allow_tf32`.
+//! * f16 and bf16 multiply in their own type and accumulate in f32.
+//! * f64 uses `CUBLAS_COMPUTE_64F`.
+//! * Every call is one `cublasGemmStridedBatchedEx`; batches share strides,
+//!   and a batch stride of 0 broadcasts an operand.
+//!
+//! cuBLAS is column-major, tensorscope is row-major. The translation happens
+//! in exactly one place, [`plan`]: a row-major `C = A·B` is the column-major
+//! `Cᵀ = Bᵀ·Aᵀ`, and a row-major matrix is its transpose seen column-major,
+//! so cuBLAS is called with the operands swapped and `m = N`, `n = M`.
+//! Operands whose strides cuBLAS cannot express (neither dimension with
+//! stride 1) are copied to contiguous temporaries first.
+
+// `matmul` is wired into the op layer's dispatch at merge; the unit tests
+// exercise it (and `plan` without a GPU).
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::device::gpu_of;
+use super::elementwise::copy_on_device;
+use super::launch::dptr;
+use super::probe::probe;
+use super::stream::current;
+use crate::backend::Operand;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::storage::Storage;
+use crate::DType;
+use cudarc::cublas::{result as blas, sys, CudaBlas};
+use std::collections::hash_map::Entry;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets f32 matmuls use TF32 tensor cores (10-bit mantissa products, f32
+/// accumulation): faster, less exact. Off by default.
+pub fn set_allow_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, Ordering::Relaxed);
+}
+
+/// Whether f32 matmuls may use TF32 (see [`set_allow_tf32`]).
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(Ordering::Relaxed)
+}
+
+/// A row-major matrix (or batch of matrices) in device memory: element
+/// `[b][r][c]` is at `ptr + (b * bs + r * rs + c * cs) * element size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mat {
+    pub ptr: u64,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+    pub bs: usize,
+}
+
+/// How a row-major matrix looks to column-major cuBLAS: `transposed` is
+/// `false` when its rows are contiguous (`cs == 1`: cuBLAS sees its
+/// transpose, with leading dimension `rs`), `true` when its columns are
+/// (`rs == 1`: cuBLAS sees the matrix itself, leading dimension `cs`).
+/// `None` when neither holds with a valid leading dimension.
+pub(crate) fn storage_order(m: &Mat) -> Option<(bool, usize)> {
+    if m.cols <= 1 || m.cs == 1 {
+        let ld = if m.rows <= 1 { m.cols.max(1) } else { m.rs };
+        if ld >= m.cols.max(1) {
+            return Some((false, ld));
+        }
+    }
+    if m.rows <= 1 || m.rs == 1 {
+        let ld = if m.cols <= 1 { m.rows.max(1) } else { m.cs };
+        if ld >= m.rows.max(1) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+/// One `cublasGemmStridedBatchedEx` call, in cuBLAS's (column-major) terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemmPlan {
+    pub transa: bool,
+    pub transb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: u64,
+    pub lda: usize,
+    pub stride_a: usize,
+    pub b: u64,
+    pub ldb: usize,
+    pub stride_b: usize,
+    pub c: u64,
+    pub ldc: usize,
+    pub stride_c: usize,
+    pub batch: usize,
+}
+
+/// THE row-major → column-major swap: the cuBLAS call that computes the
+/// row-major `c[i] = a[i] · b[i]` (`a`: M×K, `b`: K×N, `c`: M×N) for
+/// `batch` matrices. `None` if an operand's layout cannot be expressed (the
+/// caller copies it) or `c` is not row-major with rows apart by at least N.
+pub(crate) fn plan(a: &Mat, b: &Mat, c: &Mat, batch: usize) -> Option<GemmPlan> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    debug_assert_eq!(b.rows, k);
+    debug_assert_eq!((c.rows, c.cols), (m, n));
+    let (a_t, lda) = storage_order(a)?;
+    let (b_t, ldb) = storage_order(b)?;
+    let (c_t, ldc) = storage_order(c)?;
+    if c_t {
+        return None;
+    }
+    // Column-major Cᵀ (N×M, ld = ldc) = op(B') · op(A'): cuBLAS's "A" is our
+    // B and its "B" is our A. A row-major operand is already the transpose
+    // cuBLAS needs (no op); a column-major one must be transposed.
+    Some(GemmPlan {
+        transa: b_t,
+        transb: a_t,
+        m: n,
+        n: m,
+        k,
+        a: b.ptr,
+        lda: ldb,
+        stride_a: if batch > 1 { b.bs } else { 0 },
+        b: a.ptr,
+        ldb: lda,
+        stride_b: if batch > 1 { a.bs } else { 0 },
+        c: c.ptr,
+        ldc,
+        stride_c: if batch > 1 { c.bs } else { 0 },
+        batch,
+    })
+}
+
+/// The matrix view of a rank-2 (`[rows, cols]`) or rank-3
+/// (`[batch, rows, cols]`) operand.
+fn mat_of(o: &Operand) -> Mat {
+    let (sh, st) = (o.layout.shape(), o.layout.strides());
+    let r = sh.len();
+    Mat {
+        ptr: dptr(o),
+        rows: sh[r - 2],
+        cols: sh[r - 1],
+        rs: st[r - 2],
+        cs: st[r - 1],
+        bs: if r == 3 { st[0] } else { 0 },
+    }
+}
+
+fn float_types(dt: DType) -> Option<(sys::cudaDataType, sys::cublasComputeType_t)> {
+    use sys::cublasComputeType_t as C;
+    use sys::cudaDataType as D;
+    Some(match dt {
+        DType::F32 if allow_tf32() => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
+        DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
+        DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
+        DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
+        _ => return None,
+    })
+}
+
+fn to_i32(op: &'static str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v)
+        .map_err(|_| Error::arg(op, format!("{what} = {v} exceeds cuBLAS's 32-bit limit")))
+}
+
+/// `out = a · b` on CUDA, through cuBLAS.
+///
+/// `a`, `b` and `out` are rank 2 (`[M, K]`, `[K, N]`, `[M, N]`) or rank 3
+/// with one leading batch dimension (`[B, M, K]`, `[B, K, N]`, `[B, M, N]`;
+/// an input's batch stride may be 0, broadcasting it). All three have one
+/// float dtype and live on one device. Any strides are accepted: operands
+/// cuBLAS cannot read as they are are copied to contiguous temporaries, and
+/// an output it cannot write is computed in a temporary and copied. Integer
+/// dtypes are an error (cuBLAS has no integer GEMM). The op layer flattens
+/// further batch dimensions and broadcasts batches before calling this.
+pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
+    const OP: &str = "matmul";
+    let (sa, sb, so) = (a.layout.shape(), b.layout.shape(), out.layout.shape());
+    let r = so.len();
+    if !(r == 2 || r == 3) || sa.len() != r || sb.len() != r {
+        return Err(Error::arg(
+            OP,
+            format!("CUDA matmul takes rank-2 or rank-3 operands of one rank, got {sa:?}, {sb:?} -> {so:?}"),
+        ));
+    }
+    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+    let batch = if r == 3 { so[0] } else { 1 };
+    if sb[r - 2] != k
+        || so[r - 2] != m
+        || so[r - 1] != n
+        || (r == 3 && (sa[0] != batch || sb[0] != batch))
+    {
+        return Err(Error::shape(
+            OP,
+            sa,
+            sb,
+            format!("cannot multiply into an output of shape {so:?}"),
+        ));
+    }
+    if a.dtype != b.dtype || a.dtype != out.dtype {
+        return Err(Error::dtype(
+            OP,
+            a.dtype.name(),
+            if b.dtype != a.dtype {
+                b.dtype
+            } else {
+                out.dtype
+            },
+        ));
+    }
+    let (dtype, compute) =
+        float_types(a.dtype).ok_or_else(|| Error::dtype(OP, "a float dtype", a.dtype))?;
+    let device = out.storage.device();
+    for o in [a, b] {
+        if o.storage.device() != device {
+            return Err(Error::DeviceMismatch {
+                op: OP,
+                lhs: o.storage.device(),
+                rhs: device,
+            });
+        }
+    }
+    let g = gpu_of(OP, device)?;
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return super::elementwise::fill(out, 0.0);
+    }
+    if !probe().cublas {
+        return Err(Error::Backend {
+            op: OP,
+            msg: "the cuBLAS library (libcublas.so) was not found".into(),
+        });
+    }
+    let s = current(g);
+    // Inputs cuBLAS cannot read as they are become contiguous copies.
+    let readable = |o: &Operand| -> Result<(Option<Storage>, Mat)> {
+        let mt = mat_of(o);
+        if storage_order(&mt).is_some() {
+            return Ok((None, mt));
+        }
+        let layout = Layout::contiguous(o.layout.shape());
+        let st = Storage::new(device, layout.numel() * o.dtype.size_in_bytes())?;
+        let tmp = Operand {
+            storage: &st,
+            layout,
+            dtype: o.dtype,
+        };
+        copy_on_device(g, &s, o, &tmp)?;
+        let mt = mat_of(&tmp);
+        Ok((Some(st), mt))
+    };
+    let (_ka, am) = readable(a)?;
+    let (_kb, bm) = readable(b)?;
+    let cm = mat_of(out);
+    let direct = plan(&am, &bm, &cm, batch).filter(|p| batch == 1 || p.stride_c >= m * p.ldc);
+    let (tmp_out, p) = match direct {
+        Some(p) => (None, p),
+        None => {
+            let layout = Layout::contiguous(so);
+            let st = Storage::new(device, layout.numel() * out.dtype.size_in_bytes())?;
+            let tmp = Operand {
+                storage: &st,
+                layout: layout.clone(),
+                dtype: out.dtype,
+            };
+            let p = plan(&am, &bm, &mat_of(&tmp), batch).expect("every operand is now expressible");
+            (Some((st, layout)), p)
+        }
+    };
+    let (mi, ni, ki) = (
+        to_i32(OP, "m", p.m)?,
+        to_i32(OP, "n", p.n)?,
+        to_i32(OP, "k", p.k)?,
+    );
+    let (lda, ldb, ldc) = (
+        to_i32(OP, "lda", p.lda)?,
+        to_i32(OP, "ldb", p.ldb)?,
+        to_i32(OP, "ldc", p.ldc)?,
+    );
+    let bt = to_i32(OP, "batch", p.batch)?;
+    let op_of = |t: bool| {
+        if t {
+            sys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            sys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = if a.dtype == DType::F64 {
+        (&one64 as *const f64 as _, &zero64 as *const f64 as _)
+    } else {
+        (&one32 as *const f32 as _, &zero32 as *const f32 as _)
+    };
+    g.bind(OP)?;
+    {
+        let mut handles = g.blas.lock().unwrap_or_else(|e| e.into_inner());
+        let h = match handles.entry(s.id()) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                v.insert(CudaBlas::new(s.cu().clone()).map_err(|e| Error::Backend {
+                    op: OP,
+                    msg: format!("creating a cuBLAS handle: {e}"),
+                })?)
+            }
+        };
+        // SAFETY: the plan describes matrices inside live device storages of
+        // `dtype` (checked layouts, or fresh contiguous temporaries), alpha
+        // and beta point to host values of the compute type's scalar type,
+        // and the handle is bound to stream `s` of this device.
+        unsafe {
+            blas::gemm_strided_batched_ex(
+                *h.handle(),
+                op_of(p.transa),
+                op_of(p.transb),
+                mi,
+                ni,
+                ki,
+                alpha,
+                p.a as *const c_void,
+                dtype,
+                lda,
+                p.stride_a as i64,
+                p.b as *const c_void,
+                dtype,
+                ldb,
+                p.stride_b as i64,
+                beta,
+                p.c as *mut c_void,
+                dtype,
+                ldc,
+                p.stride_c as i64,
+                bt,
+                compute,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| Error::Backend {
+            op: OP,
+            msg: format!("cuBLAS: {e}"),
+        })?;
+    }
+    if let Some((st, layout)) = tmp_out {
+        copy_on_device(
+            g,
+            &s,
+            &Operand {
+                storage: &st,
+                layout,
+                dtype: out.dtype,
+            },
+            out,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,430 @@
+//! Random fills and the fused nn kernels on CUDA (`kernels/random.cu`,
+//! `kernels/nn.cu`): uniform, normal and Bernoulli fills, layer norm forward
+//! and backward, dropout forward and backward.
+//!
+//! Crate-internal entry points for the op and nn layers. Every operand must
+//! be dense (contiguous): the callers allocate these buffers themselves.
+//! Random kernels are counter-based (Philox 4x32-10): a fill is a function of
+//! `(seed, offset)` and the element index only, and returns how many Philox
+//! counters it used, by which the caller advances its offset.
+//!
+//! (The op layer's `rand`/`randn` currently draw on the host and copy, so
+//! CPU and CUDA give identical streams; these kernels are the fast path.)
+
+// Wired into the op and nn layers at merge; exercised by the unit tests.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::device::gpu_of;
+use super::kernels::{self, Module};
+use super::launch::{dptr, prepare, Launch};
+use crate::backend::Operand;
+use crate::error::{Error, Result};
+use crate::DType;
+
+fn dense(op: &'static str, o: &Operand) -> Result<()> {
+    if !o.layout.is_contiguous() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "CUDA {op} needs a contiguous operand, got shape {:?} strides {:?}",
+                o.layout.shape(),
+                o.layout.strides()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn float(op: &'static str, dt: DType) -> Result<()> {
+    if !dt.is_float() {
+        return Err(Error::dtype(op, "a float dtype", dt));
+    }
+    Ok(())
+}
+
+/// Philox counters used by a fill of `n` elements of `dt`.
+pub(crate) fn counters(n: usize, dt: DType, normal_or_uniform: bool) -> u64 {
+    if normal_or_uniform && dt == DType::F64 {
+        n.div_ceil(2) as u64
+    } else {
+        n.div_ceil(4) as u64
+    }
+}
+
+fn rand_fill(
+    op: &'static str,
+    family: &str,
+    dst: &Operand,
+    seed: u64,
+    offset: u64,
+    a: f64,
+    b: Option<f64>,
+) -> Result<u64> {
+    let g = gpu_of(op, dst.storage.device())?;
+    dense(op, dst)?;
+    let n = dst.layout.numel() as i64;
+    if n == 0 {
+        return Ok(0);
+    }
+    let (s, f) = prepare(
+        g,
+        op,
+        Module::Random,
+        &kernels::typed_kernel(family, dst.dtype),
+    )?;
+    let po = dptr(dst);
+    let mut l = Launch::new(op, &s, &f);
+    l.arg(&po).arg(&n).arg(&seed).arg(&offset).arg(&a);
+    let bv = b.unwrap_or(0.0);
+    if b.is_some() {
+        l.arg(&bv);
+    }
+    let items = counters(n as usize, dst.dtype, b.is_some());
+    // SAFETY: rand_<family>_<dt>(T*, i64, u64, u64, double[, double]) on a
+    // dense buffer of n elements.
+    unsafe { l.run(g.grid(items as i64))? };
+    Ok(items)
+}
+
+/// Fills dense `dst` uniformly in `[low, high)`.
+pub(crate) fn rand_uniform(
+    dst: &Operand,
+    low: f64,
+    high: f64,
+    seed: u64,
+    offset: u64,
+) -> Result<u64> {
+    float("uniform_", dst.dtype)?;
+    rand_fill(
+        "uniform_",
+        "rand_uniform",
+        dst,
+        seed,
+        offset,
+        low,
+        Some(high),
+    )
+}
+
+/// Fills dense `dst` with normals of `mean` and `std`.
+pub(crate) fn rand_normal(
+    dst: &Operand,
+    mean: f64,
+    std: f64,
+    seed: u64,
+    offset: u64,
+) -> Result<u64> {
+    float("normal_", dst.dtype)?;
+    rand_fill("normal_", "rand_normal", dst, seed, offset, mean, Some(std))
+}
+
+/// Fills dense `dst` (any dtype) with 1 with probability `p`, else 0.
+pub(crate) fn rand_bernoulli(dst: &Operand, p: f64, seed: u64, offset: u64) -> Result<u64> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::arg(
+            "bernoulli_",
+            format!("p must be in [0, 1], got {p}"),
+        ));
+    }
+    rand_fill("bernoulli_", "rand_bernoulli", dst, seed, offset, p, None)
+}
+
+/// The dtype of layer norm's saved statistics for input dtype `dt`.
+pub(crate) fn stats_dtype(dt: DType) -> DType {
+    if dt == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+fn rows_cols(op: &'static str, x: &Operand) -> Result<(i64, i64)> {
+    let sh = x.layout.shape();
+    let cols = *sh
+        .last()
+        .ok_or_else(|| Error::arg(op, "the input must have at least one dimension"))?;
+    let rows = x.layout.numel().checked_div(cols).unwrap_or(0);
+    Ok((rows as i64, cols as i64))
+}
+
+fn check_param(op: &'static str, p: Option<&Operand>, dt: DType, cols: i64) -> Result<u64> {
+    match p {
+        None => Ok(0),
+        Some(p) => {
+            dense(op, p)?;
+            if p.dtype != dt {
+                return Err(Error::dtype(op, dt.name(), p.dtype));
+            }
+            if p.layout.numel() as i64 != cols {
+                return Err(Error::shape(
+                    op,
+                    p.layout.shape(),
+                    &[cols as usize],
+                    "the affine parameters must have one element per normalised feature",
+                ));
+            }
+            Ok(dptr(p))
+        }
+    }
+}
+
+fn check_stats(op: &'static str, st: &Operand, dt: DType, rows: i64) -> Result<()> {
+    dense(op, st)?;
+    if st.dtype != stats_dtype(dt) {
+        return Err(Error::dtype(op, stats_dtype(dt).name(), st.dtype));
+    }
+    if st.layout.numel() as i64 != rows {
+        return Err(Error::shape(
+            op,
+            st.layout.shape(),
+            &[rows as usize],
+            "one statistic per row",
+        ));
+    }
+    Ok(())
+}
+
+/// Layer norm over the last dimension of dense `x`: `y = (x - mean) * rstd
+/// * gamma + beta`, saving `mean` and `rstd` (one per row, in
+/// [`stats_dtype`]) for the backward pass.
+pub(crate) fn layer_norm(
+    x: &Operand,
+    gamma: Option<&Operand>,
+    beta: Option<&Operand>,
+    y: &Operand,
+    mean: &Operand,
+    rstd: &Operand,
+    eps: f64,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let g = gpu_of(OP, x.storage.device())?;
+    float(OP, x.dtype)?;
+    for o in [x, y] {
+        dense(OP, o)?;
+    }
+    if y.dtype != x.dtype || y.layout.shape() != x.layout.shape() {
+        return Err(Error::shape(
+            OP,
+            x.layout.shape(),
+            y.layout.shape(),
+            "the output must match the input",
+        ));
+    }
+    let (rows, cols) = rows_cols(OP, x)?;
+    let (pg, pb) = (
+        check_param(OP, gamma, x.dtype, cols)?,
+        check_param(OP, beta, x.dtype, cols)?,
+    );
+    check_stats(OP, mean, x.dtype, rows)?;
+    check_stats(OP, rstd, x.dtype, rows)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let (s, f) = prepare(
+        g,
+        OP,
+        Module::Nn,
+        &kernels::typed_kernel("layer_norm_fwd", x.dtype),
+    )?;
+    let (px, py, pm, pr) = (dptr(x), dptr(y), dptr(mean), dptr(rstd));
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&px)
+        .arg(&pg)
+        .arg(&pb)
+        .arg(&py)
+        .arg(&pm)
+        .arg(&pr)
+        .arg(&rows)
+        .arg(&cols)
+        .arg(&eps);
+    // SAFETY: layer_norm_fwd_<dt>(const T*, const T*, const T*, T*, A*, A*,
+    // i64, i64, double) on dense buffers of the checked sizes (null gamma/beta
+    // allowed).
+    unsafe { l.run(g.blocks((rows as u64).min(g.sm_count as u64 * 32))) }
+}
+
+/// The backward pass of [`layer_norm`]: `dx` from `dy`, and (when given)
+/// `dgamma` and `dbeta`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_norm_backward(
+    dy: &Operand,
+    x: &Operand,
+    gamma: Option<&Operand>,
+    mean: &Operand,
+    rstd: &Operand,
+    dx: &Operand,
+    dgamma: Option<&Operand>,
+    dbeta: Option<&Operand>,
+) -> Result<()> {
+    const OP: &str = "layer_norm_backward";
+    let g = gpu_of(OP, x.storage.device())?;
+    float(OP, x.dtype)?;
+    for o in [dy, x, dx] {
+        dense(OP, o)?;
+        if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
+            return Err(Error::shape(
+                OP,
+                x.layout.shape(),
+                o.layout.shape(),
+                "dy, x and dx must match",
+            ));
+        }
+    }
+    let (rows, cols) = rows_cols(OP, x)?;
+    let pg = check_param(OP, gamma, x.dtype, cols)?;
+    let (pdg, pdb) = (
+        check_param(OP, dgamma, x.dtype, cols)?,
+        check_param(OP, dbeta, x.dtype, cols)?,
+    );
+    check_stats(OP, mean, x.dtype, rows)?;
+    check_stats(OP, rstd, x.dtype, rows)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let (pdy, px, pm, pr, pdx) = (dptr(dy), dptr(x), dptr(mean), dptr(rstd), dptr(dx));
+    let (s, f) = prepare(
+        g,
+        OP,
+        Module::Nn,
+        &kernels::typed_kernel("layer_norm_bwd", x.dtype),
+    )?;
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&pdy)
+        .arg(&px)
+        .arg(&pg)
+        .arg(&pm)
+        .arg(&pr)
+        .arg(&pdx)
+        .arg(&rows)
+        .arg(&cols);
+    // SAFETY: layer_norm_bwd_<dt>(const T*, const T*, const T*, const A*,
+    // const A*, T*, i64, i64) on dense buffers of the checked sizes.
+    unsafe { l.run(g.blocks((rows as u64).min(g.sm_count as u64 * 32)))? };
+    if pdg == 0 && pdb == 0 {
+        return Ok(());
+    }
+    let f = g.function(
+        OP,
+        Module::Nn,
+        &kernels::typed_kernel("layer_norm_bwd_params", x.dtype),
+    )?;
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&pdy)
+        .arg(&px)
+        .arg(&pm)
+        .arg(&pr)
+        .arg(&pdg)
+        .arg(&pdb)
+        .arg(&rows)
+        .arg(&cols);
+    // SAFETY: layer_norm_bwd_params_<dt>(const T*, const T*, const A*,
+    // const A*, T*, T*, i64, i64); null outputs are skipped by the kernel.
+    unsafe { l.run(g.grid(cols)) }
+}
+
+/// Dropout of dense `x` into `y` with drop probability `p`, writing the kept
+/// mask (bool) for the backward pass. Returns the Philox counters used.
+pub(crate) fn dropout(
+    x: &Operand,
+    y: &Operand,
+    mask: &Operand,
+    p: f64,
+    seed: u64,
+    offset: u64,
+) -> Result<u64> {
+    const OP: &str = "dropout";
+    let g = gpu_of(OP, x.storage.device())?;
+    float(OP, x.dtype)?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::arg(OP, format!("p must be in [0, 1], got {p}")));
+    }
+    for o in [x, y, mask] {
+        dense(OP, o)?;
+        if o.layout.numel() != x.layout.numel() {
+            return Err(Error::shape(
+                OP,
+                x.layout.shape(),
+                o.layout.shape(),
+                "x, y and the mask must match",
+            ));
+        }
+    }
+    if y.dtype != x.dtype || mask.dtype != DType::Bool {
+        return Err(Error::dtype(
+            OP,
+            "y of x's dtype and a bool mask",
+            if y.dtype != x.dtype {
+                y.dtype
+            } else {
+                mask.dtype
+            },
+        ));
+    }
+    let n = x.layout.numel() as i64;
+    if n == 0 {
+        return Ok(0);
+    }
+    let (s, f) = prepare(
+        g,
+        OP,
+        Module::Nn,
+        &kernels::typed_kernel("dropout", x.dtype),
+    )?;
+    let (px, py, pm) = (dptr(x), dptr(y), dptr(mask));
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&px)
+        .arg(&py)
+        .arg(&pm)
+        .arg(&n)
+        .arg(&p)
+        .arg(&seed)
+        .arg(&offset);
+    let items = counters(n as usize, x.dtype, false);
+    // SAFETY: dropout_<dt>(const T*, T*, u8*, i64, double, u64, u64).
+    unsafe { l.run(g.grid(items as i64))? };
+    Ok(items)
+}
+
+/// The backward pass of [`dropout`]: `dx = mask ? dy / (1 - p) : 0`.
+pub(crate) fn dropout_backward(dy: &Operand, mask: &Operand, dx: &Operand, p: f64) -> Result<()> {
+    const OP: &str = "dropout_backward";
+    let g = gpu_of(OP, dy.storage.device())?;
+    float(OP, dy.dtype)?;
+    for o in [dy, mask, dx] {
+        dense(OP, o)?;
+        if o.layout.numel() != dy.layout.numel() {
+            return Err(Error::shape(
+                OP,
+                dy.layout.shape(),
+                o.layout.shape(),
+                "dy, the mask and dx must match",
+            ));
+        }
+    }
+    if dx.dtype != dy.dtype || mask.dtype != DType::Bool {
+        return Err(Error::dtype(
+            OP,
+            "dx of dy's dtype and a bool mask",
+            if dx.dtype != dy.dtype {
+                dx.dtype
+            } else {
+                mask.dtype
+            },
+        ));
+    }
+    let n = dy.layout.numel() as i64;
+    if n == 0 {
+        return Ok(());
+    }
+    let (s, f) = prepare(
+        g,
+        OP,
+        Module::Nn,
+        &kernels::typed_kernel("dropout_bwd", dy.dtype),
+    )?;
+    let (pdy, pm, pdx) = (dptr(dy), dptr(mask), dptr(dx));
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&pdy).arg(&pm).arg(&pdx).arg(&n).arg(&p);
+    // SAFETY: dropout_bwd_<dt>(const T*, const u8*, T*, i64, double).
+    unsafe { l.run(g.grid(n)) }
+}

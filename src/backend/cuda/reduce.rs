@@ -1,0 +1,274 @@
+//! Reductions, softmax and log_softmax on CUDA (`kernels/reduce.cu`,
+//! `kernels/softmax.cu`).
+//!
+//! Crate-internal entry points for the op layer (which validates arguments
+//! and allocates outputs, as for the CPU backend). Each takes operands with
+//! any strides.
+
+// Wired into the op layer's dispatch at merge; exercised by the unit tests.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::device::gpu_of;
+use super::kernels::{self, Module};
+use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, Launch, MAX_RANK};
+use crate::backend::{Operand, ReduceOp};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::DType;
+use cudarc::driver::DeviceRepr;
+
+/// `RGeom` of kernels/reduce.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RGeom {
+    out_rank: i32,
+    red_rank: i32,
+    out_shape: [i64; MAX_RANK],
+    out_stride: [i64; MAX_RANK],
+    in_stride: [i64; MAX_RANK],
+    red_shape: [i64; MAX_RANK],
+    red_stride: [i64; MAX_RANK],
+}
+// SAFETY: plain old data with the C layout of `RGeom`.
+unsafe impl DeviceRepr for RGeom {}
+
+/// `SGeom<N>` of kernels/softmax.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SGeom<const N: usize> {
+    rank: i32,
+    pad: i32,
+    shape: [i64; MAX_RANK],
+    strides: [[i64; MAX_RANK]; N],
+    dim_size: i64,
+    dim_stride: [i64; N],
+}
+// SAFETY: plain old data with the C layout of `SGeom<N>`.
+unsafe impl<const N: usize> DeviceRepr for SGeom<N> {}
+
+fn sub_layout(l: &Layout, dims: &[usize]) -> Layout {
+    Layout::from_parts(
+        dims.iter().map(|&d| l.shape()[d]).collect(),
+        dims.iter().map(|&d| l.strides()[d]).collect(),
+        0,
+    )
+}
+
+fn fill_row(dst: &mut [i64; MAX_RANK], v: &[usize]) {
+    for (d, &x) in v.iter().enumerate() {
+        dst[d] = x as i64;
+    }
+}
+
+/// Reduces `src` over `dims` (strictly increasing) into `dst`, whose shape is
+/// `src`'s without those dimensions (`keepdim` is a view the op layer makes).
+/// `dst`'s dtype must be [`reduce_out_dtype`](kernels::reduce_out_dtype):
+/// i64 for sums and products of integers and bool and for argmax/argmin,
+/// the input dtype otherwise. argmax/argmin over several dimensions give the
+/// row-major linear index within them. Reducing an empty extent is an error
+/// for max, min, argmax and argmin; sum gives 0, prod 1, mean NaN.
+pub(crate) fn reduce(op: ReduceOp, src: &Operand, dims: &[usize], dst: &Operand) -> Result<()> {
+    let name = kernels::reduce_name(op);
+    let g = gpu_of(name, dst.storage.device())?;
+    let rank = src.layout.rank();
+    if dims.windows(2).any(|w| w[0] >= w[1]) || dims.last().is_some_and(|&d| d >= rank) {
+        return Err(Error::arg(
+            name,
+            format!("reduced dimensions {dims:?} must be increasing and below the rank {rank}"),
+        ));
+    }
+    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&d| src.layout.shape()[d]).collect();
+    if dst.layout.shape() != kept_shape.as_slice() {
+        return Err(Error::shape(
+            name,
+            src.layout.shape(),
+            dst.layout.shape(),
+            format!("the output of a reduction over {dims:?} must have shape {kept_shape:?}"),
+        ));
+    }
+    let want = kernels::reduce_out_dtype(op, src.dtype)
+        .ok_or_else(|| Error::dtype(name, "a dtype this reduction is defined on", src.dtype))?;
+    if dst.dtype != want {
+        return Err(Error::dtype(name, want.name(), dst.dtype));
+    }
+    let n_red: usize = dims.iter().map(|&d| src.layout.shape()[d]).product();
+    let n_out = dst.layout.numel();
+    if n_out == 0 {
+        return Ok(());
+    }
+    if n_red == 0
+        && matches!(
+            op,
+            ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin
+        )
+    {
+        return Err(Error::arg(
+            name,
+            format!(
+                "cannot reduce over dimensions {dims:?} of size 0 (shape {:?})",
+                src.layout.shape()
+            ),
+        ));
+    }
+    let lin = sub_layout(&src.layout, &kept);
+    let (oshape, [ostr_in, ostr_out]) = coalesce([&lin, &dst.layout]);
+    let (rshape, [rstr]) = coalesce([&sub_layout(&src.layout, dims)]);
+    if oshape.len() > MAX_RANK {
+        return Err(too_many_dims(name, &oshape));
+    }
+    if rshape.len() > MAX_RANK {
+        return Err(too_many_dims(name, &rshape));
+    }
+    let mut geom = RGeom {
+        out_rank: oshape.len() as i32,
+        red_rank: rshape.len() as i32,
+        out_shape: [1; MAX_RANK],
+        out_stride: [0; MAX_RANK],
+        in_stride: [0; MAX_RANK],
+        red_shape: [1; MAX_RANK],
+        red_stride: [0; MAX_RANK],
+    };
+    fill_row(&mut geom.out_shape, &oshape);
+    fill_row(&mut geom.in_stride, &ostr_in);
+    fill_row(&mut geom.out_stride, &ostr_out);
+    fill_row(&mut geom.red_shape, &rshape);
+    fill_row(&mut geom.red_stride, &rstr);
+    let (s, f) = prepare(
+        g,
+        name,
+        Module::Reduce,
+        &kernels::reduce_kernel(op, src.dtype),
+    )?;
+    let (n_out, n_red) = (n_out as i64, n_red as i64);
+    let group = group_for(n_red);
+    let (po, pi) = (dptr(dst), dptr(src));
+    let mut l = Launch::new(name, &s, &f);
+    l.arg(&geom)
+        .arg(&n_out)
+        .arg(&n_red)
+        .arg(&po)
+        .arg(&pi)
+        .arg(&group);
+    // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32) with the
+    // output dtype checked above; the geometry describes both layouts.
+    unsafe { l.run(g.groups(n_out, group)) }
+}
+
+/// The row geometry of `N` layouts of one shape, rows being every index of
+/// the dimensions other than `dim`.
+fn rows_geom<const N: usize>(
+    op: &'static str,
+    layouts: [&Layout; N],
+    dim: usize,
+) -> Result<(SGeom<N>, i64)> {
+    let rank = layouts[0].rank();
+    let kept: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+    let subs: [Layout; N] = std::array::from_fn(|k| sub_layout(layouts[k], &kept));
+    let (shape, strides) = coalesce(std::array::from_fn::<&Layout, N, _>(|k| &subs[k]));
+    if shape.len() > MAX_RANK {
+        return Err(too_many_dims(op, &shape));
+    }
+    let mut g = SGeom {
+        rank: shape.len() as i32,
+        pad: 0,
+        shape: [1; MAX_RANK],
+        strides: [[0; MAX_RANK]; N],
+        dim_size: layouts[0].shape()[dim] as i64,
+        dim_stride: std::array::from_fn(|k| layouts[k].strides()[dim] as i64),
+    };
+    fill_row(&mut g.shape, &shape);
+    for (row, st) in g.strides.iter_mut().zip(&strides) {
+        fill_row(row, st);
+    }
+    let rows = shape.iter().product::<usize>() as i64;
+    Ok((g, rows))
+}
+
+fn check_float_same(op: &'static str, ops: &[&Operand]) -> Result<DType> {
+    let dt = ops[0].dtype;
+    if !dt.is_float() {
+        return Err(Error::dtype(op, "a float dtype", dt));
+    }
+    for o in &ops[1..] {
+        if o.dtype != dt {
+            return Err(Error::dtype(op, dt.name(), o.dtype));
+        }
+        if o.layout.shape() != ops[0].layout.shape() {
+            return Err(Error::shape(
+                op,
+                ops[0].layout.shape(),
+                o.layout.shape(),
+                "operands must have one shape",
+            ));
+        }
+    }
+    Ok(dt)
+}
+
+/// `dst = softmax(src)` (or `log_softmax` if `log`) along `dim`; float
+/// dtypes, computed in f32 (f64 for f64).
+pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Result<()> {
+    let op = if log { "log_softmax" } else { "softmax" };
+    let g = gpu_of(op, dst.storage.device())?;
+    let dt = check_float_same(op, &[src, dst])?;
+    if dim >= src.layout.rank() {
+        return Err(Error::DimOutOfRange {
+            op,
+            dim: dim as isize,
+            rank: src.layout.rank(),
+        });
+    }
+    let (geom, rows) = rows_geom(op, [&dst.layout, &src.layout], dim)?;
+    if rows == 0 || geom.dim_size == 0 {
+        return Ok(());
+    }
+    let (s, f) = prepare(g, op, Module::Softmax, &kernels::typed_kernel(op, dt))?;
+    let group = group_for(geom.dim_size);
+    let (po, pi) = (dptr(dst), dptr(src));
+    let mut l = Launch::new(op, &s, &f);
+    l.arg(&geom).arg(&rows).arg(&po).arg(&pi).arg(&group);
+    // SAFETY: [log_]softmax_<dt>(SGeom<2>, i64, T*, const T*, i32).
+    unsafe { l.run(g.groups(rows, group)) }
+}
+
+/// The gradient of [`softmax`] (or log_softmax if `log`) along `dim`: from
+/// the output gradient `dy` and the forward output `y`, into `dx`.
+pub(crate) fn softmax_backward(
+    dy: &Operand,
+    y: &Operand,
+    dim: usize,
+    dx: &Operand,
+    log: bool,
+) -> Result<()> {
+    let op = if log {
+        "log_softmax_bwd"
+    } else {
+        "softmax_bwd"
+    };
+    let g = gpu_of(op, dx.storage.device())?;
+    let dt = check_float_same(op, &[dx, dy, y])?;
+    if dim >= dx.layout.rank() {
+        return Err(Error::DimOutOfRange {
+            op,
+            dim: dim as isize,
+            rank: dx.layout.rank(),
+        });
+    }
+    let (geom, rows) = rows_geom(op, [&dx.layout, &dy.layout, &y.layout], dim)?;
+    if rows == 0 || geom.dim_size == 0 {
+        return Ok(());
+    }
+    let (s, f) = prepare(g, op, Module::Softmax, &kernels::typed_kernel(op, dt))?;
+    let group = group_for(geom.dim_size);
+    let (pdx, pdy, py) = (dptr(dx), dptr(dy), dptr(y));
+    let mut l = Launch::new(op, &s, &f);
+    l.arg(&geom)
+        .arg(&rows)
+        .arg(&pdx)
+        .arg(&pdy)
+        .arg(&py)
+        .arg(&group);
+    // SAFETY: [log_]softmax_bwd_<dt>(SGeom<3>, i64, T*, const T*, const T*, i32).
+    unsafe { l.run(g.groups(rows, group)) }
+}

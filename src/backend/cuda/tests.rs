@@ -1,0 +1,975 @@
+//! Unit tests of the CUDA backend. The first group needs no GPU (geometry,
+//! scalar encoding, the cuBLAS row/column-major plan against an emulated
+//! column-major GEMM, the record_stream allocator over a fake source, the
+//! kernel name manifest). The second group runs the crate-internal kernels
+//! (reductions, softmax, index ops, random fills, layer norm, dropout,
+//! matmul) against naive references and prints a skip line without a GPU.
+
+use super::alloc::{Fence, StreamAwareAllocator, StreamUse};
+use super::blas::{plan, storage_order, GemmPlan, Mat};
+use super::elementwise::scalar_bits;
+use super::kernels::{self, Module};
+use super::launch::{coalesce, Geom};
+use crate::alloc::caching::SegmentSource;
+use crate::alloc::DeviceAllocator;
+use crate::backend::{Operand, ReduceOp};
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Tensor};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+// ------------------------------------------------------------ no GPU ---
+
+fn strided(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+    Layout::from_parts(shape.into(), strides.into(), offset)
+}
+
+#[test]
+fn geometry_dense_and_strided() {
+    let c = Layout::contiguous(&[4, 5, 6]);
+    let g = Geom::<2>::new("t", [&c, &c]).unwrap();
+    assert!(g.is_dense(), "contiguous operands take the fast path");
+    // A transposed input: no merging possible.
+    let t = strided(&[6, 4], &[1, 6], 0);
+    let o = Layout::contiguous(&[6, 4]);
+    let g = Geom::<2>::new("t", [&o, &t]).unwrap();
+    assert_eq!(g.rank, 2);
+    assert_eq!(&g.shape[..2], &[6, 4]);
+    assert_eq!(&g.strides[0][..2], &[4, 1]);
+    assert_eq!(&g.strides[1][..2], &[1, 6]);
+    // Broadcast along dim 0 (stride 0) and size-1 dims dropped.
+    let b = strided(&[3, 1, 5], &[0, 7, 1], 2);
+    let o = Layout::contiguous(&[3, 1, 5]);
+    let g = Geom::<2>::new("t", [&o, &b]).unwrap();
+    assert_eq!(g.rank, 2);
+    assert_eq!(&g.shape[..2], &[3, 5]);
+    assert_eq!(&g.strides[1][..2], &[0, 1]);
+    // Slicing with a step keeps one merged dimension with stride 2.
+    let s = strided(&[10], &[2], 1);
+    let g = Geom::<2>::new("t", [&Layout::contiguous(&[10]), &s]).unwrap();
+    assert_eq!((g.rank, g.shape[0], g.strides[1][0]), (1, 10, 2));
+}
+
+#[test]
+fn geometry_merges_contiguous_runs() {
+    // [2, 3, 4] viewed with the last two dims contiguous but dim 0 padded.
+    let l = strided(&[2, 3, 4], &[20, 4, 1], 0);
+    let (shape, [st]) = coalesce([&l]);
+    assert_eq!(shape, vec![2, 12]);
+    assert_eq!(st, vec![20, 1]);
+}
+
+#[test]
+fn geometry_rank_limit_is_an_error() {
+    // Nine dimensions of size 2 with strides that never merge.
+    let shape = [2usize; 9];
+    let strides: Vec<usize> = (0..9).map(|i| 3usize.pow(9 - i as u32)).collect();
+    let l = strided(&shape, &strides, 0);
+    let e = Geom::<1>::new("myop", [&l]).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "myop", .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("myop"));
+}
+
+#[test]
+fn scalar_bits_follow_from_f64() {
+    assert_eq!(scalar_bits(DType::F32, 1.5), 1.5f32.to_bits() as u64);
+    assert_eq!(scalar_bits(DType::F64, -2.25), (-2.25f64).to_bits());
+    assert_eq!(scalar_bits(DType::F16, 1.5), 0x3e00);
+    assert_eq!(scalar_bits(DType::BF16, 1.0), 0x3f80);
+    assert_eq!(scalar_bits(DType::I32, -1.0), 0xffff_ffff);
+    assert_eq!(scalar_bits(DType::I64, -1.0), u64::MAX);
+    assert_eq!(scalar_bits(DType::U8, 300.0), 255, "saturating, as `as`");
+    assert_eq!(scalar_bits(DType::U8, -3.0), 0);
+    assert_eq!(scalar_bits(DType::Bool, 2.0), 1);
+    assert_eq!(scalar_bits(DType::Bool, 0.0), 0);
+    assert_eq!(scalar_bits(DType::I32, f64::NAN), 0);
+}
+
+/// A column-major GEMM exactly as cuBLAS defines it, over one f64 memory
+/// (pointers and strides in elements).
+fn emulate(p: &GemmPlan, mem: &mut [f64]) {
+    for bt in 0..p.batch {
+        let (a0, b0, c0) = (
+            p.a as usize + bt * p.stride_a,
+            p.b as usize + bt * p.stride_b,
+            p.c as usize + bt * p.stride_c,
+        );
+        for i in 0..p.m {
+            for j in 0..p.n {
+                let mut acc = 0.0;
+                for l in 0..p.k {
+                    let av = if p.transa {
+                        mem[a0 + l + i * p.lda]
+                    } else {
+                        mem[a0 + i + l * p.lda]
+                    };
+                    let bv = if p.transb {
+                        mem[b0 + j + l * p.ldb]
+                    } else {
+                        mem[b0 + l + j * p.ldb]
+                    };
+                    acc += av * bv;
+                }
+                mem[c0 + i + j * p.ldc] = acc;
+            }
+        }
+    }
+}
+
+fn elem(m: &Mat, b: usize, r: usize, c: usize) -> usize {
+    m.ptr as usize + b * m.bs + r * m.rs + c * m.cs
+}
+
+/// Lays out A (M×K) and B (K×N) in memory with the given strides, runs the
+/// plan through the emulator, and compares with a naive row-major product.
+fn check_plan(
+    m: usize,
+    k: usize,
+    n: usize,
+    batch: usize,
+    a_rc: (usize, usize, usize),
+    b_rc: (usize, usize, usize),
+) {
+    let mem_len = 100_000;
+    let mut mem = vec![f64::NAN; mem_len];
+    let a = Mat {
+        ptr: 10,
+        rows: m,
+        cols: k,
+        rs: a_rc.0,
+        cs: a_rc.1,
+        bs: a_rc.2,
+    };
+    let b = Mat {
+        ptr: 30_000,
+        rows: k,
+        cols: n,
+        rs: b_rc.0,
+        cs: b_rc.1,
+        bs: b_rc.2,
+    };
+    let c = Mat {
+        ptr: 60_000,
+        rows: m,
+        cols: n,
+        rs: n + 3,
+        cs: 1,
+        bs: m * (n + 3),
+    };
+    for bt in 0..batch {
+        for r in 0..m {
+            for q in 0..k {
+                mem[elem(&a, bt, r, q)] = (bt * 7 + r * 3 + q) as f64 * 0.5 - 4.0;
+            }
+        }
+        for r in 0..k {
+            for q in 0..n {
+                mem[elem(&b, bt, r, q)] = ((bt + 1) * (r + 2 * q) % 11) as f64 - 5.0;
+            }
+        }
+    }
+    let p = plan(&a, &b, &c, batch).expect("expressible");
+    emulate(&p, &mut mem);
+    for bt in 0..batch {
+        for r in 0..m {
+            for q in 0..n {
+                let want: f64 = (0..k)
+                    .map(|l| mem[elem(&a, bt, r, l)] * mem[elem(&b, bt, l, q)])
+                    .sum();
+                assert_eq!(
+                    mem[elem(&c, bt, r, q)],
+                    want,
+                    "batch {bt} [{r},{q}] (a {a_rc:?}, b {b_rc:?})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_plan_matches_row_major_product() {
+    let (m, k, n) = (5, 4, 3);
+    // Row-major A and B.
+    check_plan(m, k, n, 1, (k, 1, 0), (n, 1, 0));
+    // Transposed (column-major) A, row-major B, and the reverse.
+    check_plan(m, k, n, 1, (1, m, 0), (n, 1, 0));
+    check_plan(m, k, n, 1, (k, 1, 0), (1, k, 0));
+    check_plan(m, k, n, 1, (1, m, 0), (1, k, 0));
+    // Padded leading dimensions.
+    check_plan(m, k, n, 1, (k + 2, 1, 0), (1, k + 5, 0));
+    // Batched, with B broadcast across the batch (batch stride 0).
+    check_plan(m, k, n, 3, (k, 1, m * k + 1), (n, 1, 0));
+    check_plan(m, k, n, 2, (1, m, m * k), (1, k, k * n));
+    // Degenerate shapes: one row, one column, K = 1.
+    check_plan(1, k, n, 1, (k, 1, 0), (n, 1, 0));
+    check_plan(m, k, 1, 1, (k, 1, 0), (1, 1, 0));
+    check_plan(m, 1, n, 1, (1, 1, 0), (n, 1, 0));
+}
+
+#[test]
+fn gemm_plan_refuses_what_cublas_cannot_express() {
+    let a = Mat {
+        ptr: 0,
+        rows: 4,
+        cols: 4,
+        rs: 8,
+        cs: 2,
+        bs: 0,
+    };
+    assert_eq!(storage_order(&a), None, "no unit stride");
+    let ok = Mat {
+        ptr: 0,
+        rows: 4,
+        cols: 4,
+        rs: 4,
+        cs: 1,
+        bs: 0,
+    };
+    let ct = Mat {
+        ptr: 0,
+        rows: 4,
+        cols: 4,
+        rs: 1,
+        cs: 4,
+        bs: 0,
+    };
+    assert!(
+        plan(&ok, &ok, &ct, 1).is_none(),
+        "a column-major output is written through a copy"
+    );
+    assert!(plan(&a, &ok, &ok, 1).is_none());
+    // A broadcast column (row stride 0) has no valid leading dimension.
+    let bc = Mat {
+        ptr: 0,
+        rows: 4,
+        cols: 1,
+        rs: 0,
+        cs: 1,
+        bs: 0,
+    };
+    assert_eq!(storage_order(&bc), None);
+}
+
+#[test]
+fn kernel_names_are_unique_and_well_formed() {
+    // Unique across files too: a device caches loaded functions by name.
+    let mut all = HashSet::new();
+    for m in Module::ALL {
+        let names = kernels::expected_kernels(m.file()).unwrap();
+        assert!(!names.is_empty());
+        for n in &names {
+            assert!(
+                all.insert(n.clone()),
+                "{n} appears twice (last in {})",
+                m.file()
+            );
+            assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        }
+    }
+    assert!(kernels::expected_kernels("nope.cu").is_none());
+    let e = kernels::expected_kernels("elementwise.cu").unwrap();
+    assert!(
+        e.contains(&"unary_reciprocal_f16".to_string()),
+        "names follow UnaryOp::name()"
+    );
+    assert!(e.contains(&"binary_maximum_bool".to_string()));
+    assert!(
+        !e.contains(&"unary_exp_i32".to_string()),
+        "float-only ops have no integer kernel"
+    );
+    let r = kernels::expected_kernels("reduce.cu").unwrap();
+    assert!(r.contains(&"reduce_argmax_bf16".to_string()));
+    assert!(!r.contains(&"reduce_mean_i64".to_string()));
+    assert_eq!(
+        kernels::reduce_out_dtype(ReduceOp::Sum, DType::Bool),
+        Some(DType::I64)
+    );
+    assert_eq!(
+        kernels::reduce_out_dtype(ReduceOp::Max, DType::F16),
+        Some(DType::F16)
+    );
+}
+
+#[test]
+fn program_has_prelude_and_line_markers() {
+    let p = kernels::program("x.cu", "KERNEL void k() {}");
+    assert!(p.starts_with("#line 1 \"prelude.cuh\""));
+    assert!(p.contains("#line 1 \"x.cu\"\nKERNEL void k() {}"));
+    assert!(p.contains("struct __align__(2) f16"));
+}
+
+#[test]
+fn pinned_sizes_are_powers_of_two() {
+    use super::pinned::size_class;
+    assert_eq!(size_class(1), (4096, 12));
+    assert_eq!(size_class(4096), (4096, 12));
+    assert_eq!(size_class(4097), (8192, 13));
+    assert_eq!(size_class(16 << 20), (16 << 20, 24));
+}
+
+#[test]
+fn no_gpu_means_no_panic() {
+    // Never panics, whatever this machine has.
+    let libs = super::libraries();
+    let n = super::device_count();
+    assert_eq!(n, libs.devices);
+    if n == 0 {
+        assert!(!super::is_available());
+        assert_eq!(Device::cuda_if_available(), Device::Cpu);
+        let e = Tensor::zeros(&[3], DType::F32, Device::Cuda(0)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DeviceUnavailable {
+                    op: "allocate",
+                    device: Device::Cuda(0),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(crate::memory::memory_allocated(Device::Cuda(0)), 0);
+        assert!(super::Stream::new(Device::Cuda(0)).is_err());
+        assert!(super::Event::new(Device::Cuda(0), true).is_err());
+    }
+    // Kernel compilation without NVRTC is an error, not a panic.
+    if !libs.nvrtc {
+        assert!(kernels::compile("copy.cu", Module::Copy.source(), "compute_90").is_err());
+    }
+}
+
+// The record_stream allocator over a fake address space with fake fences.
+
+struct FakeSource {
+    next: AtomicUsize,
+    live: AtomicUsize,
+    cap: usize,
+}
+impl SegmentSource for FakeSource {
+    fn device(&self) -> Device {
+        Device::Cuda(7)
+    }
+    fn alloc_segment(&self, bytes: usize) -> Option<usize> {
+        if self.live.load(Ordering::SeqCst) + bytes > self.cap {
+            return None;
+        }
+        self.live.fetch_add(bytes, Ordering::SeqCst);
+        Some(self.next.fetch_add(bytes + 4096, Ordering::SeqCst))
+    }
+    unsafe fn free_segment(&self, _addr: usize, bytes: usize) {
+        self.live.fetch_sub(bytes, Ordering::SeqCst);
+    }
+    fn mem_info(&self) -> Option<(usize, usize)> {
+        None
+    }
+}
+
+struct FakeFence(Arc<AtomicBool>);
+impl Fence for FakeFence {
+    fn is_done(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn wait(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A stream whose fences all share one "completed" flag.
+struct FakeStream {
+    id: u64,
+    done: Arc<AtomicBool>,
+    recorded: Arc<AtomicUsize>,
+}
+impl StreamUse for FakeStream {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn record(&self) -> Box<dyn Fence> {
+        self.recorded.fetch_add(1, Ordering::SeqCst);
+        Box::new(FakeFence(self.done.clone()))
+    }
+}
+
+fn fake_alloc(cap: usize) -> StreamAwareAllocator<FakeSource> {
+    StreamAwareAllocator::with_source(FakeSource {
+        next: AtomicUsize::new(1 << 20),
+        live: AtomicUsize::new(0),
+        cap,
+    })
+}
+
+#[test]
+fn record_stream_defers_reuse_until_the_event_completes() {
+    let a = fake_alloc(usize::MAX);
+    let done = Arc::new(AtomicBool::new(false));
+    let recorded = Arc::new(AtomicUsize::new(0));
+    let b = a.allocate(1000, 1).unwrap();
+    let addr = b.addr;
+    // Used on stream 2 (twice: recorded once).
+    for _ in 0..2 {
+        a.record_use(
+            addr,
+            Box::new(FakeStream {
+                id: 2,
+                done: done.clone(),
+                recorded: recorded.clone(),
+            }),
+        );
+    }
+    a.free(b);
+    assert_eq!(
+        recorded.load(Ordering::SeqCst),
+        1,
+        "one event per using stream"
+    );
+    let s = a.stats();
+    assert_eq!(
+        s.allocated_bytes.all.current, 0,
+        "freed bytes stop counting as allocated at once"
+    );
+    assert_eq!(
+        s.active_bytes.all.current, 1024,
+        "but stay active until the event completes"
+    );
+    // Not reusable yet, even on its own stream.
+    let c = a.allocate(1000, 1).unwrap();
+    assert_ne!(c.addr, addr);
+    a.free(c);
+    // The event completes: the next allocation polls it and reuses the block.
+    done.store(true, Ordering::SeqCst);
+    let d = a.allocate(1000, 1).unwrap();
+    assert_eq!(d.addr, addr, "reused after the event");
+    a.free(d);
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes.all.current, 0);
+    assert_eq!(s.active_bytes.all.current, 0);
+    assert_eq!(s.allocation.all.allocated, 3);
+    assert_eq!(s.allocation.all.freed, 3);
+}
+
+#[test]
+fn record_stream_pending_blocks_are_waited_for_before_empty_cache_and_oom() {
+    let a = fake_alloc(2 << 20); // room for exactly one small segment
+    let done = Arc::new(AtomicBool::new(false));
+    let recorded = Arc::new(AtomicUsize::new(0));
+    let b = a.allocate(SMALL, 0).unwrap();
+    a.record_use(
+        b.addr,
+        Box::new(FakeStream {
+            id: 9,
+            done: done.clone(),
+            recorded: recorded.clone(),
+        }),
+    );
+    a.free(b);
+    // The only segment is pending: a request on another stream needs it
+    // released, which waits for the fence (the failed first try counts as
+    // one OOM and one retry).
+    let c = a.allocate(SMALL, 5).unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "the pending fence was waited for"
+    );
+    a.free(c);
+    // empty_cache also waits for pending blocks before releasing.
+    let done2 = Arc::new(AtomicBool::new(false));
+    let d = a.allocate(100, 0).unwrap();
+    a.record_use(
+        d.addr,
+        Box::new(FakeStream {
+            id: 9,
+            done: done2.clone(),
+            recorded,
+        }),
+    );
+    a.free(d);
+    a.empty_cache();
+    assert!(done2.load(Ordering::SeqCst));
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+}
+
+const SMALL: usize = 1 << 20;
+
+// --------------------------------------------------------------- GPU ---
+
+fn gpu() -> Option<Device> {
+    if super::is_available() {
+        Some(Device::Cuda(0))
+    } else {
+        eprintln!("skipped: no CUDA device (the CUDA variant of this test did not run)");
+        None
+    }
+}
+
+fn t(data: &[f64], shape: &[usize], dt: DType, dev: Device) -> Tensor {
+    Tensor::from_slice(data, shape, Device::Cpu)
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap()
+        .to_device(dev)
+        .unwrap()
+}
+
+fn host(x: &Tensor) -> Vec<f64> {
+    x.to_vec::<f64>().unwrap()
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
+        assert!(ok, "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+fn data(n: usize, seed: u64) -> Vec<f64> {
+    let mut g = crate::random::Generator::new(seed);
+    (0..n)
+        .map(|_| (g.next_f64() * 8.0 - 4.0).round() / 2.0 + g.next_f64() * 0.1)
+        .collect()
+}
+
+#[test]
+fn gpu_reductions_match_naive() {
+    let Some(dev) = gpu() else { return };
+    let (a, b, c) = (3, 50, 7);
+    let v = data(a * b * c, 1);
+    let at = |i: usize, j: usize, k: usize| v[(i * b + j) * c + k];
+    for dt in [DType::F32, DType::F64, DType::F16, DType::I32] {
+        let x = t(&v, &[a, b, c], dt, dev);
+        // Reduce over dim 1 of a transposed view too.
+        let xv = host(&x);
+        let atv = |i: usize, j: usize, k: usize| xv[(i * b + j) * c + k];
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::ArgMax,
+            ReduceOp::ArgMin,
+            ReduceOp::Mean,
+        ] {
+            let Some(odt) = kernels::reduce_out_dtype(op, dt) else {
+                continue;
+            };
+            let out = Tensor::alloc(&[a, c], odt, dev).unwrap();
+            super::reduce::reduce(op, &Operand::of(&x), &[1], &Operand::of(&out)).unwrap();
+            let mut want = Vec::new();
+            for i in 0..a {
+                for k in 0..c {
+                    let col: Vec<f64> = (0..b).map(|j| atv(i, j, k)).collect();
+                    want.push(match op {
+                        ReduceOp::Sum => col.iter().sum(),
+                        ReduceOp::Mean => col.iter().sum::<f64>() / b as f64,
+                        ReduceOp::Max => col.iter().cloned().fold(f64::MIN, f64::max),
+                        ReduceOp::Min => col.iter().cloned().fold(f64::MAX, f64::min),
+                        ReduceOp::ArgMax => {
+                            let m = col.iter().cloned().fold(f64::MIN, f64::max);
+                            col.iter().position(|&x| x == m).unwrap() as f64
+                        }
+                        ReduceOp::ArgMin => {
+                            let m = col.iter().cloned().fold(f64::MAX, f64::min);
+                            col.iter().position(|&x| x == m).unwrap() as f64
+                        }
+                        ReduceOp::Prod => unreachable!(),
+                    });
+                }
+            }
+            let tol = if dt == DType::F16 { 2e-2 } else { 1e-5 };
+            close(&host(&out), &want, tol, &format!("{op:?} {dt}"));
+        }
+    }
+    // Several dims at once, on a non-contiguous input.
+    let x = t(&v, &[a, b, c], DType::F64, dev).transpose(0, 2).unwrap(); // [c, b, a]
+    let out = Tensor::alloc(&[b], DType::F64, dev).unwrap();
+    super::reduce::reduce(ReduceOp::Sum, &Operand::of(&x), &[0, 2], &Operand::of(&out)).unwrap();
+    let want: Vec<f64> = (0..b)
+        .map(|j| {
+            (0..a)
+                .flat_map(|i| (0..c).map(move |k| (i, k)))
+                .map(|(i, k)| at(i, j, k))
+                .sum()
+        })
+        .collect();
+    close(
+        &host(&out),
+        &want,
+        1e-12,
+        "sum over [0, 2] of a transposed view",
+    );
+    // Errors name the op.
+    let bad = Tensor::alloc(&[a, c], DType::F32, dev).unwrap();
+    let e = super::reduce::reduce(ReduceOp::ArgMax, &Operand::of(&x), &[1], &Operand::of(&bad))
+        .unwrap_err();
+    assert!(e.to_string().contains("argmax"), "{e}");
+}
+
+#[test]
+fn gpu_softmax_matches_naive() {
+    let Some(dev) = gpu() else { return };
+    let (r, n) = (5, 2000);
+    let v = data(r * n, 2);
+    for log in [false, true] {
+        let x = t(&v, &[r, n], DType::F32, dev);
+        let y = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
+        super::reduce::softmax(&Operand::of(&x), 1, &Operand::of(&y), log).unwrap();
+        let mut want = Vec::new();
+        for i in 0..r {
+            let row = &v[i * n..(i + 1) * n];
+            let m = row.iter().cloned().fold(f64::MIN, f64::max);
+            let s: f64 = row.iter().map(|x| (x - m).exp()).sum();
+            want.extend(row.iter().map(|x| {
+                if log {
+                    x - m - s.ln()
+                } else {
+                    (x - m).exp() / s
+                }
+            }));
+        }
+        close(&host(&y), &want, 1e-4, "softmax");
+        // Backward, with dy = x: softmax dx = y * (dy - sum(dy * y)),
+        // log_softmax dx = dy - exp(y) * sum(dy).
+        let dx = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
+        super::reduce::softmax_backward(
+            &Operand::of(&x),
+            &Operand::of(&y),
+            1,
+            &Operand::of(&dx),
+            log,
+        )
+        .unwrap();
+        let mut want_dx = Vec::new();
+        for i in 0..r {
+            let (dyr, yr) = (&v[i * n..(i + 1) * n], &want[i * n..(i + 1) * n]);
+            if log {
+                let sg: f64 = dyr.iter().sum();
+                want_dx.extend((0..n).map(|j| dyr[j] - yr[j].exp() * sg));
+            } else {
+                let sg: f64 = (0..n).map(|j| dyr[j] * yr[j]).sum();
+                want_dx.extend((0..n).map(|j| yr[j] * (dyr[j] - sg)));
+            }
+        }
+        close(&host(&dx), &want_dx, 1e-3, "softmax backward");
+        // Along dim 0 of the same data (strided rows).
+        let y0 = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
+        super::reduce::softmax(&Operand::of(&x), 0, &Operand::of(&y0), log).unwrap();
+        let h = host(&y0);
+        for j in (0..n).step_by(97) {
+            let col: Vec<f64> = (0..r).map(|i| v[i * n + j]).collect();
+            let m = col.iter().cloned().fold(f64::MIN, f64::max);
+            let s: f64 = col.iter().map(|x| (x - m).exp()).sum();
+            for i in 0..r {
+                let w = if log {
+                    col[i] - m - s.ln()
+                } else {
+                    (col[i] - m).exp() / s
+                };
+                close(&[h[i * n + j]], &[w], 1e-4, "softmax dim 0");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_index_ops_match_naive_and_report_bad_indices() {
+    let Some(dev) = gpu() else { return };
+    let v = data(4 * 6, 3);
+    let x = t(&v, &[4, 6], DType::F32, dev);
+    let idx = Tensor::from_slice(&[5i64, 0, 2, 2], &[4], dev).unwrap();
+    let out = Tensor::alloc(&[4, 4], DType::F32, dev).unwrap();
+    super::index::index_select(&Operand::of(&x), 1, &Operand::of(&idx), &Operand::of(&out))
+        .unwrap();
+    let want: Vec<f64> = (0..4)
+        .flat_map(|i| [5, 0, 2, 2].map(|j| v[i * 6 + j]))
+        .collect();
+    close(&host(&out), &want, 0.0, "index_select");
+    // gather along dim 0.
+    let gi = Tensor::from_slice(&[3i64, 0, 1, 2, 3, 0, 0, 0, 1, 1, 2, 2], &[2, 6], dev).unwrap();
+    let go = Tensor::alloc(&[2, 6], DType::F32, dev).unwrap();
+    super::index::gather(&Operand::of(&x), 0, &Operand::of(&gi), &Operand::of(&go)).unwrap();
+    let giv = [3usize, 0, 1, 2, 3, 0, 0, 0, 1, 1, 2, 2];
+    let want: Vec<f64> = (0..12).map(|p| v[giv[p] * 6 + p % 6]).collect();
+    close(&host(&go), &want, 0.0, "gather");
+    // scatter_add with repeated indices.
+    let dst = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+    let si = Tensor::from_slice(&[0i64, 2, 2, 0, 1], &[5], dev).unwrap();
+    let sv = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0], &[5], dev).unwrap();
+    super::index::scatter(
+        &Operand::of(&dst),
+        0,
+        &Operand::of(&si),
+        &Operand::of(&sv),
+        true,
+    )
+    .unwrap();
+    close(&host(&dst), &[5.0, 5.0, 5.0], 0.0, "scatter_add");
+    // index_add along dim 0: rows 2, 0, 2 of a [4, 6] zero tensor.
+    let dst = Tensor::zeros(&[4, 6], DType::F64, dev).unwrap();
+    let ai = Tensor::from_slice(&[2i64, 0, 2], &[3], dev).unwrap();
+    let src = t(&v[..18], &[3, 6], DType::F64, dev);
+    super::index::index_copy(
+        &Operand::of(&dst),
+        0,
+        &Operand::of(&ai),
+        &Operand::of(&src),
+        true,
+    )
+    .unwrap();
+    let mut want = vec![0.0; 24];
+    for (r, &to) in [2usize, 0, 2].iter().enumerate() {
+        for j in 0..6 {
+            want[to * 6 + j] += v[r * 6 + j];
+        }
+    }
+    close(&host(&dst), &want, 1e-12, "index_add");
+    // index_fill along dim 1.
+    let f = t(&v, &[4, 6], DType::F64, dev);
+    let fi = Tensor::from_slice(&[1i64, 4], &[2], dev).unwrap();
+    super::index::index_fill(&Operand::of(&f), 1, &Operand::of(&fi), -9.0).unwrap();
+    let want: Vec<f64> = (0..24)
+        .map(|p| if p % 6 == 1 || p % 6 == 4 { -9.0 } else { v[p] })
+        .collect();
+    close(&host(&f), &want, 0.0, "index_fill");
+    // An index out of range is an error naming the op, the index and the size.
+    let bad = Tensor::from_slice(&[0i64, 6], &[2], dev).unwrap();
+    let out = Tensor::alloc(&[4, 2], DType::F32, dev).unwrap();
+    let e = super::index::index_select(&Operand::of(&x), 1, &Operand::of(&bad), &Operand::of(&out))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index_select",
+            index: 6,
+            dim: 1,
+            size: 6
+        }
+    );
+    // masked_select keeps row-major order, across chunks.
+    let n = 100_003;
+    let mv: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let m: Vec<bool> = (0..n).map(|i| i % 3 == 0 || i % 7 == 1).collect();
+    let xs = t(&mv, &[n], DType::I64, dev);
+    let ms = Tensor::from_slice(&m, &[n], dev).unwrap();
+    let sel = super::index::masked_select(&Operand::of(&xs), &Operand::of(&ms)).unwrap();
+    let want: Vec<f64> = (0..n).filter(|&i| m[i]).map(|i| i as f64).collect();
+    close(&host(&sel), &want, 0.0, "masked_select");
+}
+
+#[test]
+fn gpu_random_fills_have_the_right_moments() {
+    let Some(dev) = gpu() else { return };
+    let n = 1 << 20;
+    for dt in [DType::F32, DType::F64, DType::BF16] {
+        let u = Tensor::alloc(&[n], dt, dev).unwrap();
+        let used = super::nn::rand_uniform(&Operand::of(&u), 2.0, 4.0, 42, 0).unwrap();
+        assert_eq!(used, super::nn::counters(n, dt, true));
+        let h = host(&u);
+        assert!(h.iter().all(|&x| (2.0..=4.0).contains(&x)));
+        let mean = h.iter().sum::<f64>() / n as f64;
+        assert!((mean - 3.0).abs() < 0.01, "{dt} uniform mean {mean}");
+        let z = Tensor::alloc(&[n], dt, dev).unwrap();
+        super::nn::rand_normal(&Operand::of(&z), 1.0, 2.0, 42, used).unwrap();
+        let h = host(&z);
+        let mean = h.iter().sum::<f64>() / n as f64;
+        let var = h.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!(
+            (mean - 1.0).abs() < 0.02 && (var.sqrt() - 2.0).abs() < 0.03,
+            "{dt} normal {mean} {var}"
+        );
+    }
+    let bern = Tensor::alloc(&[n], DType::U8, dev).unwrap();
+    super::nn::rand_bernoulli(&Operand::of(&bern), 0.3, 5, 0).unwrap();
+    let h = host(&bern);
+    assert!(h.iter().all(|&x| x == 0.0 || x == 1.0));
+    let frac = h.iter().sum::<f64>() / n as f64;
+    assert!((frac - 0.3).abs() < 0.01, "bernoulli fraction {frac}");
+    // Same seed and offset, same values; another offset, other values.
+    let a = Tensor::alloc(&[1000], DType::F32, dev).unwrap();
+    let b = Tensor::alloc(&[1000], DType::F32, dev).unwrap();
+    super::nn::rand_uniform(&Operand::of(&a), 0.0, 1.0, 7, 3).unwrap();
+    super::nn::rand_uniform(&Operand::of(&b), 0.0, 1.0, 7, 3).unwrap();
+    assert_eq!(host(&a), host(&b));
+    super::nn::rand_uniform(&Operand::of(&b), 0.0, 1.0, 7, 4).unwrap();
+    assert_ne!(host(&a), host(&b));
+}
+
+#[test]
+fn gpu_layer_norm_and_dropout_match_naive() {
+    let Some(dev) = gpu() else { return };
+    let (r, c) = (6, 300);
+    let v = data(r * c, 5);
+    let gv = data(c, 6);
+    let bv = data(c, 7);
+    let x = t(&v, &[r, c], DType::F32, dev);
+    let gamma = t(&gv, &[c], DType::F32, dev);
+    let beta = t(&bv, &[c], DType::F32, dev);
+    let y = Tensor::alloc(&[r, c], DType::F32, dev).unwrap();
+    let mean = Tensor::alloc(&[r], DType::F32, dev).unwrap();
+    let rstd = Tensor::alloc(&[r], DType::F32, dev).unwrap();
+    let (ox, oy, om, or) = (
+        Operand::of(&x),
+        Operand::of(&y),
+        Operand::of(&mean),
+        Operand::of(&rstd),
+    );
+    super::nn::layer_norm(
+        &ox,
+        Some(&Operand::of(&gamma)),
+        Some(&Operand::of(&beta)),
+        &oy,
+        &om,
+        &or,
+        1e-5,
+    )
+    .unwrap();
+    let mut want = Vec::new();
+    let mut xhat = Vec::new();
+    let mut rs = Vec::new();
+    for i in 0..r {
+        let row = &v[i * c..(i + 1) * c];
+        let mu = row.iter().sum::<f64>() / c as f64;
+        let var = row.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / c as f64;
+        let s = 1.0 / (var + 1e-5).sqrt();
+        rs.push(s);
+        for j in 0..c {
+            xhat.push((row[j] - mu) * s);
+            want.push((row[j] - mu) * s * gv[j] + bv[j]);
+        }
+    }
+    close(&host(&y), &want, 1e-4, "layer_norm");
+    // Backward with dy = 1 + x/10.
+    let dyv: Vec<f64> = v.iter().map(|x| 1.0 + x / 10.0).collect();
+    let dy = t(&dyv, &[r, c], DType::F32, dev);
+    let dx = Tensor::alloc(&[r, c], DType::F32, dev).unwrap();
+    let dg = Tensor::alloc(&[c], DType::F32, dev).unwrap();
+    let db = Tensor::alloc(&[c], DType::F32, dev).unwrap();
+    super::nn::layer_norm_backward(
+        &Operand::of(&dy),
+        &ox,
+        Some(&Operand::of(&gamma)),
+        &om,
+        &or,
+        &Operand::of(&dx),
+        Some(&Operand::of(&dg)),
+        Some(&Operand::of(&db)),
+    )
+    .unwrap();
+    let mut want_dx = Vec::new();
+    for i in 0..r {
+        let gg: Vec<f64> = (0..c).map(|j| dyv[i * c + j] * gv[j]).collect();
+        let m1 = gg.iter().sum::<f64>() / c as f64;
+        let m2 = (0..c).map(|j| gg[j] * xhat[i * c + j]).sum::<f64>() / c as f64;
+        want_dx.extend((0..c).map(|j| rs[i] * (gg[j] - m1 - xhat[i * c + j] * m2)));
+    }
+    close(&host(&dx), &want_dx, 1e-3, "layer_norm dx");
+    let want_dg: Vec<f64> = (0..c)
+        .map(|j| (0..r).map(|i| dyv[i * c + j] * xhat[i * c + j]).sum())
+        .collect();
+    let want_db: Vec<f64> = (0..c)
+        .map(|j| (0..r).map(|i| dyv[i * c + j]).sum())
+        .collect();
+    close(&host(&dg), &want_dg, 1e-3, "layer_norm dgamma");
+    close(&host(&db), &want_db, 1e-4, "layer_norm dbeta");
+    // Dropout: kept elements are scaled, dropped ones are 0, the rate is p.
+    let n = 1 << 18;
+    let xv = vec![1.5; n];
+    let x = t(&xv, &[n], DType::F32, dev);
+    let y = Tensor::alloc(&[n], DType::F32, dev).unwrap();
+    let mask = Tensor::alloc(&[n], DType::Bool, dev).unwrap();
+    super::nn::dropout(
+        &Operand::of(&x),
+        &Operand::of(&y),
+        &Operand::of(&mask),
+        0.25,
+        1,
+        0,
+    )
+    .unwrap();
+    let (hy, hm) = (host(&y), host(&mask));
+    for i in 0..n {
+        assert_eq!(hy[i], if hm[i] != 0.0 { 2.0 } else { 0.0 });
+    }
+    let kept = hm.iter().sum::<f64>() / n as f64;
+    assert!((kept - 0.75).abs() < 0.01, "kept fraction {kept}");
+    let dx = Tensor::alloc(&[n], DType::F32, dev).unwrap();
+    super::nn::dropout_backward(
+        &Operand::of(&x),
+        &Operand::of(&mask),
+        &Operand::of(&dx),
+        0.25,
+    )
+    .unwrap();
+    assert_eq!(host(&dx), hy);
+}
+
+#[test]
+fn gpu_matmul_matches_naive() {
+    let Some(dev) = gpu() else { return };
+    let (m, k, n) = (33, 70, 17);
+    let av = data(m * k, 8);
+    let bv = data(k * n, 9);
+    let want: Vec<f64> = (0..m)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .map(|(i, j)| (0..k).map(|l| av[i * k + l] * bv[l * n + j]).sum())
+        .collect();
+    for (dt, tol) in [
+        (DType::F32, 1e-4),
+        (DType::F64, 1e-12),
+        (DType::F16, 1e-2),
+        (DType::BF16, 3e-2),
+    ] {
+        let a = t(&av, &[m, k], dt, dev);
+        let b = t(&bv, &[k, n], dt, dev);
+        let c = Tensor::alloc(&[m, n], dt, dev).unwrap();
+        super::blas::matmul(&Operand::of(&a), &Operand::of(&b), &Operand::of(&c)).unwrap();
+        close(&host(&c), &want, tol, &format!("matmul {dt}"));
+        // A transposed A (stored [k, m]) and a sliced-with-step B (copied).
+        let at = t(&av, &[m, k], dt, dev)
+            .t()
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .t()
+            .unwrap();
+        let bb = t(
+            &bv.iter().flat_map(|&x| [x, -1.0]).collect::<Vec<_>>(),
+            &[k, n, 2],
+            dt,
+            dev,
+        )
+        .select(2, 0)
+        .unwrap();
+        let c2 = Tensor::alloc(&[m, n], dt, dev).unwrap();
+        super::blas::matmul(&Operand::of(&at), &Operand::of(&bb), &Operand::of(&c2)).unwrap();
+        close(
+            &host(&c2),
+            &want,
+            tol,
+            &format!("matmul {dt}, strided operands"),
+        );
+    }
+    // Batched with B broadcast (batch stride 0).
+    let a = t(
+        &av.iter().chain(av.iter()).cloned().collect::<Vec<_>>(),
+        &[2, m, k],
+        DType::F32,
+        dev,
+    );
+    let b = t(&bv, &[1, k, n], DType::F32, dev)
+        .expand(&[2, k as isize, n as isize])
+        .unwrap();
+    let c = Tensor::alloc(&[2, m, n], DType::F32, dev).unwrap();
+    super::blas::matmul(&Operand::of(&a), &Operand::of(&b), &Operand::of(&c)).unwrap();
+    close(
+        &host(&c),
+        &[want.clone(), want].concat(),
+        1e-4,
+        "batched matmul",
+    );
+    let i = Tensor::alloc(&[m, k], DType::I32, dev).unwrap();
+    let e = super::blas::matmul(&Operand::of(&i), &Operand::of(&i), &Operand::of(&i)).unwrap_err();
+    assert!(e.to_string().contains("matmul"), "{e}");
+}

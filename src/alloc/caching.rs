@@ -300,7 +300,7 @@ impl SizeClasses {
 /// The class of a size kept in classes, if it is one.
 #[inline]
 fn class_of(size: usize) -> Option<usize> {
-    (size != 0 && size <= CLASS_MAX && size % MIN_BLOCK == 0).then(|| size / MIN_BLOCK - 1)
+    (size != 0 && size <= CLASS_MAX && size.is_multiple_of(MIN_BLOCK)).then(|| size / MIN_BLOCK - 1)
 }
 
 impl FreeSet {

@@ -113,6 +113,9 @@ def main():
     p.add_argument("--raw", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="bash bench/run_cpu.sh")
+    p.add_argument("--note", default="")
+    p.add_argument("--load-before", default="")
+    p.add_argument("--load-after", default="")
     a = p.parse_args()
     per, head = load_raw(a.raw)
 
@@ -153,6 +156,9 @@ def main():
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": a.command,
+        "note": a.note,
+        "loadavg_before": a.load_before,
+        "loadavg_after": a.load_after,
         "git_commit": sh("git rev-parse HEAD"),
         "git_dirty": bool(sh("git status --porcelain --untracked-files=no")),
         "machine": machine(),
@@ -184,6 +190,9 @@ def main():
         f"Versions: tensorscope {v.get('tensorscope')}, candle-core {v.get('candle-core')}, "
         f"PyTorch {v.get('PyTorch')} (CPU), {v['rustc']}, Python {v['python']}. "
         f"Threads: {', '.join(f'{k} {t}' for k, t in doc['threads'].items())}.",
+        "",
+        *([f"Note: {a.note}", ""] if a.note else []),
+        f"Load average (1, 5, 15 min) before: {a.load_before or '?'}; after: {a.load_after or '?'}.",
         "",
         f"Medians of many samples after warm-up; {doc['rounds']} round(s), interleaved; the figure is the median of "
         "the rounds (each round's figure in brackets). Speedup: tensorscope against the peer (> 1: tensorscope is faster).",

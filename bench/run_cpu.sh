@@ -5,6 +5,7 @@
 #
 #   bash bench/run_cpu.sh              # everything, 2 rounds
 #   ROUNDS=1 FILTER=chain bash bench/run_cpu.sh
+#   NOTE="why this run is special" bash bench/run_cpu.sh   # recorded in the results
 #
 # Writes bench/results/cpu.json (raw medians, machine, versions, date,
 # command), bench/results/cpu.md (the table with ratios and targets) and
@@ -28,7 +29,8 @@ COMMAND="bash bench/run_cpu.sh (ROUNDS=$ROUNDS FILTER=$FILTER)"
 
 exec > >(tee "$LOG") 2>&1
 echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "== load before: $(cat /proc/loadavg)"
+LOAD_BEFORE=$(cat /proc/loadavg)
+echo "== load before: $LOAD_BEFORE"
 
 # Tensor::matmul is timed when the library has it (BENCH_MATMUL=0 turns it off).
 FEATURES=()
@@ -59,5 +61,6 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 echo "== load after: $(cat /proc/loadavg)"
 
-python3 bench/report.py --raw "$RAW" --out "$OUT" --command "$COMMAND"
+python3 bench/report.py --raw "$RAW" --out "$OUT" --command "$COMMAND" --note "${NOTE:-}" \
+    --load-before "$LOAD_BEFORE" --load-after "$(cat /proc/loadavg)"
 cat "$OUT/cpu.md"

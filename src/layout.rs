@@ -11,11 +11,24 @@ use smallvec::SmallVec;
 pub type Dims = SmallVec<[usize; 6]>;
 
 /// Shape, strides and storage offset of a tensor, all in elements.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Dims,
     strides: Dims,
     offset: usize,
+}
+
+// By hand: `SmallVec::from_slice` copies the inline elements in one go, where
+// the derived `clone` pushes them one by one (every op clones layouts).
+impl Clone for Layout {
+    #[inline]
+    fn clone(&self) -> Self {
+        Layout {
+            shape: Dims::from_slice(&self.shape),
+            strides: Dims::from_slice(&self.strides),
+            offset: self.offset,
+        }
+    }
 }
 
 /// Row-major (C-order) strides for `shape`.
@@ -133,7 +146,7 @@ impl Layout {
     /// A contiguous row-major layout at offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
-            shape: shape.into(),
+            shape: Dims::from_slice(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -415,6 +428,9 @@ impl Layout {
 
     /// Broadcasts to a concrete shape (used by binary ops).
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
+        if self.shape.as_slice() == shape {
+            return Ok(self.clone()); // the common case: nothing to broadcast
+        }
         let s: SmallVec<[isize; 6]> = shape.iter().map(|&d| d as isize).collect();
         self.expand(&s)
     }

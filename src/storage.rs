@@ -135,21 +135,25 @@ pub(crate) struct Locks<'a> {
 /// both read and written is locked exclusively. Poisoning is ignored: a kernel
 /// panic cannot leave a storage in a state worse than partly written.
 pub(crate) fn lock<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'a> {
-    let mut all: SmallVec<[(&'a Storage, bool); 6]> = SmallVec::new();
-    for s in reads {
-        all.push((s, false));
+    // (id, write, storage), writes first, then a stable insertion sort by id
+    // (there are rarely more than four): among equal ids a write comes first.
+    let mut all: SmallVec<[(usize, bool, &'a Storage); 6]> = SmallVec::new();
+    all.extend(writes.iter().map(|s| (s.id(), true, *s)));
+    all.extend(reads.iter().map(|s| (s.id(), false, *s)));
+    for i in 1..all.len() {
+        let mut j = i;
+        while j > 0 && all[j - 1].0 > all[j].0 {
+            all.swap(j - 1, j);
+            j -= 1;
+        }
     }
-    for s in writes {
-        all.push((s, true));
-    }
-    all.sort_by_key(|(s, w)| (s.id(), !w));
     let mut guards = SmallVec::new();
     let mut last = 0usize;
-    for (s, w) in all {
-        if s.id() == last {
+    for (id, w, s) in all {
+        if id == last {
             continue; // already locked (writes sort first, so exclusively if needed)
         }
-        last = s.id();
+        last = id;
         guards.push(if w {
             Guard::Write(s.0.lock.write().unwrap_or_else(|e| e.into_inner()))
         } else {

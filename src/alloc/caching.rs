@@ -8,7 +8,8 @@
 //!   ones are *large*: 20 MiB segments below 10 MiB, otherwise the request
 //!   rounded up to 2 MiB;
 //! * each pool is an ordered set keyed by (stream, size, address), so a best
-//!   fit is one `range` lookup;
+//!   fit is the first key at or above the request ([`FreeSet`]: exact size
+//!   classes and a bitmap up to 2 MiB, a `BTreeSet` above);
 //! * a block bigger than the request is split when the remainder is at least
 //!   512 B (small pool) or over 1 MiB (large pool); freeing a block merges it
 //!   with free neighbours of the same segment;
@@ -89,8 +90,8 @@ type Key = (u64, usize, usize, u32);
 struct Inner {
     blocks: Vec<BlockInfo>,
     free_ids: Vec<u32>,
-    small: BTreeSet<Key>,
-    large: BTreeSet<Key>,
+    small: FreeSet,
+    large: FreeSet,
     stats: MemoryStats,
     limit: Option<usize>,
     /// Blocks whose allocation has ended ([`CachingAllocator::end_allocation`])
@@ -125,8 +126,293 @@ pub fn segment_size(size: usize) -> usize {
     }
 }
 
+/// Free blocks up to this size sit in exact size classes (the small pool's
+/// segment size: every small-pool block, and the rare small large-pool one).
+const CLASS_MAX: usize = SMALL_BUFFER;
+/// Number of size classes: one per multiple of [`MIN_BLOCK`] up to [`CLASS_MAX`].
+const NCLASS: usize = CLASS_MAX / MIN_BLOCK;
+/// A class list switches from a sorted `Vec` to a `BTreeSet` at this length,
+/// so many free blocks of one size never make an insert linear.
+const CLASS_VEC_MAX: usize = 64;
+
+/// The free blocks of one pool, ordered by [`Key`] `(stream, size, addr, id)`
+/// exactly as a `BTreeSet<Key>` (PyTorch's `std::set`) would be: a best fit is
+/// the first key at or above `(stream, size)`.
+///
+/// Blocks up to [`CLASS_MAX`] bytes live in exact size classes per stream: a
+/// two-level bitmap finds the smallest non-empty class at or above a request
+/// in a few instructions, and each class keeps its blocks by address. In the
+/// steady state of a loop that makes and drops tensors, every operation is a
+/// few bit operations and a push or pop on a short list, with no allocation.
+/// Larger blocks (and any size that is not a multiple of [`MIN_BLOCK`]) live
+/// in a `BTreeSet`; every class size is below every size kept there, so the
+/// classes are searched first.
+#[derive(Default)]
+struct FreeSet {
+    classes: Vec<(u64, SizeClasses)>,
+    big: BTreeSet<Key>,
+}
+
+/// The size classes of one stream.
+struct SizeClasses {
+    /// Bit `w` is set when `words[w]` is not 0.
+    summary: u64,
+    /// Bit `b` of `words[w]` is set when class `64 w + b` is not empty.
+    words: [u64; NCLASS / 64],
+    /// Class `c` holds blocks of `(c + 1) * MIN_BLOCK` bytes.
+    lists: Vec<ClassList>,
+}
+
+/// The `(addr, id)` of the free blocks of one size.
+enum ClassList {
+    /// Sorted in descending order: the best (lowest address) is last.
+    Vec(Vec<(usize, u32)>),
+    /// Ascending.
+    Tree(BTreeSet<(usize, u32)>),
+}
+
+impl ClassList {
+    #[cfg(test)]
+    fn best(&self) -> Option<(usize, u32)> {
+        match self {
+            ClassList::Vec(v) => v.last().copied(),
+            ClassList::Tree(t) => t.first().copied(),
+        }
+    }
+    /// Removes and returns the best entry.
+    #[inline]
+    fn pop_best(&mut self) -> Option<(usize, u32)> {
+        match self {
+            ClassList::Vec(v) => v.pop(),
+            ClassList::Tree(t) => {
+                let e = t.pop_first();
+                if t.is_empty() {
+                    *self = ClassList::Vec(Vec::new());
+                }
+                e
+            }
+        }
+    }
+    #[inline]
+    fn insert(&mut self, e: (usize, u32)) {
+        match self {
+            // Fast path: below every entry (or the first one), so it goes last.
+            ClassList::Vec(v) if v.last().is_none_or(|&l| e < l) && v.len() < CLASS_VEC_MAX => {
+                v.push(e)
+            }
+            ClassList::Vec(v) if v.len() < CLASS_VEC_MAX => {
+                let pos = v.partition_point(|&x| x > e);
+                if v.get(pos) != Some(&e) {
+                    v.insert(pos, e);
+                }
+            }
+            ClassList::Vec(v) => {
+                let mut t: BTreeSet<(usize, u32)> = v.drain(..).collect();
+                t.insert(e);
+                *self = ClassList::Tree(t);
+            }
+            ClassList::Tree(t) => {
+                t.insert(e);
+            }
+        }
+    }
+    #[inline]
+    fn remove(&mut self, e: (usize, u32)) -> bool {
+        match self {
+            ClassList::Vec(v) if v.last() == Some(&e) => {
+                v.pop();
+                true
+            }
+            ClassList::Vec(v) => {
+                let pos = v.partition_point(|&x| x > e);
+                let found = v.get(pos) == Some(&e);
+                if found {
+                    v.remove(pos);
+                }
+                found
+            }
+            ClassList::Tree(t) => {
+                let found = t.remove(&e);
+                if t.is_empty() {
+                    *self = ClassList::Vec(Vec::new());
+                }
+                found
+            }
+        }
+    }
+    fn is_empty(&self) -> bool {
+        match self {
+            ClassList::Vec(v) => v.is_empty(),
+            ClassList::Tree(t) => t.is_empty(),
+        }
+    }
+    fn iter(&self) -> Box<dyn Iterator<Item = (usize, u32)> + '_> {
+        match self {
+            ClassList::Vec(v) => Box::new(v.iter().copied()),
+            ClassList::Tree(t) => Box::new(t.iter().copied()),
+        }
+    }
+}
+
+impl SizeClasses {
+    fn new() -> Self {
+        SizeClasses {
+            summary: 0,
+            words: [0; NCLASS / 64],
+            lists: (0..NCLASS).map(|_| ClassList::Vec(Vec::new())).collect(),
+        }
+    }
+
+    /// The smallest non-empty class at or above `c`.
+    #[inline]
+    fn first_class_from(&self, c: usize) -> Option<usize> {
+        let (w, b) = (c / 64, c % 64);
+        let m = self.words[w] & (u64::MAX << b);
+        if m != 0 {
+            return Some(w * 64 + m.trailing_zeros() as usize);
+        }
+        let above = if w + 1 >= 64 {
+            0
+        } else {
+            self.summary & (u64::MAX << (w + 1))
+        };
+        if above == 0 {
+            return None;
+        }
+        let w = above.trailing_zeros() as usize;
+        Some(w * 64 + self.words[w].trailing_zeros() as usize)
+    }
+
+    fn mark(&mut self, c: usize, nonempty: bool) {
+        let (w, b) = (c / 64, c % 64);
+        if nonempty {
+            self.words[w] |= 1 << b;
+            self.summary |= 1 << w;
+        } else {
+            self.words[w] &= !(1 << b);
+            if self.words[w] == 0 {
+                self.summary &= !(1 << w);
+            }
+        }
+    }
+}
+
+/// The class of a size kept in classes, if it is one.
+#[inline]
+fn class_of(size: usize) -> Option<usize> {
+    (size != 0 && size <= CLASS_MAX && size.is_multiple_of(MIN_BLOCK)).then(|| size / MIN_BLOCK - 1)
+}
+
+impl FreeSet {
+    #[cfg(test)]
+    fn stream(&self, stream: u64) -> Option<&SizeClasses> {
+        self.classes
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map(|(_, c)| c)
+    }
+
+    fn stream_mut(&mut self, stream: u64) -> &mut SizeClasses {
+        let i = match self.classes.iter().position(|(s, _)| *s == stream) {
+            Some(i) => i,
+            None => {
+                self.classes.push((stream, SizeClasses::new()));
+                self.classes.len() - 1
+            }
+        };
+        &mut self.classes[i].1
+    }
+
+    /// The first key at or above `(stream, size)` on `stream`.
+    #[cfg(test)]
+    fn first_fit(&self, stream: u64, size: usize) -> Option<Key> {
+        if size <= CLASS_MAX {
+            if let Some(sc) = self.stream(stream) {
+                let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
+                if let Some(c) = sc.first_class_from(c0) {
+                    let (addr, id) = sc.lists[c].best().expect("marked classes are not empty");
+                    return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
+                }
+            }
+        }
+        let key = self.big.range((stream, size, 0, 0)..).next().copied()?;
+        (key.0 == stream).then_some(key)
+    }
+
+    /// Removes and returns the first key at or above `(stream, size)` on `stream`.
+    #[inline]
+    fn take_first_fit(&mut self, stream: u64, size: usize) -> Option<Key> {
+        if size <= CLASS_MAX {
+            if let Some((_, sc)) = self.classes.iter_mut().find(|(s, _)| *s == stream) {
+                let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
+                if let Some(c) = sc.first_class_from(c0) {
+                    let list = &mut sc.lists[c];
+                    let (addr, id) = list.pop_best().expect("marked classes are not empty");
+                    if list.is_empty() {
+                        sc.mark(c, false);
+                    }
+                    return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
+                }
+            }
+        }
+        let key = self.big.range((stream, size, 0, 0)..).next().copied()?;
+        if key.0 != stream {
+            return None;
+        }
+        self.big.remove(&key);
+        Some(key)
+    }
+
+    #[inline]
+    fn insert(&mut self, key: Key) {
+        match class_of(key.1) {
+            Some(c) => {
+                let sc = self.stream_mut(key.0);
+                sc.lists[c].insert((key.2, key.3));
+                sc.mark(c, true);
+            }
+            None => {
+                self.big.insert(key);
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, key: &Key) -> bool {
+        match class_of(key.1) {
+            Some(c) => {
+                let Some(i) = self.classes.iter().position(|(s, _)| *s == key.0) else {
+                    return false;
+                };
+                let sc = &mut self.classes[i].1;
+                let found = sc.lists[c].remove((key.2, key.3));
+                if sc.lists[c].is_empty() {
+                    sc.mark(c, false);
+                }
+                found
+            }
+            None => self.big.remove(key),
+        }
+    }
+
+    /// Every key, in ascending order.
+    fn keys(&self) -> Vec<Key> {
+        let mut all: Vec<Key> = self.big.iter().copied().collect();
+        for (stream, sc) in &self.classes {
+            for (c, list) in sc.lists.iter().enumerate() {
+                all.extend(
+                    list.iter()
+                        .map(|(a, id)| (*stream, (c + 1) * MIN_BLOCK, a, id)),
+                );
+            }
+        }
+        all.sort_unstable();
+        all
+    }
+}
+
 impl Inner {
-    fn pool_set(&mut self, pool: Pool) -> &mut BTreeSet<Key> {
+    fn pool_set(&mut self, pool: Pool) -> &mut FreeSet {
         match pool {
             Pool::Small => &mut self.small,
             Pool::Large => &mut self.large,
@@ -144,6 +430,7 @@ impl Inner {
     }
 
     /// Puts a free block in its pool, keeping the inactive-split statistics.
+    #[inline]
     fn pool_insert(&mut self, id: u32) {
         let key = self.key(id);
         let pool = self.blocks[id as usize].pool;
@@ -154,6 +441,7 @@ impl Inner {
         self.pool_set(pool).insert(key);
     }
 
+    #[inline]
     fn pool_remove(&mut self, id: u32) {
         let key = self.key(id);
         let pool = self.blocks[id as usize].pool;
@@ -180,12 +468,12 @@ impl Inner {
         self.free_ids.push(id);
     }
 
-    /// Best fit from the pool, on the same stream.
-    fn find_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
-        let set = self.pool_set(pool);
-        let key = set.range((stream, size, 0, 0)..).next().copied()?;
-        if key.0 != stream {
-            return None;
+    /// Takes the best fit from the pool, on the same stream, out of the pool.
+    fn take_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
+        let key = self.pool_set(pool).take_first_fit(stream, size)?;
+        if self.is_split(key.3) {
+            self.stats.inactive_split.sub(pool, 1);
+            self.stats.inactive_split_bytes.sub(pool, key.1 as i64);
         }
         Some(key.3)
     }
@@ -195,7 +483,7 @@ impl Inner {
     fn release_cached(&mut self) -> Vec<(usize, usize)> {
         let mut victims = Vec::new();
         for pool in [Pool::Small, Pool::Large] {
-            let all: Vec<u32> = self.pool_set(pool).iter().map(|k| k.3).collect();
+            let all: Vec<u32> = self.pool_set(pool).keys().iter().map(|k| k.3).collect();
             let ids: Vec<u32> = all.into_iter().filter(|&id| !self.is_split(id)).collect();
             for id in ids {
                 self.pool_remove(id);
@@ -249,11 +537,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             Pool::Large
         };
         let mut inner = self.lock();
-        let id = match inner.find_free(pool, stream, size) {
-            Some(id) => {
-                inner.pool_remove(id);
-                id
-            }
+        let id = match inner.take_free(pool, stream, size) {
+            Some(id) => id,
             None => self.new_segment(&mut inner, bytes, size, pool, stream)?,
         };
         // Split off the remainder if it is worth keeping.
@@ -510,6 +795,95 @@ mod tests {
             live: AtomicUsize::new(0),
             cap,
         })
+    }
+
+    /// `FreeSet` against a plain `BTreeSet<Key>` (the ordering it must
+    /// reproduce) under random inserts, removes and best-fit queries, with
+    /// sizes on both sides of `CLASS_MAX`, two streams, and enough blocks of
+    /// one size to push a class list past `CLASS_VEC_MAX`.
+    #[test]
+    fn free_set_orders_like_a_btreeset() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut fs = FreeSet::default();
+        let mut bt: BTreeSet<Key> = BTreeSet::new();
+        let mut id = 0u32;
+        for step in 0..20_000 {
+            let stream = rnd(2);
+            let size = match rnd(4) {
+                0 => MIN_BLOCK * (1 + rnd(3) as usize),
+                1 => MIN_BLOCK * (1 + rnd(NCLASS as u64) as usize),
+                2 => CLASS_MAX + MIN_BLOCK * rnd(5) as usize,
+                _ => MIN_BLOCK * (1 + rnd(2 * NCLASS as u64) as usize),
+            };
+            match rnd(3) {
+                0 | 1 if step < 15_000 => {
+                    id += 1;
+                    let key = (stream, size, rnd(1 << 30) as usize * MIN_BLOCK, id);
+                    fs.insert(key);
+                    bt.insert(key);
+                }
+                _ => {
+                    // Remove an existing key (or a missing one).
+                    let key = if !bt.is_empty() && rnd(8) != 0 {
+                        *bt.iter().nth(rnd(bt.len() as u64) as usize).unwrap()
+                    } else {
+                        (stream, size, 12345 * MIN_BLOCK, u32::MAX)
+                    };
+                    assert_eq!(fs.remove(&key), bt.remove(&key), "remove {key:?}");
+                }
+            }
+            let want = bt
+                .range((stream, size, 0, 0)..)
+                .next()
+                .copied()
+                .filter(|k| k.0 == stream);
+            assert_eq!(
+                fs.first_fit(stream, size),
+                want,
+                "first fit {stream} {size}"
+            );
+            if rnd(4) == 0 {
+                // Take it out, as `allocate` does.
+                assert_eq!(
+                    fs.take_first_fit(stream, size),
+                    want,
+                    "take {stream} {size}"
+                );
+                if let Some(k) = want {
+                    bt.remove(&k);
+                }
+            }
+            if step % 1000 == 0 {
+                assert_eq!(fs.keys(), bt.iter().copied().collect::<Vec<_>>());
+            }
+        }
+        // Many blocks of one size: the class list becomes a tree and back.
+        let mut fs = FreeSet::default();
+        let keys: Vec<Key> = (0..200u32)
+            .map(|i| (0, 1024, (1000 - i as usize) * 4096, i))
+            .collect();
+        for &k in &keys {
+            fs.insert(k);
+        }
+        assert_eq!(
+            fs.first_fit(0, 600),
+            Some(keys[199]),
+            "lowest address first"
+        );
+        assert_eq!(fs.take_first_fit(0, 600), Some(keys[199]));
+        assert_eq!(fs.take_first_fit(0, 600), Some(keys[198]));
+        for &k in &keys[..198] {
+            assert!(fs.remove(&k));
+        }
+        assert!(!fs.remove(&keys[199]), "already taken");
+        assert_eq!(fs.first_fit(0, 512), None);
+        assert!(fs.keys().is_empty());
     }
 
     #[test]

@@ -170,6 +170,17 @@ pub fn memory_summary(device: Device) -> String {
     stats::summary(device, &memory_stats(device))
 }
 
+/// Allocates `bytes` on `device` and frees them at once through the caching
+/// allocator alone (no storage, no tensor): the "raw allocator path" that
+/// `benches/cpu.rs` times. Not part of the API.
+#[doc(hidden)]
+pub fn bench_alloc_free(device: Device, bytes: usize) -> Result<()> {
+    let a = allocator(device)?;
+    let b = a.allocate(bytes, crate::backend::current_stream_id(device))?;
+    a.free(b);
+    Ok(())
+}
+
 /// Formats a byte count the way PyTorch's summary does (`B`, `KiB`, `MiB`, `GiB`).
 pub fn fmt_bytes(b: usize) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];

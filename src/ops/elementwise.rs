@@ -162,13 +162,26 @@ impl Tensor {
         self.same_device(op.name(), other)?;
         let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
         let dt = compute_dtype(op, self.dtype(), other.dtype())?;
-        let (a, b) = (as_dtype(self, dt)?, as_dtype(other, dt)?);
+        // Borrow operands that already have the compute dtype (no new handle).
+        let (ca, cb);
+        let a = if self.dtype() == dt {
+            self
+        } else {
+            ca = as_dtype(self, dt)?;
+            &ca
+        };
+        let b = if other.dtype() == dt {
+            other
+        } else {
+            cb = as_dtype(other, dt)?;
+            &cb
+        };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
         let out = Tensor::alloc(&shape, out_dt, self.device())?;
         backend::binary(
             op,
-            &Operand::with(&a, a.layout().broadcast_to(&shape)?),
-            &Operand::with(&b, b.layout().broadcast_to(&shape)?),
+            &Operand::with(a, a.layout().broadcast_to(&shape)?),
+            &Operand::with(b, b.layout().broadcast_to(&shape)?),
             &Operand::of(&out),
         )?;
         crate::autograd::formulas::binary(op, &a, &b, out)

@@ -22,6 +22,12 @@ unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync
             for i in 0..len {
                 po.add(i).write(f(pa.add(i).read()));
             }
+        } else if s[0] == 1 {
+            // A transposed input (the tiled walk's short runs).
+            let sa = s[1];
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i * sa).read()));
+            }
         } else {
             for i in 0..len {
                 po.add(i * s[0]).write(f(pa.add(i * s[1]).read()));
@@ -64,6 +70,17 @@ unsafe fn map2<A: Copy, B: Copy, O>(
             let av = pa.read();
             for i in 0..len {
                 po.add(i).write(f(av, pb.add(i).read()));
+            }
+        } else if s[0] == 1 && s[2] == 1 {
+            // A transposed `a` (the tiled walk's short runs).
+            let sa = s[1];
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i * sa).read(), pb.add(i).read()));
+            }
+        } else if s[0] == 1 && s[1] == 1 {
+            let sb = s[2];
+            for i in 0..len {
+                po.add(i).write(f(pa.add(i).read(), pb.add(i * sb).read()));
             }
         } else {
             for i in 0..len {

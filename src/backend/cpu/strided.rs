@@ -16,6 +16,12 @@ use crate::layout::{Dims, Layout};
 pub(crate) const PAR_CHUNK: usize = 1 << 16;
 /// Side of the square tiles used for transposed operands.
 const TILE: usize = 32;
+/// Rows of one band of the tiled walk (a multiple of `TILE`): a band walks
+/// its columns `TILE` at a time, all its rows for each. A transposed operand
+/// then visits each of its 4 KiB pages once per band (every row of it is a
+/// new page) instead of once per `TILE` rows, while the band's rows of the
+/// other operands (`2 * BAND` pages) stay in the TLB.
+const BAND: usize = 256;
 
 /// A raw pointer that may cross to rayon's threads. Kernels guarantee that
 /// concurrently running chunks touch disjoint output elements.
@@ -227,8 +233,8 @@ impl<const N: usize> Plan<N> {
         let s0: [usize; N] = std::array::from_fn(|k| self.strides[k][0]);
         let s1: [usize; N] = std::array::from_fn(|k| self.strides[k][1]);
         let band = |rb: usize| {
-            let r0 = rb * TILE;
-            let r1 = (r0 + TILE).min(rows);
+            let r0 = rb * BAND;
+            let r1 = (r0 + BAND).min(rows);
             let mut c0 = 0;
             while c0 < cols {
                 let len = TILE.min(cols - c0);
@@ -240,7 +246,7 @@ impl<const N: usize> Plan<N> {
                 c0 += TILE;
             }
         };
-        let bands = rows.div_ceil(TILE);
+        let bands = rows.div_ceil(BAND);
         let pool = if rows * cols < 2 * PAR_CHUNK {
             None
         } else {
@@ -294,6 +300,28 @@ mod tests {
             });
         }
         assert_eq!(v, w);
+    }
+
+    /// Several bands of `BAND` rows (the last one partial) and a partial
+    /// last column tile: every element once, at the right offsets.
+    #[test]
+    fn tiles_cover_several_bands() {
+        let (rows, cols) = (2 * BAND + 88, TILE + 8);
+        let base = Layout::contiguous(&[cols, rows]);
+        let t = base.transpose(0, 1).unwrap(); // shape [rows, cols], strides [1, rows]
+        let out = Layout::contiguous(&[rows, cols]);
+        let p = Plan::new([&out, &t]);
+        assert!(p.wants_tiles());
+        let seen = std::sync::Mutex::new(vec![0u8; rows * cols]);
+        p.par_runs(|o, l, s| {
+            let mut g = seen.lock().unwrap();
+            for i in 0..l {
+                let (oi, ti) = (o[0] + i * s[0], o[1] + i * s[1]);
+                assert_eq!(ti, (oi % cols) * rows + oi / cols);
+                g[oi] += 1;
+            }
+        });
+        assert!(seen.into_inner().unwrap().iter().all(|&c| c == 1));
     }
 
     #[test]

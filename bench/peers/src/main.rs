@@ -1,0 +1,211 @@
+//! candle's side of the CPU benchmark: the workloads of `benches/cpu.rs`,
+//! with the same warm-up, sample counts and batching, in candle-core (CPU).
+//!
+//! `tensorscope-bench-peers --json PATH [--filter NAME]`
+//!
+//! candle has no `out=` form of `add`, so `add_out` is not run here, and no
+//! public allocator, so neither is `alloc_free_raw`.
+
+use candle_core::{DType, Device, Tensor};
+use std::hint::black_box;
+use std::time::Instant;
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Measured {
+    name: &'static str,
+    what: &'static str,
+    samples: Vec<f64>,
+}
+
+impl Measured {
+    fn median(&self) -> f64 {
+        let mut s = self.samples.clone();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        }
+    }
+    fn min(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    fn max(&self) -> f64 {
+        self.samples.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+fn measure(
+    name: &'static str,
+    what: &'static str,
+    warmup: usize,
+    reps: usize,
+    batch: usize,
+    mut op: impl FnMut() -> R<()>,
+) -> R<Measured> {
+    for _ in 0..warmup {
+        op()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..batch {
+            op()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() / batch as f64);
+    }
+    Ok(Measured {
+        name,
+        what,
+        samples,
+    })
+}
+
+const N16M: usize = 16 * 1024 * 1024;
+const SIDE: usize = 4096;
+const MM: usize = 1024;
+const CHAIN: usize = 1000;
+const PAIRS: usize = 10_000;
+
+fn workloads(filter: Option<&str>) -> R<Vec<Measured>> {
+    let want = |n: &str| filter.is_none_or(|f| n.contains(f));
+    let dev = Device::Cpu;
+    let mut out = Vec::new();
+
+    if want("add_alloc") {
+        let a = Tensor::rand(0f32, 1f32, N16M, &dev)?;
+        let b = Tensor::rand(0f32, 1f32, N16M, &dev)?;
+        out.push(measure(
+            "add_alloc",
+            "(&a + &b), 16M f32, result freshly allocated (and dropped) each time",
+            5,
+            40,
+            1,
+            || {
+                black_box((&a + &b)?);
+                Ok(())
+            },
+        )?);
+    }
+
+    if want("add_transposed") {
+        let a = Tensor::rand(0f32, 1f32, (SIDE, SIDE), &dev)?;
+        let b = Tensor::rand(0f32, 1f32, (SIDE, SIDE), &dev)?;
+        let at = a.t()?;
+        out.push(measure(
+            "add_transposed",
+            "(&a.t() + &b), 4096x4096 f32, result freshly allocated",
+            3,
+            20,
+            1,
+            || {
+                black_box((&at + &b)?);
+                Ok(())
+            },
+        )?);
+    }
+
+    if want("matmul") {
+        let a = Tensor::rand(0f32, 1f32, (MM, MM), &dev)?;
+        let b = Tensor::rand(0f32, 1f32, (MM, MM), &dev)?;
+        out.push(measure(
+            "matmul",
+            "a.matmul(&b), 1024x1024 by 1024x1024 f32, result freshly allocated",
+            3,
+            20,
+            1,
+            || {
+                black_box(a.matmul(&b)?);
+                Ok(())
+            },
+        )?);
+    }
+
+    if want("chain_add") {
+        let y = Tensor::ones(1, DType::F32, &dev)?;
+        let mut x = Tensor::zeros(1, DType::F32, &dev)?;
+        let m = measure(
+            "chain_add",
+            "x = (&x + &y), 1000 times, on 1-element f32 tensors (per op)",
+            5,
+            50,
+            1,
+            || {
+                for _ in 0..CHAIN {
+                    x = (&x + &y)?;
+                }
+                Ok(())
+            },
+        )?;
+        let got = x.to_vec1::<f32>()?[0];
+        assert_eq!(got, (55 * CHAIN) as f32, "chain_add computed the wrong sum");
+        out.push(Measured {
+            samples: m.samples.iter().map(|s| s / CHAIN as f64).collect(),
+            ..m
+        });
+    }
+
+    if want("alloc_free") {
+        out.push(measure(
+            "alloc_free",
+            "unsafe Tensor::empty(256, F32, &Cpu) + drop",
+            PAIRS,
+            50,
+            PAIRS,
+            || {
+                // SAFETY: the uninitialised tensor is dropped unread.
+                black_box(unsafe { Tensor::empty(256, DType::F32, &dev)? });
+                Ok(())
+            },
+        )?);
+    }
+    Ok(out)
+}
+
+fn main() -> R<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg_after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let json = arg_after("--json");
+    let filter = arg_after("--filter");
+    let results = workloads(filter.as_deref())?;
+    let threads = candle_core::utils::get_num_threads();
+    eprintln!("candle-core 0.11.1 (threads: {threads})");
+    for m in &results {
+        eprintln!(
+            "{:<16} median {:.6e} s  min {:.6e} s  max {:.6e} s  ({} samples)",
+            m.name,
+            m.median(),
+            m.min(),
+            m.max(),
+            m.samples.len()
+        );
+    }
+    if let Some(path) = json {
+        let rows: Vec<String> = results
+            .iter()
+            .map(|m| {
+                format!(
+                    "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"}}",
+                    m.name,
+                    m.median(),
+                    m.min(),
+                    m.max(),
+                    m.samples.len(),
+                    m.what
+                )
+            })
+            .collect();
+        let s = format!(
+            "{{\n  \"library\": \"candle-core\",\n  \"version\": \"0.11.1\",\n  \"threads\": {threads},\n  \"workloads\": {{\n{}\n  }}\n}}\n",
+            rows.join(",\n")
+        );
+        std::fs::write(path, s)?;
+    }
+    Ok(())
+}

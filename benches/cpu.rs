@@ -1,0 +1,279 @@
+//! tensorscope's side of the CPU benchmark (issue 2, "A benchmark").
+//!
+//! `cargo bench --bench cpu` runs every workload and prints a table;
+//! `cargo bench --bench cpu -- --json PATH` also writes the raw medians as
+//! JSON, which `bench/run_cpu.sh` merges with candle's (`bench/peers`) and
+//! PyTorch's (`bench/torch_cpu.py`) figures for the same workloads.
+//! `--filter NAME` runs only the workloads whose name contains NAME.
+//!
+//! Every workload is timed as in the peers: warm-up iterations first, then
+//! many samples, and the median sample is the figure. Samples of tiny
+//! operations time a batch and divide, so the clock's resolution does not
+//! matter.
+
+use std::hint::black_box;
+use std::time::Instant;
+use tensorscope::{DType, Device, Tensor};
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// One workload's samples, in seconds per operation.
+struct Measured {
+    name: &'static str,
+    what: &'static str,
+    samples: Vec<f64>,
+}
+
+impl Measured {
+    fn median(&self) -> f64 {
+        let mut s = self.samples.clone();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        }
+    }
+    fn min(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    fn max(&self) -> f64 {
+        self.samples.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Runs `op` `warmup` times, then takes `reps` samples of `batch` calls each.
+fn measure(
+    name: &'static str,
+    what: &'static str,
+    warmup: usize,
+    reps: usize,
+    batch: usize,
+    mut op: impl FnMut() -> R<()>,
+) -> R<Measured> {
+    for _ in 0..warmup {
+        op()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..batch {
+            op()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() / batch as f64);
+    }
+    Ok(Measured {
+        name,
+        what,
+        samples,
+    })
+}
+
+const N16M: usize = 16 * 1024 * 1024;
+const SIDE: usize = 4096;
+const MM: usize = 1024;
+const CHAIN: usize = 1000;
+const PAIRS: usize = 10_000;
+
+fn cpu() -> Device {
+    Device::Cpu
+}
+
+fn workloads(filter: Option<&str>) -> R<Vec<Measured>> {
+    let want = |n: &str| filter.is_none_or(|f| n.contains(f));
+    let mut out = Vec::new();
+
+    if want("add_alloc") || want("add_out") {
+        let a = Tensor::rand(&[N16M], DType::F32, cpu())?;
+        let b = Tensor::rand(&[N16M], DType::F32, cpu())?;
+        if want("add_alloc") {
+            out.push(measure(
+                "add_alloc",
+                "a + b, 16M f32, result freshly allocated (and dropped) each time",
+                5,
+                40,
+                1,
+                || {
+                    black_box(a.add(&b)?);
+                    Ok(())
+                },
+            )?);
+        }
+        if want("add_out") {
+            let mut c = Tensor::empty(&[N16M], DType::F32, cpu())?;
+            out.push(measure(
+                "add_out",
+                "add into a preallocated output, 16M f32",
+                5,
+                40,
+                1,
+                || {
+                    a.add_out(&b, &mut c)?;
+                    Ok(())
+                },
+            )?);
+        }
+    }
+
+    if want("add_transposed") {
+        let a = Tensor::rand(&[SIDE, SIDE], DType::F32, cpu())?;
+        let b = Tensor::rand(&[SIDE, SIDE], DType::F32, cpu())?;
+        let at = a.t()?;
+        out.push(measure(
+            "add_transposed",
+            "a.t() + b, 4096x4096 f32, result freshly allocated",
+            3,
+            20,
+            1,
+            || {
+                black_box(at.add(&b)?);
+                Ok(())
+            },
+        )?);
+    }
+
+    #[cfg(feature = "bench-matmul")]
+    if want("matmul") {
+        let a = Tensor::rand(&[MM, MM], DType::F32, cpu())?;
+        let b = Tensor::rand(&[MM, MM], DType::F32, cpu())?;
+        out.push(measure(
+            "matmul",
+            "a.matmul(b), 1024x1024 by 1024x1024 f32, result freshly allocated",
+            3,
+            20,
+            1,
+            || {
+                black_box(a.matmul(&b)?);
+                Ok(())
+            },
+        )?);
+    }
+    let _ = MM;
+
+    if want("chain_add") {
+        let y = Tensor::ones(&[1], DType::F32, cpu())?;
+        let mut x = Tensor::zeros(&[1], DType::F32, cpu())?;
+        let m = measure(
+            "chain_add",
+            "x = x + y, 1000 times, on 1-element f32 tensors (per op)",
+            5,
+            50,
+            1,
+            || {
+                for _ in 0..CHAIN {
+                    x = x.add(&y)?;
+                }
+                Ok(())
+            },
+        )?;
+        let expect = (55 * CHAIN) as f32;
+        let got = x.item::<f32>()?;
+        assert_eq!(got, expect, "chain_add computed the wrong sum");
+        out.push(Measured {
+            samples: m.samples.iter().map(|s| s / CHAIN as f64).collect(),
+            ..m
+        });
+    }
+
+    if want("alloc_free") {
+        out.push(measure(
+            "alloc_free",
+            "Tensor::empty(&[256], F32, Cpu) + drop, served from the cache",
+            PAIRS,
+            50,
+            PAIRS,
+            || {
+                black_box(Tensor::empty(&[256], DType::F32, cpu())?);
+                Ok(())
+            },
+        )?);
+    }
+    if want("alloc_free_raw") {
+        out.push(measure(
+            "alloc_free_raw",
+            "the CPU caching allocator alone: allocate(1024 B) + free, served from the cache",
+            PAIRS,
+            50,
+            PAIRS,
+            || {
+                tensorscope::memory::bench_alloc_free(cpu(), 1024)?;
+                Ok(())
+            },
+        )?);
+    }
+    Ok(out)
+}
+
+fn json_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn main() -> R<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg_after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let json = arg_after("--json");
+    let filter = arg_after("--filter");
+    let threads = rayon::current_num_threads();
+
+    let results = workloads(filter.as_deref())?;
+
+    eprintln!(
+        "tensorscope {} (rayon threads: {threads})",
+        env!("CARGO_PKG_VERSION")
+    );
+    eprintln!(
+        "{:<16} {:>14} {:>14} {:>14} {:>8}",
+        "workload", "median", "min", "max", "samples"
+    );
+    for m in &results {
+        eprintln!(
+            "{:<16} {:>14} {:>14} {:>14} {:>8}",
+            m.name,
+            fmt_s(m.median()),
+            fmt_s(m.min()),
+            fmt_s(m.max()),
+            m.samples.len()
+        );
+    }
+
+    if let Some(path) = json {
+        let mut s = String::from("{\n");
+        s += "  \"library\": \"tensorscope\",\n";
+        s += &format!("  \"version\": \"{}\",\n", env!("CARGO_PKG_VERSION"));
+        s += &format!("  \"threads\": {threads},\n");
+        s += "  \"workloads\": {\n";
+        let rows: Vec<String> = results
+            .iter()
+            .map(|m| {
+                format!(
+                    "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"}}",
+                    m.name,
+                    m.median(),
+                    m.min(),
+                    m.max(),
+                    m.samples.len(),
+                    json_escape(m.what)
+                )
+            })
+            .collect();
+        s += &rows.join(",\n");
+        s += "\n  }\n}\n";
+        std::fs::write(&path, s)?;
+    }
+    Ok(())
+}
+
+fn fmt_s(s: f64) -> String {
+    if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else if s >= 1e-6 {
+        format!("{:.3} us", s * 1e6)
+    } else {
+        format!("{:.1} ns", s * 1e9)
+    }
+}

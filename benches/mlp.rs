@@ -36,7 +36,11 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn mlp() -> tensorscope::Result<Sequential> {
     let mut net = Sequential::new();
-    net.add(Linear::new(784, 1024)?).add(ReLU).add(Linear::new(1024, 1024)?).add(ReLU).add(Linear::new(1024, 10)?);
+    net.add(Linear::new(784, 1024)?)
+        .add(ReLU)
+        .add(Linear::new(1024, 1024)?)
+        .add(ReLU)
+        .add(Linear::new(1024, 10)?);
     Ok(net)
 }
 
@@ -69,7 +73,10 @@ fn main() -> tensorscope::Result<()> {
         loss.backward()?;
         opt.step(&mut net)?;
     }
-    println!("mlp_adam_step_peak_above_model {:.3} MiB", (memory::max_memory_allocated(DEV) - base) as f64 / 1048576.0);
+    println!(
+        "mlp_adam_step_peak_above_model {:.3} MiB",
+        (memory::max_memory_allocated(DEV) - base) as f64 / 1048576.0
+    );
 
     let inf = time(50, || {
         autograd::no_grad(|| net.forward(&x)).unwrap();

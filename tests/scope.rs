@@ -411,7 +411,10 @@ fn temporaries_in_one_expression_are_freed_by_the_end_of_the_statement() -> Resu
     // ... and there were temporaries: the i64 argmax [n] and the bool
     // compare [n] were alive together at some point.
     let peak = memory::max_memory_allocated(CPU) - base;
-    assert!(peak >= block(n, DType::I64) + block(n, DType::Bool), "peak {peak}");
+    assert!(
+        peak >= block(n, DType::I64) + block(n, DType::Bool),
+        "peak {peak}"
+    );
     // Naive reference: argmax of each row of pred, compared with the labels.
     let expect = (0..n)
         .filter(|&i| {

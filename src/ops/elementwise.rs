@@ -184,7 +184,7 @@ impl Tensor {
             &Operand::with(b, b.layout().broadcast_to(&shape)?),
             &Operand::of(&out),
         )?;
-        crate::autograd::formulas::binary(op, &a, &b, out)
+        crate::autograd::formulas::binary(op, a, b, out)
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {

@@ -85,20 +85,19 @@ impl<const N: usize> Plan<N> {
         let mut shape = Dims::new();
         let mut strides: [Dims; N] = std::array::from_fn(|_| Dims::new());
         // Drop size-1 dims, then merge dim i into i+1 when every operand allows.
-        for d in 0..shape0.len() {
-            if shape0[d] == 1 {
+        for (d, &size) in shape0.iter().enumerate() {
+            if size == 1 {
                 continue;
             }
             let can_merge = !shape.is_empty()
-                && (0..N)
-                    .all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * shape0[d]);
+                && (0..N).all(|k| *strides[k].last().unwrap() == layouts[k].strides()[d] * size);
             if can_merge {
-                *shape.last_mut().unwrap() *= shape0[d];
+                *shape.last_mut().unwrap() *= size;
                 for k in 0..N {
                     *strides[k].last_mut().unwrap() = layouts[k].strides()[d];
                 }
             } else {
-                shape.push(shape0[d]);
+                shape.push(size);
                 for k in 0..N {
                     strides[k].push(layouts[k].strides()[d]);
                 }
@@ -120,12 +119,9 @@ impl<const N: usize> Plan<N> {
     }
 
     /// `true` when every operand is one dense run with stride 1.
+    #[cfg(test)]
     pub(crate) fn is_dense(&self) -> bool {
         self.shape.len() <= 1 && (0..N).all(|k| self.strides[k].first().is_none_or(|&s| s == 1))
-    }
-
-    pub(crate) fn offsets(&self) -> [usize; N] {
-        self.offsets
     }
 
     /// `true` when a tiled walk pays: rank 2 after coalescing, and some
@@ -186,14 +182,14 @@ impl<const N: usize> Plan<N> {
                 }
                 d -= 1;
                 idx[d] += 1;
-                for k in 0..N {
-                    offs[k] += self.strides[k][d];
+                for (o, st) in offs.iter_mut().zip(&self.strides) {
+                    *o += st[d];
                 }
                 if idx[d] < self.shape[d] {
                     break;
                 }
-                for k in 0..N {
-                    offs[k] -= idx[d] * self.strides[k][d];
+                for (o, st) in offs.iter_mut().zip(&self.strides) {
+                    *o -= idx[d] * st[d];
                 }
                 idx[d] = 0;
             }

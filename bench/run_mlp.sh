@@ -3,7 +3,8 @@
 # one go and writes bench/results/mlp.md with the raw output of both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bench mlp >/dev/null 2>&1 || cargo bench --bench mlp --no-run
+cargo build --release --bench mlp
+cargo build --release --manifest-path bench/peers/Cargo.toml --target-dir bench/target
 bin=$(ls -t target/release/deps/mlp-* | grep -v '\.d$' | head -1)
 out=bench/results/mlp.md
 {
@@ -14,5 +15,8 @@ out=bench/results/mlp.md
   echo
   echo "## tensorscope"; echo '```'; "$bin"; echo '```'
   echo "## PyTorch"; echo '```'; python3 bench/torch_mlp.py; echo '```'
+  echo "## candle-core (inference only)"; echo '```'
+  bench/target/release/tensorscope-bench-peers --filter mlp_inference 2>&1
+  echo '```'
 } > "$out"
 cat "$out"

@@ -103,8 +103,8 @@ fn main() -> tensorscope::Result<()> {
     }) / 100.0;
     println!("tiny_op_no_graph {:.3} us", per_op_plain * 1e6);
 
-    // Peak activation memory: 32 x (Linear(W, W) + ReLU), batch 64, inference.
-    let width = 2048;
+    // Peak activation memory: 32 x (Linear(4096, 4096) + ReLU), batch 64, inference.
+    let width = 4096;
     let mut chain = Sequential::new();
     for _ in 0..32 {
         chain.add(Linear::new(width, width)?).add(ReLU);

@@ -147,6 +147,36 @@ fn workloads(filter: Option<&str>) -> R<Vec<Measured>> {
         });
     }
 
+    // Only on request (`--filter mlp_inference`, from bench/run_mlp.sh): the
+    // CPU benchmark's report does not know this workload.
+    if filter == Some("mlp_inference") {
+        // The MLP of benches/mlp.rs: 784-1024-1024-10, ReLU, batch 128, f32.
+        let lin = |o: usize, i: usize| -> R<(Tensor, Tensor)> {
+            let bound = 1.0 / (i as f64).sqrt();
+            Ok((
+                Tensor::rand(-bound as f32, bound as f32, (o, i), &dev)?,
+                Tensor::rand(-bound as f32, bound as f32, o, &dev)?,
+            ))
+        };
+        let (w1, b1) = lin(1024, 784)?;
+        let (w2, b2) = lin(1024, 1024)?;
+        let (w3, b3) = lin(10, 1024)?;
+        let x = Tensor::randn(0f32, 1f32, (128, 784), &dev)?;
+        out.push(measure(
+            "mlp_inference",
+            "MLP 784-1024-1024-10 (ReLU) forward, batch 128",
+            10,
+            50,
+            1,
+            || {
+                let h = x.matmul(&w1.t()?)?.broadcast_add(&b1)?.relu()?;
+                let h = h.matmul(&w2.t()?)?.broadcast_add(&b2)?.relu()?;
+                black_box(h.matmul(&w3.t()?)?.broadcast_add(&b3)?);
+                Ok(())
+            },
+        )?);
+    }
+
     if want("alloc_free") {
         out.push(measure(
             "alloc_free",

@@ -313,6 +313,7 @@ fn argmax_argmin_max_dim_min_dim_match_reference() {
         DType::I64,
         DType::I32,
         DType::U8,
+        DType::Bool,
     ] {
         // Few distinct values: many ties, so "first index" is exercised.
         for (layout, x) in inputs(dt, 0.0, 4.0) {

@@ -147,7 +147,7 @@ impl Tensor {
     /// tensor memory; `out` may be non-contiguous (e.g. a transposed view).
     ///
     /// ```
-    /// # use tensorscope::{Tensor, DType, Device, memory};
+    /// # use tensorscope::{Tensor, DType, Device};
     /// let a = Tensor::ones(&[4, 8], DType::F32, Device::Cpu)?;
     /// let b = Tensor::ones(&[8, 2], DType::F32, Device::Cpu)?;
     /// let mut out = Tensor::zeros(&[4, 2], DType::F32, Device::Cpu)?;

@@ -138,6 +138,52 @@ unsafe fn sum8<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
     ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
 }
 
+/// Float elements summed densely in f64.
+trait DenseSum: Element {
+    /// `sum(f(p[k]))` over `len` contiguous elements, accumulated in f64.
+    ///
+    /// # Safety
+    /// The elements are in bounds and initialised.
+    unsafe fn dense_sum(p: *const Self, len: usize, f: impl Fn(f64) -> f64) -> f64;
+}
+impl DenseSum for f32 {
+    #[inline(always)]
+    unsafe fn dense_sum(p: *const f32, len: usize, f: impl Fn(f64) -> f64) -> f64 {
+        unsafe { sum8(p, len, |x| f(x as f64)) }
+    }
+}
+impl DenseSum for f64 {
+    #[inline(always)]
+    unsafe fn dense_sum(p: *const f64, len: usize, f: impl Fn(f64) -> f64) -> f64 {
+        unsafe { sum8(p, len, f) }
+    }
+}
+/// f16 / bf16: widened a chunk at a time by `half`'s slice conversion (F16C
+/// instructions when the CPU has them), then summed like f32.
+macro_rules! dense_sum_half {
+    ($t:ty) => {
+        impl DenseSum for $t {
+            #[inline(always)]
+            unsafe fn dense_sum(p: *const $t, len: usize, f: impl Fn(f64) -> f64) -> f64 {
+                use half::slice::HalfFloatSliceExt;
+                let mut buf = [0f32; 256];
+                let mut acc = 0.0;
+                let mut c0 = 0;
+                while c0 < len {
+                    let n = buf.len().min(len - c0);
+                    let src = unsafe { std::slice::from_raw_parts(p.add(c0), n) };
+                    src.convert_to_f32_slice(&mut buf[..n]);
+                    acc += unsafe { sum8(buf.as_ptr(), n, |x| f(x as f64)) };
+                    c0 += n;
+                }
+                acc
+            }
+        }
+    };
+}
+dense_sum_half!(f16);
+dense_sum_half!(bf16);
+
 // ---------------------------------------------------------------- sum, mean, prod
 
 /// Float sum or mean, accumulated in f64, written in the input's dtype.
@@ -145,7 +191,7 @@ struct SumF<T> {
     out: SendPtr<T>,
     mean: bool,
 }
-impl<T: Element> Reducer for SumF<T> {
+impl<T: DenseSum> Reducer for SumF<T> {
     type In = T;
     type Acc = f64;
     fn init(&self) -> f64 {
@@ -158,7 +204,7 @@ impl<T: Element> Reducer for SumF<T> {
     #[inline(always)]
     unsafe fn run(&self, a: f64, p: *const T, len: usize, s: usize, _: usize) -> f64 {
         if s == 1 {
-            a + unsafe { sum8(p, len, |x: T| x.to_f64()) }
+            a + unsafe { T::dense_sum(p, len, |x| x) }
         } else {
             let mut a = a;
             for k in 0..len {
@@ -373,7 +419,7 @@ struct Var<T> {
 }
 /// `(count, mean, sum of squared deviations)`.
 type Welford = (f64, f64, f64);
-impl<T: Element> Reducer for Var<T> {
+impl<T: DenseSum> Reducer for Var<T> {
     type In = T;
     type Acc = Welford;
     fn init(&self) -> Welford {
@@ -396,10 +442,10 @@ impl<T: Element> Reducer for Var<T> {
             }
             return a;
         }
-        let mean = unsafe { sum8(p, len, |x: T| x.to_f64()) } / len as f64;
+        let mean = unsafe { T::dense_sum(p, len, |x| x) } / len as f64;
         let m2 = unsafe {
-            sum8(p, len, |x: T| {
-                let d = x.to_f64() - mean;
+            T::dense_sum(p, len, |x| {
+                let d = x - mean;
                 d * d
             })
         };
@@ -727,7 +773,7 @@ fn at<T>(o: &Operand) -> SendPtr<T> {
     SendPtr(unsafe { ptr::<T>(o.storage).add(o.layout.offset()) })
 }
 
-fn float_reduce<T: Flt + Load<V = T>>(
+fn float_reduce<T: Flt + Load<V = T> + DenseSum>(
     op: Reduction,
     src: &Operand,
     kept: &Layout,
@@ -888,15 +934,8 @@ impl FastExp for f32 {
 pub(crate) fn exp_f32(x: f32) -> f32 {
     const HI: f32 = 88.722_84; // ln(f32::MAX)
     const LO: f32 = -104.0; // below: 0
-                            // Comparisons, not min/max or clamp, so that NaN passes through.
-    #[allow(clippy::manual_clamp)]
-    let xc = if x > HI {
-        HI
-    } else if x < LO {
-        LO
-    } else {
-        x
-    };
+                            // `clamp` keeps NaN (unlike min/max).
+    let xc = x.clamp(LO, HI);
     // Round to nearest with the 1.5 * 2^23 trick (no `round` instruction
     // needed), which also leaves n in the low bits: no float-to-int conversion.
     let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
@@ -907,7 +946,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     y = y * r + 8.333_452e-3;
     y = y * r + 4.166_579_6e-2;
     y = y * r + 1.666_666_5e-1;
-    y = y * r + 0.5; // 5.0000001e-1 rounds to exactly 0.5 in f32
+    y = y * r + 0.5;
     y = y * r * r + r + 1.0;
     let n = (t.to_bits() as i32) - 0x4B40_0000;
     let n1 = n >> 1;
@@ -1032,7 +1071,7 @@ unsafe fn softmax_row_impl<T: Flt>(
 }
 
 /// Rows folded together when they lie next to each other in memory.
-const ROW_LANES: usize = 64;
+const ROW_LANES: usize = 256;
 
 /// `b <= ROW_LANES` rows at once, row `j` starting at `x + j * xl` (`y + j * yl`),
 /// element `k` at `k * xs` (`k * ys`). For softmax along a dimension that is

@@ -8,18 +8,7 @@ use crate::error::Result;
 use crate::layout::normalize_dim;
 use crate::{DType, Tensor};
 
-/// The reductions whose gradients are recorded.
-#[derive(Copy, Clone, Debug)]
-pub(crate) enum Red {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-    Var(usize),
-    Std(usize),
-    LogSumExp,
-}
+use crate::backend::Reduction as Red;
 
 /// Normalized reduced dims (empty: all), ascending.
 fn reduced_dims(x: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {

@@ -85,6 +85,7 @@ fn no_empty(op: &'static str, t: &Tensor, dims: &[usize]) -> Result<()> {
 impl Tensor {
     fn reduction(&self, op: Reduction, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let name = op.name();
+        let requested = dims;
         let dims = reduce_dims(name, dims, self.rank())?;
         let out_dt = match op {
             Reduction::Sum | Reduction::Prod if !self.dtype().is_float() => DType::I64,
@@ -103,7 +104,7 @@ impl Tensor {
             self.device(),
         )?;
         backend::reduce(op, &Operand::of(self), &dims, &Operand::of(&out))?;
-        Ok(out)
+        crate::autograd::formulas_more::reduce(op, self, requested, keepdim, out)
     }
 
     fn arg_reduction(
@@ -155,59 +156,29 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Sum,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Sum, dims, keepdim)?,
-        )
+        self.reduction(Reduction::Sum, dims, keepdim)
     }
 
     /// Mean over `dims` (empty: all); float tensors only. The mean of nothing is NaN.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Mean,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Mean, dims, keepdim)?,
-        )
+        self.reduction(Reduction::Mean, dims, keepdim)
     }
 
     /// Product over `dims` (empty: all). Bool and integer tensors multiply into i64.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Prod,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Prod, dims, keepdim)?,
-        )
+        self.reduction(Reduction::Prod, dims, keepdim)
     }
 
     /// Largest value over `dims` (empty: all), like `torch.amax`. NaN
     /// propagates; an empty reduction is an error.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Max,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Max, dims, keepdim)?,
-        )
+        self.reduction(Reduction::Max, dims, keepdim)
     }
 
     /// Smallest value over `dims` (empty: all), like `torch.amin`. NaN
     /// propagates; an empty reduction is an error.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Min,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Min, dims, keepdim)?,
-        )
+        self.reduction(Reduction::Min, dims, keepdim)
     }
 
     /// Largest values along `dim` and their indices (i64), like `torch.max(x, dim)`.
@@ -270,24 +241,12 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn var(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Var(correction),
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Var(correction), dims, keepdim)?,
-        )
+        self.reduction(Reduction::Var(correction), dims, keepdim)
     }
 
     /// Standard deviation: the square root of [`var`](Tensor::var).
     pub fn std(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::Std(correction),
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::Std(correction), dims, keepdim)?,
-        )
+        self.reduction(Reduction::Std(correction), dims, keepdim)
     }
 
     /// `log(sum(exp(x)))` over `dims` (empty: all), without overflow for
@@ -301,13 +260,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::autograd::formulas_more::reduce(
-            crate::autograd::formulas_more::Red::LogSumExp,
-            self,
-            dims,
-            keepdim,
-            self.reduction(Reduction::LogSumExp, dims, keepdim)?,
-        )
+        self.reduction(Reduction::LogSumExp, dims, keepdim)
     }
 
     /// Sum of every element, as a rank-0 tensor.

@@ -175,48 +175,6 @@ impl_element!(
     true
 );
 
-/// Runs `$body` with `$T` bound to the Rust type of `$dt`, for every dtype.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! with_dtype {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = $crate::half::bf16;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            $crate::DType::Bool => {
-                type $T = bool;
-                $body
-            }
-        }
-    };
-}
-
 /// Runs `$body` with `$T` bound to the Rust type of a float dtype; `$other`
 /// is evaluated for the non-float dtypes.
 #[macro_export]
@@ -246,28 +204,13 @@ macro_rules! with_float_dtype {
 }
 
 /// Runs `$body` with `$T` bound to the Rust type of a numeric (non-bool) dtype;
-/// `$other` is evaluated for bool.
+/// `$other` is evaluated for bool. (The float arms are `with_float_dtype!`'s.)
 #[macro_export]
 #[doc(hidden)]
 macro_rules! with_numeric_dtype {
-    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
-        match $dt {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = $crate::half::bf16;
-                $body
-            }
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
+        let dt: $crate::DType = $dt;
+        $crate::with_float_dtype!(dt, $T => $body, _ => match dt {
             $crate::DType::I64 => {
                 type $T = i64;
                 $body
@@ -281,6 +224,19 @@ macro_rules! with_numeric_dtype {
                 $body
             }
             _ => $other,
-        }
+        })
+    }};
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dt`, for every dtype.
+/// (The numeric arms are `with_numeric_dtype!`'s; bool is the remaining one.)
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_dtype {
+    ($dt:expr, $T:ident => $body:expr) => {
+        $crate::with_numeric_dtype!($dt, $T => $body, _ => {
+            type $T = bool;
+            $body
+        })
     };
 }

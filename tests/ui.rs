@@ -7,6 +7,12 @@
 
 #[test]
 fn ui() {
+    // trybuild builds the crate again in its own project, which does not
+    // inherit Cargo.toml's [profile] tables. Without debug info that build is a
+    // few hundred MB instead of several GB (a full-debuginfo link of a pass
+    // case once ran a CI disk full). This test binary runs this one test, on
+    // one thread, before trybuild spawns cargo, so setting the variable is safe.
+    std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "0");
     let t = trybuild::TestCases::new();
     t.compile_fail("ui-tests/fail/*.rs");
     t.pass("ui-tests/pass/*.rs");

@@ -1,15 +1,38 @@
-// Indexing: gather / index_select, scatter / index_copy, scatter_add /
-// index_add, index_fill, masked_select.
+// Indexing: gather (index_select, gather, fancy indexing, the values of
+// max_dim/min_dim), scatter (scatter_, index_copy_, index_fill_ and
+// scatter_value_ through a one-element broadcast source), scatter_add
+// (scatter_add_, index_add_), masked_select.
 //
-//   gather_b<B>(IGeom g, i64 n, bits* out, const bits* src, const i64* index, i64* err)
-//       iterates over out's shape: out[c] = src[c with c[dim] := index[c]]
-//       (index_select: index strides 0 except along dim)
-//   scatter_b<B>(IGeom g, i64 n, const bits* src, bits* dst, const i64* index, i64* err)
-//       iterates over src's (= index's) shape: dst[c with c[dim] := index[c]] = src[c]
-//   scatter_add_<dtype>(IGeom g, i64 n, const T* src, T* dst, const i64* index, i64* err)
-//       the same with an atomic add (index_add: index strides 0 except along dim)
-//   index_fill_b<B>(IGeom g, i64 n, u64 value, bits* dst, const i64* index, i64* err)
-//       iterates over dst's shape with dim resized to the index length
+// These mirror the dispatch functions of src/backend/index.rs: the host
+// passes *walk layouts* (the indexed operand's strides with the indexed
+// dimension's stride set to 0, in the shape of the walk), so one Geom<3>
+// walks the three operands together and the index only moves along the
+// indexed dimension (`stride` elements per step, `size` steps).
+//
+//   index_check_<I>(Geom<1> g, i64 n, const I* index, i64 size, i32 negative, i64* err)
+//       checks every element of the index (seen through its own layout):
+//       valid are 0..size, and -size..0 too when `negative` != 0. The first
+//       bad one met is recorded in err[0..2] (see report_bad_index).
+//   gather_<I>_b<B>(Geom<3> g, i64 n, bits* dst, const bits* src, const I* index,
+//                   i64 size, i64 stride, const i64* err)
+//       operand 0: dst, 1: src walk, 2: index walk.
+//       dst[o0] = src[o1 + resolve(index[o2]) * stride]
+//   scatter_<I>_b<B>(Geom<3> g, i64 n, bits* dst, const bits* src, const I* index,
+//                    i64 size, i64 stride, const i64* err)
+//       operand 0: dst walk, 1: src, 2: index walk.
+//       dst[o0 + resolve(index[o2]) * stride] = src[o1]
+//   scatter_add_<I>_<dtype>(same parameters)
+//       the same with an atomic add (numeric dtypes).
+//
+// `err` (may be null) is the buffer index_check_<I> wrote, earlier on the
+// same stream: when it holds a report the kernel writes nothing, so a bad
+// index leaves the destination untouched (the host then returns
+// Error::IndexOutOfRange). Negative indices count from the end; an index
+// still out of range is skipped (never an out-of-bounds access). With
+// repeated indices, scatter_ keeps one of the writes (which one is not
+// specified, as in PyTorch on CUDA); scatter_add_ adds them all, in no fixed
+// order.
+//
 //   masked_count(Geom<2> g, i64 n, const u8* mask, i64 chunk, i64* counts)
 //   masked_select_b<B>(Geom<2> g, i64 n, bits* out, const bits* src, const u8* mask,
 //                      i64 chunk, const i64* starts)
@@ -18,77 +41,93 @@
 //       writes its count, the host turns the counts into start positions,
 //       masked_select_b<B> writes the selected elements in order. Launch
 //       both with one block of TS_BLOCK threads per chunk.
-//
-// IGeom: strides[0] walks the iterated tensor, strides[1] the indexed one
-// (its entry at `dim` multiplies the index), strides[2] the index tensor.
-// An index outside [0, indexed_size) is skipped and reported in err[0..2]
-// (see report_bad_index); the host turns that into Error::IndexOutOfRange.
 
-struct IGeom {
-    i32 rank;
-    i32 dim;
-    i64 shape[TS_MAX_RANK];
-    i64 strides[3][TS_MAX_RANK];
-    i64 indexed_size;
-};
-
-// Offsets of element i: o0 in the iterated tensor, o1 in the indexed one.
-// false (and a report) if the index is out of range.
-DEV bool index_walk(const IGeom& g, i64 i, const i64* index, i64* err, i64& o0, i64& o1) {
-    i64 o2 = 0;
-    o0 = 0;
-    o1 = 0;
-    for (int d = g.rank - 1; d >= 0; --d) {
-        const i64 s = g.shape[d];
-        const i64 c = i % s;
-        i /= s;
-        o0 += c * g.strides[0][d];
-        o2 += c * g.strides[2][d];
-        if (d != g.dim) o1 += c * g.strides[1][d];
-    }
-    const i64 k = index[o2];
-    if (k < 0 || k >= g.indexed_size) {
-        report_bad_index(err, k);
-        return false;
-    }
-    o1 += k * g.strides[1][g.dim];
-    return true;
+template <typename I> DEV void index_check(const Geom<1>& g, i64 n, const I* index, i64 size, i32 negative, i64* err) {
+    for_each<1>(g, n, [&](const i64* off) {
+        const i64 k = (i64)index[off[0]];
+        const bool ok = (k >= 0 && k < size) || (negative && k < 0 && k >= -size);
+        if (!ok) report_bad_index(err, k);
+    });
 }
 
-#define INDEX_BITS_KERNELS(B)                                                                                 \
-    KERNEL void gather_b##B(IGeom g, i64 n, Bits<B>::T* out, const Bits<B>::T* src, const i64* index,        \
-                            i64* err) {                                                                       \
-        GRID_LOOP(i, n) {                                                                                     \
-            i64 o0, o1;                                                                                       \
-            if (index_walk(g, i, index, err, o0, o1)) out[o0] = src[o1];                                       \
-        }                                                                                                     \
-    }                                                                                                         \
-    KERNEL void scatter_b##B(IGeom g, i64 n, const Bits<B>::T* src, Bits<B>::T* dst, const i64* index,       \
-                             i64* err) {                                                                      \
-        GRID_LOOP(i, n) {                                                                                     \
-            i64 o0, o1;                                                                                       \
-            if (index_walk(g, i, index, err, o0, o1)) dst[o1] = src[o0];                                       \
-        }                                                                                                     \
-    }                                                                                                         \
-    KERNEL void index_fill_b##B(IGeom g, i64 n, u64 value, Bits<B>::T* dst, const i64* index, i64* err) {    \
-        const Bits<B>::T v = (Bits<B>::T)value;                                                               \
-        GRID_LOOP(i, n) {                                                                                     \
-            i64 o0, o1;                                                                                       \
-            if (index_walk(g, i, index, err, o0, o1)) dst[o1] = v;                                             \
-        }                                                                                                     \
-    }                                                                                                         \
-    KERNEL void masked_select_b##B(Geom<2> g, i64 n, Bits<B>::T* out, const Bits<B>::T* src, const u8* mask, \
-                                   i64 chunk, const i64* starts) {                                            \
-        masked_select_impl<Bits<B>::T>(g, n, out, src, mask, chunk, starts);                                   \
+// The index as a position in [0, size), or -1.
+template <typename I> DEV i64 resolve(I v, i64 size) {
+    i64 k = (i64)v;
+    if (k < 0) k += size;
+    return (k >= 0 && k < size) ? k : -1;
+}
+
+DEV bool reported(const i64* err) { return err != nullptr && err[0] != 0; }
+
+template <typename I, typename T>
+DEV void gather_impl(const Geom<3>& g, i64 n, T* dst, const T* src, const I* index, i64 size, i64 stride,
+                     const i64* err) {
+    if (reported(err)) return;
+    for_each<3>(g, n, [&](const i64* off) {
+        const i64 k = resolve(index[off[2]], size);
+        if (k >= 0) dst[off[0]] = src[off[1] + k * stride];
+    });
+}
+
+template <typename I, typename T>
+DEV void scatter_impl(const Geom<3>& g, i64 n, T* dst, const T* src, const I* index, i64 size, i64 stride,
+                      const i64* err) {
+    if (reported(err)) return;
+    for_each<3>(g, n, [&](const i64* off) {
+        const i64 k = resolve(index[off[2]], size);
+        if (k >= 0) dst[off[0] + k * stride] = src[off[1]];
+    });
+}
+
+template <typename I, typename T>
+DEV void scatter_add_impl(const Geom<3>& g, i64 n, T* dst, const T* src, const I* index, i64 size, i64 stride,
+                          const i64* err) {
+    if (reported(err)) return;
+    for_each<3>(g, n, [&](const i64* off) {
+        const i64 k = resolve(index[off[2]], size);
+        if (k >= 0) atomic_add(dst + off[0] + k * stride, src[off[1]]);
+    });
+}
+
+#define INDEX_CHECK_KERNEL(IS, I)                                                                             \
+    KERNEL void index_check_##IS(Geom<1> g, i64 n, const I* index, i64 size, i32 negative, i64* err) {        \
+        index_check<I>(g, n, index, size, negative, err);                                                     \
     }
 
-#define SCATTER_ADD_KERNEL(SUF, T)                                                                            \
-    KERNEL void scatter_add_##SUF(IGeom g, i64 n, const T* src, T* dst, const i64* index, i64* err) {        \
-        GRID_LOOP(i, n) {                                                                                     \
-            i64 o0, o1;                                                                                       \
-            if (index_walk(g, i, index, err, o0, o1)) atomic_add(dst + o1, src[o0]);                           \
-        }                                                                                                     \
+#define INDEX_BITS_KERNELS(IS, I, B)                                                                          \
+    KERNEL void gather_##IS##_b##B(Geom<3> g, i64 n, Bits<B>::T* dst, const Bits<B>::T* src, const I* index,  \
+                                   i64 size, i64 stride, const i64* err) {                                    \
+        gather_impl<I, Bits<B>::T>(g, n, dst, src, index, size, stride, err);                                 \
+    }                                                                                                         \
+    KERNEL void scatter_##IS##_b##B(Geom<3> g, i64 n, Bits<B>::T* dst, const Bits<B>::T* src, const I* index, \
+                                    i64 size, i64 stride, const i64* err) {                                   \
+        scatter_impl<I, Bits<B>::T>(g, n, dst, src, index, size, stride, err);                                \
     }
+
+#define SCATTER_ADD_KERNEL(IS, I, SUF, T)                                                                     \
+    KERNEL void scatter_add_##IS##_##SUF(Geom<3> g, i64 n, T* dst, const T* src, const I* index, i64 size,    \
+                                         i64 stride, const i64* err) {                                        \
+        scatter_add_impl<I, T>(g, n, dst, src, index, size, stride, err);                                     \
+    }
+
+#define INDEX_KERNELS(IS, I)                 \
+    INDEX_CHECK_KERNEL(IS, I)                \
+    INDEX_BITS_KERNELS(IS, I, 1)             \
+    INDEX_BITS_KERNELS(IS, I, 2)             \
+    INDEX_BITS_KERNELS(IS, I, 4)             \
+    INDEX_BITS_KERNELS(IS, I, 8)             \
+    SCATTER_ADD_KERNEL(IS, I, f32, float)    \
+    SCATTER_ADD_KERNEL(IS, I, f64, double)   \
+    SCATTER_ADD_KERNEL(IS, I, f16, f16)      \
+    SCATTER_ADD_KERNEL(IS, I, bf16, bf16)    \
+    SCATTER_ADD_KERNEL(IS, I, i64, i64)      \
+    SCATTER_ADD_KERNEL(IS, I, i32, i32)      \
+    SCATTER_ADD_KERNEL(IS, I, u8, u8)
+
+INDEX_KERNELS(i64, i64)
+INDEX_KERNELS(i32, i32)
+
+// ------------------------------------------------------------ masks ---
 
 DEV i64 elem_offset(const Geom<2>& g, i64 i, int k) {
     if (g.rank == 0) return i;
@@ -135,15 +174,13 @@ DEV void masked_select_impl(const Geom<2>& g, i64 n, T* out, const T* src, const
     }
 }
 
-INDEX_BITS_KERNELS(1)
-INDEX_BITS_KERNELS(2)
-INDEX_BITS_KERNELS(4)
-INDEX_BITS_KERNELS(8)
+#define MASKED_SELECT_KERNEL(B)                                                                               \
+    KERNEL void masked_select_b##B(Geom<2> g, i64 n, Bits<B>::T* out, const Bits<B>::T* src, const u8* mask, \
+                                   i64 chunk, const i64* starts) {                                            \
+        masked_select_impl<Bits<B>::T>(g, n, out, src, mask, chunk, starts);                                   \
+    }
 
-SCATTER_ADD_KERNEL(f32, float)
-SCATTER_ADD_KERNEL(f64, double)
-SCATTER_ADD_KERNEL(f16, f16)
-SCATTER_ADD_KERNEL(bf16, bf16)
-SCATTER_ADD_KERNEL(i64, i64)
-SCATTER_ADD_KERNEL(i32, i32)
-SCATTER_ADD_KERNEL(u8, u8)
+MASKED_SELECT_KERNEL(1)
+MASKED_SELECT_KERNEL(2)
+MASKED_SELECT_KERNEL(4)
+MASKED_SELECT_KERNEL(8)

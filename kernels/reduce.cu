@@ -1,21 +1,33 @@
 // Reductions over a set of dimensions.
 //
 //   reduce_<op>_<dtype>(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group)
+//   reduce_var_<dtype>(RGeom g, i64 n_out, i64 n_red, T* out, const T* in, i32 group,
+//                      i64 correction, i32 take_sqrt)
 //
 // <op> is the lower-case `ReduceOp` variant: sum, mean, max, min, argmax,
-// argmin, prod. Output dtypes: sum and prod of integers and bool give i64,
-// of floats the input dtype; mean is defined on floats only; max and min
-// keep the dtype; argmax and argmin give i64 (the linear index over the
-// reduced dimensions, row-major; for one dimension, the index along it).
+// argmin, prod, or logsumexp. Output dtypes: sum and prod of integers and
+// bool give i64, of floats the input dtype; mean, logsumexp and var are
+// defined on floats only; max and min keep the dtype; argmax and argmin give
+// i64 (the linear index over the reduced dimensions, row-major; for one
+// dimension, the index along it). reduce_var divides the sum of squared
+// deviations by max(0, N - correction) (0/0 is NaN, as in PyTorch) and takes
+// the square root when take_sqrt != 0 (std).
 //
 // One group of `group` threads (32: a warp, or TS_BLOCK: the whole block)
 // reduces one output element; launch with TS_BLOCK threads per block.
 // Floats accumulate in f32 (f64 for f64); integers in 64 bits, wrapping.
 // max/min propagate NaN; argmax/argmin return the first NaN if there is one,
 // else the first occurrence of the extreme value. An empty reduction writes
-// the identity (0 for sum, 1 for prod, NaN for mean, -1 for argmax/argmin,
-// the lowest/highest value for max/min): the op layer refuses the undefined
-// ones before launching.
+// the identity (0 for sum, 1 for prod, NaN for mean and var, -inf for
+// logsumexp, -1 for argmax/argmin, the lowest/highest value for max/min):
+// the op layer refuses the undefined ones before launching.
+//
+//   matmul_<int dtype>(Geom<3> g, i64 n, T* out, const T* a, const T* b,
+//                      i64 k, i64 a_stride_k, i64 b_stride_k)
+//       integer matmul (cuBLAS has none): out[off0] = sum_p a[off1 + p*ak] * b[off2 + p*bk],
+//       wrapping like the CPU's. Operand 0 walks the output, operand 1 the
+//       rows of a (stride 0 along the output's columns), operand 2 the
+//       columns of b (stride 0 along the output's rows). Grid-stride.
 
 struct RGeom {
     i32 out_rank;
@@ -50,8 +62,11 @@ DEV i64 red_offset(const RGeom& g, i64 r) {
     return off;
 }
 
+// `op` supplies the fold through its static identity/make/combine and the
+// result through `op.finish` (which may read run-time parameters of `op`,
+// e.g. var's correction).
 template <typename Op, typename T, typename O>
-DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, int group) {
+DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, int group, const Op& op) {
     typedef typename Op::Acc A;
     __shared__ __align__(16) unsigned char smem[TS_BLOCK * sizeof(A)];
     A* scratch = (A*)smem;
@@ -70,7 +85,7 @@ DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, 
             for (i64 r = lane; r < n_red; r += group) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
         }
         acc = group_reduce(acc, scratch, group, [](A a, A b) { return Op::combine(a, b); });
-        if (active && lane == 0) out[out_off] = Op::finish(acc, n_red);
+        if (active && lane == 0) out[out_off] = op.finish(acc, n_red);
     }
 }
 
@@ -172,9 +187,104 @@ template <typename T, bool MAX> struct ArgOp {
     static DEV i64 finish(Acc a, i64) { return a.i; }
 };
 
+DEV float sqrt_(float x) { return sqrtf(x); }
+DEV double sqrt_(double x) { return sqrt(x); }
+DEV float exp_(float x) { return expf(x); }
+DEV double exp_(double x) { return exp(x); }
+DEV float log_(float x) { return logf(x); }
+DEV double log_(double x) { return log(x); }
+
+// Variance: (count, mean, sum of squared deviations), merged with Chan's
+// formula (a single element is a Welford step).
+template <typename C> struct Welford {
+    i64 n;
+    C mean;
+    C m2;
+};
+template <typename T> struct VarOp {
+    typedef typename FAcc<T>::A C;
+    typedef Welford<C> Acc;
+    i64 correction;
+    i32 take_sqrt;
+    static DEV Acc identity() {
+        Acc a;
+        a.n = 0;
+        a.mean = 0;
+        a.m2 = 0;
+        return a;
+    }
+    static DEV Acc make(T x, i64) {
+        Acc a;
+        a.n = 1;
+        a.mean = (C)load(x);
+        a.m2 = 0;
+        return a;
+    }
+    static DEV Acc combine(Acc a, Acc b) {
+        if (a.n == 0) return b;
+        if (b.n == 0) return a;
+        Acc r;
+        r.n = a.n + b.n;
+        const C n = (C)r.n, na = (C)a.n, nb = (C)b.n;
+        const C d = b.mean - a.mean;
+        r.mean = a.mean + d * (nb / n);
+        r.m2 = a.m2 + b.m2 + d * d * (na * nb / n);
+        return r;
+    }
+    DEV T finish(Acc a, i64) const {
+        C dof = (C)a.n - (C)correction;
+        if (dof < 0) dof = 0;
+        C v = a.m2 / dof;
+        if (take_sqrt) v = sqrt_(v);
+        return Store<T>::from(v);
+    }
+};
+
+// log(sum(exp(x))) as a running (max, sum of exp(x - max)). A NaN element
+// makes the sum NaN; an infinite max contributes exp(0) = 1 per element
+// equal to it, so +inf gives +inf and an all -inf run gives -inf.
+template <typename C> struct LseAcc {
+    C m;
+    C s;
+};
+template <typename T> struct LseOp {
+    typedef typename FAcc<T>::A C;
+    typedef LseAcc<C> Acc;
+    static DEV C rel(C x, C m) { return x == m ? (C)1 : exp_(x - m); }
+    static DEV Acc identity() {
+        Acc a;
+        a.m = Limits<C>::lo();
+        a.s = 0;
+        return a;
+    }
+    static DEV Acc make(T x, i64) {
+        const C v = (C)load(x);
+        Acc a;
+        if (is_nan(v)) {
+            a.m = 0;
+            a.s = v;
+        } else {
+            a.m = v;
+            a.s = 1;
+        }
+        return a;
+    }
+    static DEV Acc combine(Acc a, Acc b) {
+        if (is_nan(a.s)) return a;
+        if (is_nan(b.s)) return b;
+        if (a.s == 0) return b;
+        if (b.s == 0) return a;
+        Acc r;
+        r.m = a.m > b.m ? a.m : b.m;
+        r.s = a.s * rel(a.m, r.m) + b.s * rel(b.m, r.m);
+        return r;
+    }
+    static DEV T finish(Acc a, i64) { return Store<T>::from(a.s == 0 ? Limits<C>::lo() : a.m + log_(a.s)); }
+};
+
 #define REDUCE_KERNEL(NAME, SUF, T, O, ...)                                                            \
     KERNEL void reduce_##NAME##_##SUF(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group) { \
-        reduce_impl<__VA_ARGS__>(g, n_out, n_red, out, in, group);                                     \
+        reduce_impl<__VA_ARGS__>(g, n_out, n_red, out, in, group, __VA_ARGS__());                      \
     }
 
 #define REDUCE_FLOAT(SUF, T)                                \
@@ -184,7 +294,15 @@ template <typename T, bool MAX> struct ArgOp {
     REDUCE_KERNEL(max, SUF, T, T, ExtremeOp<T, true>)     \
     REDUCE_KERNEL(min, SUF, T, T, ExtremeOp<T, false>)    \
     REDUCE_KERNEL(argmax, SUF, T, i64, ArgOp<T, true>)    \
-    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)
+    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)    \
+    REDUCE_KERNEL(logsumexp, SUF, T, T, LseOp<T>)           \
+    KERNEL void reduce_var_##SUF(RGeom g, i64 n_out, i64 n_red, T* out, const T* in, i32 group, i64 correction, \
+                                 i32 take_sqrt) {                                                            \
+        VarOp<T> op;                                                                                      \
+        op.correction = correction;                                                                       \
+        op.take_sqrt = take_sqrt;                                                                         \
+        reduce_impl<VarOp<T> >(g, n_out, n_red, out, in, group, op);                                      \
+    }
 
 #define REDUCE_INT(SUF, T)                                  \
     REDUCE_KERNEL(sum, SUF, T, i64, SumI<T>)                \
@@ -192,7 +310,21 @@ template <typename T, bool MAX> struct ArgOp {
     REDUCE_KERNEL(max, SUF, T, T, ExtremeOp<T, true>)     \
     REDUCE_KERNEL(min, SUF, T, T, ExtremeOp<T, false>)    \
     REDUCE_KERNEL(argmax, SUF, T, i64, ArgOp<T, true>)    \
-    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)
+    REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)   \
+    KERNEL void matmul_##SUF(Geom<3> g, i64 n, T* out, const T* a, const T* b, i64 k, i64 ak, i64 bk) { \
+        matmul_int<T>(g, n, out, a, b, k, ak, bk);                                                   \
+    }
+
+template <typename T>
+DEV void matmul_int(const Geom<3>& g, i64 n, T* out, const T* a, const T* b, i64 k, i64 ak, i64 bk) {
+    for_each<3>(g, n, [&](const i64* off) {
+        u64 acc = 0;
+        const T* pa = a + off[1];
+        const T* pb = b + off[2];
+        for (i64 p = 0; p < k; ++p) acc += (u64)(i64)pa[p * ak] * (u64)(i64)pb[p * bk];
+        out[off[0]] = (T)acc;
+    });
+}
 
 REDUCE_FLOAT(f32, float)
 REDUCE_FLOAT(f64, double)
@@ -205,3 +337,6 @@ REDUCE_KERNEL(sum, bool, u8, i64, SumI<u8>)
 REDUCE_KERNEL(prod, bool, u8, i64, ProdI<u8>)
 REDUCE_KERNEL(max, bool, u8, u8, ExtremeBool<true>)
 REDUCE_KERNEL(min, bool, u8, u8, ExtremeBool<false>)
+// bool: argmax/argmin of 0/1 bytes (the first true / the first false).
+REDUCE_KERNEL(argmax, bool, u8, i64, ArgOp<u8, true>)
+REDUCE_KERNEL(argmin, bool, u8, i64, ArgOp<u8, false>)

@@ -61,3 +61,52 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, _s: f64, _dst: &Operand) 
 pub(crate) fn where_cond(c: &Operand, _a: &Operand, _b: &Operand, _dst: &Operand) -> Result<()> {
     err("where", ordinal(c))
 }
+pub(crate) fn reduce(
+    op: crate::backend::Reduction,
+    src: &Operand,
+    _dims: &[usize],
+    _dst: &Operand,
+) -> Result<()> {
+    err(op.name(), ordinal(src))
+}
+pub(crate) fn arg_reduce(
+    op: &'static str,
+    _max: bool,
+    src: &Operand,
+    _dim: usize,
+    _values: Option<&Operand>,
+    _indices: &Operand,
+) -> Result<()> {
+    err(op, ordinal(src))
+}
+pub(crate) fn softmax(src: &Operand, _dim: usize, _dst: &Operand, log: bool) -> Result<()> {
+    err(if log { "log_softmax" } else { "softmax" }, ordinal(src))
+}
+pub(crate) fn matmul(a: &Operand, _b: &Operand, _dst: &Operand) -> Result<()> {
+    err("matmul", ordinal(a))
+}
+pub(crate) fn gather(
+    src: &Operand,
+    _index: &Operand,
+    _index_walk: &crate::layout::Layout,
+    d: &crate::backend::IndexedDim,
+    _dst: &Operand,
+) -> Result<()> {
+    err(d.op, ordinal(src))
+}
+pub(crate) fn scatter(
+    dst: &Operand,
+    _index: &Operand,
+    _index_walk: &crate::layout::Layout,
+    d: &crate::backend::IndexedDim,
+    _src: crate::backend::ScatterSrc,
+    _mode: crate::backend::ScatterMode,
+) -> Result<()> {
+    err(d.op, ordinal(dst))
+}
+pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
+    err("masked_select", ordinal(mask))
+}
+pub(crate) fn masked_select(src: &Operand, _mask: &Operand, _dst: &Operand) -> Result<()> {
+    err("masked_select", ordinal(src))
+}

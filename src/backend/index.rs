@@ -4,11 +4,10 @@
 //!
 //! Each function locks the storages involved (shared for reads, exclusive
 //! for the written one), checks every index against the indexed dimension
-//! before anything is written, and dispatches on the device. CUDA has no
-//! kernels for these yet and answers
-//! [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable).
+//! before anything is written, and dispatches on the device (`backend::cpu`
+//! or `backend::cuda`).
 
-use super::{cpu, device_of, unavailable, Operand};
+use super::{cpu, cuda, device_of, Operand};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::storage::lock;
@@ -78,7 +77,7 @@ pub(crate) fn gather(
     let _l = lock(&[src.storage, index.storage], &[dst.storage]);
     match dev {
         Device::Cpu => cpu::index::gather(src, index, index_walk, d, dst),
-        Device::Cuda(_) => Err(unavailable(d.op, dev)),
+        Device::Cuda(_) => cuda::gather(src, index, index_walk, d, dst),
     }
 }
 
@@ -103,7 +102,7 @@ pub(crate) fn scatter(
     };
     match dev {
         Device::Cpu => cpu::index::scatter(dst, index, index_walk, d, src, mode),
-        Device::Cuda(_) => Err(unavailable(d.op, dev)),
+        Device::Cuda(_) => cuda::scatter(dst, index, index_walk, d, src, mode),
     }
 }
 
@@ -112,7 +111,7 @@ pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
     let _l = lock(&[mask.storage], &[]);
     match mask.storage.device() {
         Device::Cpu => Ok(cpu::index::masked_count(mask)),
-        dev @ Device::Cuda(_) => Err(unavailable("masked_select", dev)),
+        Device::Cuda(_) => cuda::masked_count(mask),
     }
 }
 
@@ -123,6 +122,6 @@ pub(crate) fn masked_select(src: &Operand, mask: &Operand, dst: &Operand) -> Res
     let _l = lock(&[src.storage, mask.storage], &[dst.storage]);
     match dev {
         Device::Cpu => cpu::index::masked_select(src, mask, dst),
-        Device::Cuda(_) => Err(unavailable("masked_select", dev)),
+        Device::Cuda(_) => cuda::masked_select(src, mask, dst),
     }
 }

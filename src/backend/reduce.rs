@@ -1,11 +1,12 @@
 //! Dispatch of the reduction, softmax and matmul kernels.
 //!
 //! Each function locks the storages it touches (shared for inputs, exclusive
-//! for outputs), then runs the device's kernel. The CPU has kernels for all of
-//! them; other devices get [`Error::DeviceUnavailable`] until they do.
+//! for outputs), then runs the device's kernel: `backend::cpu` or
+//! `backend::cuda` (which answers [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable)
+//! when built without the `cuda` feature or when the device is missing).
 
-use super::{cpu, device_of, Operand};
-use crate::error::{Error, Result};
+use super::{cpu, cuda, device_of, Operand};
+use crate::error::Result;
 use crate::storage::lock;
 use crate::Device;
 
@@ -46,14 +47,6 @@ impl Reduction {
     }
 }
 
-fn unavailable(op: &'static str, device: Device) -> Error {
-    Error::DeviceUnavailable {
-        op,
-        device,
-        reason: "no kernel for this op on this device yet".into(),
-    }
-}
-
 /// Reduces `src` over `dims` (sorted, distinct, in range) into the contiguous
 /// `dst`, whose elements are the kept dimensions in row-major order.
 pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand) -> Result<()> {
@@ -64,7 +57,7 @@ pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand
             cpu::reduce::reduce(op, src, dims, dst);
             Ok(())
         }
-        d => Err(unavailable(op.name(), d)),
+        Device::Cuda(_) => cuda::reduce(op, src, dims, dst),
     }
 }
 
@@ -91,7 +84,7 @@ pub(crate) fn arg_reduce(
             cpu::reduce::arg_reduce(max, src, dim, values, indices);
             Ok(())
         }
-        d => Err(unavailable(op, d)),
+        Device::Cuda(_) => cuda::arg_reduce(op, max, src, dim, values, indices),
     }
 }
 
@@ -105,7 +98,7 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Re
             cpu::reduce::softmax(src, dim, dst, log);
             Ok(())
         }
-        d => Err(unavailable(op, d)),
+        Device::Cuda(_) => cuda::softmax(src, dim, dst, log),
     }
 }
 
@@ -119,6 +112,6 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
             cpu::matmul::matmul(a, b, dst);
             Ok(())
         }
-        d => Err(unavailable("matmul", d)),
+        Device::Cuda(_) => cuda::matmul(a, b, dst),
     }
 }

@@ -14,14 +14,17 @@
 //! so cuBLAS is called with the operands swapped and `m = N`, `n = M`.
 //! Operands whose strides cuBLAS cannot express (neither dimension with
 //! stride 1) are copied to contiguous temporaries first.
-
-// `matmul` is wired into the op layer's dispatch at merge; the unit tests
-// exercise it (and `plan` without a GPU).
-#![cfg_attr(not(test), allow(dead_code))]
+//!
+//! [`batched_matmul`] serves the dispatch (`crate::backend::matmul`): any
+//! number of batch dimensions, merged where their strides allow into one
+//! strided batch per call, the rest walked on the host. Integer dtypes
+//! (which cuBLAS lacks) run `matmul_<dt>` of `kernels/reduce.cu`, wrapping
+//! like the CPU.
 
 use super::device::gpu_of;
 use super::elementwise::copy_on_device;
-use super::launch::dptr;
+use super::kernels::{self, Module};
+use super::launch::{coalesce, dptr, Geom, Launch};
 use super::probe::probe;
 use super::stream::current;
 use crate::backend::Operand;
@@ -360,4 +363,148 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Batched `dst = a @ b` with the dispatch's layouts: rank >= 2 with one
+/// batch shape (`[.., m, k]`, `[.., k, n]`, `[.., m, n]`; a broadcast batch
+/// dimension has stride 0), any strides, one dtype.
+pub(crate) fn batched_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    const OP: &str = "matmul";
+    let r = dst.layout.rank();
+    let (sa, sb, so) = (a.layout.shape(), b.layout.shape(), dst.layout.shape());
+    if r < 2
+        || sa.len() != r
+        || sb.len() != r
+        || sa[..r - 2] != so[..r - 2]
+        || sb[..r - 2] != so[..r - 2]
+        || sa[r - 1] != sb[r - 2]
+        || sa[r - 2] != so[r - 2]
+        || sb[r - 1] != so[r - 1]
+    {
+        return Err(Error::shape(
+            OP,
+            sa,
+            sb,
+            format!("cannot multiply into an output of shape {so:?} (rank >= 2, one batch shape)"),
+        ));
+    }
+    if a.dtype != b.dtype || a.dtype != dst.dtype {
+        let other = if b.dtype != a.dtype {
+            b.dtype
+        } else {
+            dst.dtype
+        };
+        return Err(Error::dtype(OP, a.dtype.name(), other));
+    }
+    if dst.dtype == DType::Bool {
+        return Err(Error::dtype(OP, "a numeric dtype", dst.dtype));
+    }
+    if !dst.dtype.is_float() {
+        return int_matmul(a, b, dst);
+    }
+    let batch_of =
+        |l: &Layout| Layout::from_parts(l.shape()[..r - 2].into(), l.strides()[..r - 2].into(), 0);
+    let (bshape, [bd, ba, bb]) = coalesce([
+        &batch_of(&dst.layout),
+        &batch_of(&a.layout),
+        &batch_of(&b.layout),
+    ]);
+    if bshape.contains(&0) {
+        return Ok(());
+    }
+    // The innermost merged batch dimension goes to cuBLAS as one strided
+    // batch; the others are walked here.
+    let (nb, sd, sa_, sb_) = match bshape.last() {
+        Some(&n) => (
+            n,
+            *bd.last().unwrap(),
+            *ba.last().unwrap(),
+            *bb.last().unwrap(),
+        ),
+        None => (1, 0, 0, 0),
+    };
+    let outer = &bshape[..bshape.len().saturating_sub(1)];
+    let outer_n: usize = outer.iter().product();
+    let mat3 = |o: &Operand<'_>, bs: usize, extra: usize| -> Layout {
+        let (sh, st) = (o.layout.shape(), o.layout.strides());
+        Layout::from_parts(
+            [nb, sh[r - 2], sh[r - 1]].as_slice().into(),
+            [bs, st[r - 2], st[r - 1]].as_slice().into(),
+            o.layout.offset() + extra,
+        )
+    };
+    for i in 0..outer_n {
+        // Offsets of outer batch index i (row-major over `outer`).
+        let (mut rem, mut od, mut oa, mut ob) = (i, 0usize, 0usize, 0usize);
+        for d in (0..outer.len()).rev() {
+            let c = rem % outer[d];
+            rem /= outer[d];
+            od += c * bd[d];
+            oa += c * ba[d];
+            ob += c * bb[d];
+        }
+        let a3 = Operand {
+            storage: a.storage,
+            layout: mat3(a, sa_, oa),
+            dtype: a.dtype,
+        };
+        let b3 = Operand {
+            storage: b.storage,
+            layout: mat3(b, sb_, ob),
+            dtype: b.dtype,
+        };
+        let d3 = Operand {
+            storage: dst.storage,
+            layout: mat3(dst, sd, od),
+            dtype: dst.dtype,
+        };
+        matmul(&a3, &b3, &d3)?;
+    }
+    Ok(())
+}
+
+/// Integer matmul (`matmul_<dt>` of kernels/reduce.cu): one thread per
+/// output element, accumulating in 64 bits (wrapping, so the result is the
+/// CPU's wrapping product in the dtype).
+fn int_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    const OP: &str = "matmul";
+    let g = gpu_of(OP, dst.storage.device())?;
+    let r = dst.layout.rank();
+    let n = dst.layout.numel() as i64;
+    if n == 0 {
+        return Ok(());
+    }
+    let k = a.layout.shape()[r - 1] as i64;
+    let (ast, bst) = (a.layout.strides(), b.layout.strides());
+    // a's rows: its strides with 0 along the output's columns; b's columns:
+    // its strides with 0 along the output's rows.
+    let mut a_rows = ast.to_vec();
+    a_rows[r - 1] = 0;
+    let mut b_cols = bst.to_vec();
+    b_cols[r - 2] = 0;
+    let shape = dst.layout.shape();
+    let la = Layout::from_parts(shape.into(), a_rows.as_slice().into(), 0);
+    let lb = Layout::from_parts(shape.into(), b_cols.as_slice().into(), 0);
+    let geom = Geom::<3>::new(OP, [&dst.layout, &la, &lb])?;
+    let f = g.function(
+        OP,
+        Module::Reduce,
+        &kernels::typed_kernel("matmul", dst.dtype),
+    )?;
+    let s = current(g);
+    let (po, pa, pb) = (dptr(dst), dptr(a), dptr(b));
+    let (ak, bk) = (ast[r - 1] as i64, bst[r - 2] as i64);
+    let mut l = Launch::new(OP, &s, &f);
+    l.arg(&geom)
+        .arg(&n)
+        .arg(&po)
+        .arg(&pa)
+        .arg(&pb)
+        .arg(&k)
+        .arg(&ak)
+        .arg(&bk);
+    // SAFETY: matmul_<dt>(Geom<3>, i64, T*, const T*, const T*, i64, i64,
+    // i64): the geometry walks the output and the row/column starts of a and
+    // b, and k steps of ak / bk stay inside a's rows and b's columns.
+    unsafe { l.run(g.grid(n)) }
 }

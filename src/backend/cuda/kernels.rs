@@ -20,7 +20,7 @@
 //! in the compiled PTX (`tests/nvrtc.rs`).
 
 use super::device::{drv, Gpu};
-use crate::backend::{BinaryOp, ReduceOp, UnaryOp};
+use crate::backend::{BinaryOp, ReduceOp, Reduction, UnaryOp};
 use crate::error::{Error, Result};
 use crate::DType;
 use cudarc::driver::{CudaFunction, CudaModule};
@@ -189,12 +189,38 @@ pub(crate) fn cast_kernel(src: DType, dst: DType) -> String {
 pub(crate) fn bits_kernel(family: &str, dt: DType) -> String {
     format!("{family}_b{}", dt.size_in_bytes())
 }
+/// `b<element bytes>`: the suffix of kernels that only move bits.
+pub(crate) fn bits_suffix(dt: DType) -> String {
+    format!("b{}", dt.size_in_bytes())
+}
+/// `<family>_<index dtype>[_<rest>]`: the index kernels, one per index
+/// dtype (i64 or i32).
+pub(crate) fn index_kernel(family: &str, index: DType, rest: Option<&str>) -> String {
+    match rest {
+        Some(r) => format!("{family}_{}_{r}", suffix(index)),
+        None => format!("{family}_{}", suffix(index)),
+    }
+}
 /// `<family>_<dtype>`.
 pub(crate) fn typed_kernel(family: &str, dt: DType) -> String {
     format!("{family}_{}", suffix(dt))
 }
 pub(crate) fn reduce_kernel(op: ReduceOp, dt: DType) -> String {
     format!("reduce_{}_{}", reduce_name(op), suffix(dt))
+}
+/// The kernel of a dispatch-level [`Reduction`]: `reduce_<op>_<dt>`, with
+/// var and std sharing `reduce_var_<dt>` (a run-time flag takes the root).
+pub(crate) fn reduction_kernel(op: Reduction, dt: DType) -> String {
+    let name = match op {
+        Reduction::Sum => "sum",
+        Reduction::Mean => "mean",
+        Reduction::Prod => "prod",
+        Reduction::Max => "max",
+        Reduction::Min => "min",
+        Reduction::Var(_) | Reduction::Std(_) => "var",
+        Reduction::LogSumExp => "logsumexp",
+    };
+    format!("reduce_{name}_{}", suffix(dt))
 }
 
 /// The output dtype of reduction `op` over `dt`, or `None` if there is no
@@ -206,7 +232,6 @@ pub(crate) fn reduce_out_dtype(op: ReduceOp, dt: DType) -> Option<DType> {
         (ReduceOp::Mean, d) if d.is_float() => Some(d),
         (ReduceOp::Mean, _) => None,
         (ReduceOp::Max | ReduceOp::Min, d) => Some(d),
-        (ReduceOp::ArgMax | ReduceOp::ArgMin, DType::Bool) => None,
         (ReduceOp::ArgMax | ReduceOp::ArgMin, _) => Some(DType::I64),
     }
 }
@@ -222,6 +247,9 @@ const NUMERIC: [DType; 7] = [
     DType::U8,
 ];
 const WIDTHS: [DType; 4] = [DType::U8, DType::F16, DType::F32, DType::F64];
+const INTEGERS: [DType; 3] = [DType::I64, DType::I32, DType::U8];
+/// The dtypes an index tensor may hold.
+pub(crate) const INDEX_DTYPES: [DType; 2] = [DType::I64, DType::I32];
 
 /// Every kernel name the Rust side can launch from `file` (a
 /// `kernels/*.cu` file name), or `None` for an unknown file.
@@ -267,6 +295,13 @@ pub fn expected_kernels(file: &str) -> Option<Vec<String>> {
                     }
                 }
             }
+            for dt in FLOATS {
+                v.push(reduction_kernel(Reduction::Var(0), dt));
+                v.push(reduction_kernel(Reduction::LogSumExp, dt));
+            }
+            for dt in INTEGERS {
+                v.push(typed_kernel("matmul", dt));
+            }
         }
         Module::Softmax => {
             for dt in FLOATS {
@@ -276,15 +311,21 @@ pub fn expected_kernels(file: &str) -> Option<Vec<String>> {
             }
         }
         Module::Index => {
-            for dt in WIDTHS {
-                for f in ["gather", "scatter", "index_fill", "masked_select"] {
-                    v.push(bits_kernel(f, dt));
+            for idx in INDEX_DTYPES {
+                v.push(index_kernel("index_check", idx, None));
+                for dt in WIDTHS {
+                    for f in ["gather", "scatter"] {
+                        v.push(index_kernel(f, idx, Some(&bits_suffix(dt))));
+                    }
+                }
+                for dt in NUMERIC {
+                    v.push(index_kernel("scatter_add", idx, Some(suffix(dt))));
                 }
             }
-            v.push("masked_count".into());
-            for dt in NUMERIC {
-                v.push(typed_kernel("scatter_add", dt));
+            for dt in WIDTHS {
+                v.push(bits_kernel("masked_select", dt));
             }
+            v.push("masked_count".into());
         }
         Module::Random => {
             for dt in FLOATS {

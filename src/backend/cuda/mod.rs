@@ -59,7 +59,10 @@ pub use pinned::{empty_pinned_cache, pinned_memory_stats, PinnedMemoryStats};
 pub use probe::{device_count, is_available, libraries, Libraries};
 pub use stream::{current_stream, set_current_stream, with_stream, Stream, StreamGuard};
 
+pub(crate) use blas::batched_matmul as matmul;
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
+pub(crate) use index::{gather, masked_count, masked_select, scatter};
+pub(crate) use reduce::{arg_reduce, reduce, softmax};
 pub(crate) use stream::current_stream_id;
 
 use crate::alloc::DeviceAllocator;

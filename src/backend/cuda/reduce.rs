@@ -1,17 +1,14 @@
 //! Reductions, softmax and log_softmax on CUDA (`kernels/reduce.cu`,
 //! `kernels/softmax.cu`).
 //!
-//! Crate-internal entry points for the op layer (which validates arguments
-//! and allocates outputs, as for the CPU backend). Each takes operands with
-//! any strides.
-
-// Wired into the op layer's dispatch at merge; exercised by the unit tests.
-#![cfg_attr(not(test), allow(dead_code))]
+//! Crate-internal entry points behind the dispatch functions of
+//! `crate::backend` (the op layer validates arguments and allocates outputs,
+//! as for the CPU backend). Each takes operands with any strides.
 
 use super::device::gpu_of;
 use super::kernels::{self, Module};
 use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, Launch, MAX_RANK};
-use crate::backend::{Operand, ReduceOp};
+use crate::backend::{Operand, ReduceOp, Reduction};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::DType;
@@ -60,16 +57,16 @@ fn fill_row(dst: &mut [i64; MAX_RANK], v: &[usize]) {
     }
 }
 
-/// Reduces `src` over `dims` (strictly increasing) into `dst`, whose shape is
-/// `src`'s without those dimensions (`keepdim` is a view the op layer makes).
-/// `dst`'s dtype must be [`reduce_out_dtype`](kernels::reduce_out_dtype):
-/// i64 for sums and products of integers and bool and for argmax/argmin,
-/// the input dtype otherwise. argmax/argmin over several dimensions give the
-/// row-major linear index within them. Reducing an empty extent is an error
-/// for max, min, argmax and argmin; sum gives 0, prod 1, mean NaN.
-pub(crate) fn reduce(op: ReduceOp, src: &Operand, dims: &[usize], dst: &Operand) -> Result<()> {
-    let name = kernels::reduce_name(op);
-    let g = gpu_of(name, dst.storage.device())?;
+/// The reduction geometry of `src` over `dims` (strictly increasing) into
+/// `dst`, whose shape is `src`'s without those dimensions, or with them
+/// kept as size 1 (`keepdim`). Returns the geometry, the number of outputs
+/// and the number of elements folded into each.
+fn rgeom(
+    name: &'static str,
+    src: &Operand,
+    dims: &[usize],
+    dst: &Operand,
+) -> Result<(RGeom, i64, i64)> {
     let rank = src.layout.rank();
     if dims.windows(2).any(|w| w[0] >= w[1]) || dims.last().is_some_and(|&d| d >= rank) {
         return Err(Error::arg(
@@ -79,40 +76,32 @@ pub(crate) fn reduce(op: ReduceOp, src: &Operand, dims: &[usize], dst: &Operand)
     }
     let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
     let kept_shape: Vec<usize> = kept.iter().map(|&d| src.layout.shape()[d]).collect();
-    if dst.layout.shape() != kept_shape.as_slice() {
+    let keepdim_shape: Vec<usize> = (0..rank)
+        .map(|d| {
+            if dims.contains(&d) {
+                1
+            } else {
+                src.layout.shape()[d]
+            }
+        })
+        .collect();
+    // The output's strides over the kept dimensions.
+    let out_kept = if dst.layout.shape() == kept_shape.as_slice() {
+        dst.layout.clone()
+    } else if dst.layout.shape() == keepdim_shape.as_slice() {
+        sub_layout(&dst.layout, &kept)
+    } else {
         return Err(Error::shape(
             name,
             src.layout.shape(),
             dst.layout.shape(),
-            format!("the output of a reduction over {dims:?} must have shape {kept_shape:?}"),
+            format!("the output of a reduction over {dims:?} must have shape {kept_shape:?} (or {keepdim_shape:?})"),
         ));
-    }
-    let want = kernels::reduce_out_dtype(op, src.dtype)
-        .ok_or_else(|| Error::dtype(name, "a dtype this reduction is defined on", src.dtype))?;
-    if dst.dtype != want {
-        return Err(Error::dtype(name, want.name(), dst.dtype));
-    }
+    };
     let n_red: usize = dims.iter().map(|&d| src.layout.shape()[d]).product();
-    let n_out = dst.layout.numel();
-    if n_out == 0 {
-        return Ok(());
-    }
-    if n_red == 0
-        && matches!(
-            op,
-            ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin
-        )
-    {
-        return Err(Error::arg(
-            name,
-            format!(
-                "cannot reduce over dimensions {dims:?} of size 0 (shape {:?})",
-                src.layout.shape()
-            ),
-        ));
-    }
+    let n_out = kept_shape.iter().product::<usize>();
     let lin = sub_layout(&src.layout, &kept);
-    let (oshape, [ostr_in, ostr_out]) = coalesce([&lin, &dst.layout]);
+    let (oshape, [ostr_in, ostr_out]) = coalesce([&lin, &out_kept]);
     let (rshape, [rstr]) = coalesce([&sub_layout(&src.layout, dims)]);
     if oshape.len() > MAX_RANK {
         return Err(too_many_dims(name, &oshape));
@@ -134,15 +123,60 @@ pub(crate) fn reduce(op: ReduceOp, src: &Operand, dims: &[usize], dst: &Operand)
     fill_row(&mut geom.out_stride, &ostr_out);
     fill_row(&mut geom.red_shape, &rshape);
     fill_row(&mut geom.red_stride, &rstr);
+    Ok((geom, n_out as i64, n_red as i64))
+}
+
+/// The output dtype of reduction `op` over `dt` (the op layer's rule), or
+/// `None` where it is not defined.
+pub(crate) fn reduction_out_dtype(op: Reduction, dt: DType) -> Option<DType> {
+    match op {
+        Reduction::Sum | Reduction::Prod if !dt.is_float() => Some(DType::I64),
+        Reduction::Sum | Reduction::Prod | Reduction::Max | Reduction::Min => Some(dt),
+        _ if dt.is_float() => Some(dt),
+        _ => None,
+    }
+}
+
+/// Reduces `src` over `dims` (strictly increasing) into `dst`, whose shape is
+/// `src`'s without those dimensions or with them kept as 1 (`keepdim`), any
+/// strides. `dst`'s dtype must be [`reduction_out_dtype`]: i64 for sums and
+/// products of integers and bool, the input dtype otherwise. Reducing an
+/// empty extent is an error for max and min; sum gives 0, prod 1, mean and
+/// var NaN, logsumexp -inf.
+pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand) -> Result<()> {
+    let name = op.name();
+    let g = gpu_of(name, dst.storage.device())?;
+    let want = reduction_out_dtype(op, src.dtype)
+        .ok_or_else(|| Error::dtype(name, "a float dtype", src.dtype))?;
+    if dst.dtype != want {
+        return Err(Error::dtype(name, want.name(), dst.dtype));
+    }
+    let (geom, n_out, n_red) = rgeom(name, src, dims, dst)?;
+    if n_out == 0 {
+        return Ok(());
+    }
+    if n_red == 0 && matches!(op, Reduction::Max | Reduction::Min) {
+        return Err(Error::arg(
+            name,
+            format!(
+                "cannot reduce over dimensions {dims:?} of size 0 (shape {:?})",
+                src.layout.shape()
+            ),
+        ));
+    }
     let (s, f) = prepare(
         g,
         name,
         Module::Reduce,
-        &kernels::reduce_kernel(op, src.dtype),
+        &kernels::reduction_kernel(op, src.dtype),
     )?;
-    let (n_out, n_red) = (n_out as i64, n_red as i64);
     let group = group_for(n_red);
     let (po, pi) = (dptr(dst), dptr(src));
+    let (correction, take_sqrt) = match op {
+        Reduction::Var(c) => (c as i64, 0i32),
+        Reduction::Std(c) => (c as i64, 1i32),
+        _ => (0, 0),
+    };
     let mut l = Launch::new(name, &s, &f);
     l.arg(&geom)
         .arg(&n_out)
@@ -150,9 +184,128 @@ pub(crate) fn reduce(op: ReduceOp, src: &Operand, dims: &[usize], dst: &Operand)
         .arg(&po)
         .arg(&pi)
         .arg(&group);
-    // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32) with the
-    // output dtype checked above; the geometry describes both layouts.
+    if matches!(op, Reduction::Var(_) | Reduction::Std(_)) {
+        l.arg(&correction).arg(&take_sqrt);
+    }
+    // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32), plus
+    // (i64, i32) for reduce_var_<dt>, with the output dtype checked above;
+    // the geometry describes both layouts.
     unsafe { l.run(g.groups(n_out, group)) }
+}
+
+/// Index of the largest (`max`) or smallest element of `src` along `dim`
+/// (for op `name`, in errors) into `indices` (i64), and its value into `values` if given (`src`'s
+/// dtype). Both have `src`'s shape without `dim` (or with it as 1). The
+/// first NaN wins, then the first extreme value. An empty `dim` is an error.
+pub(crate) fn arg_reduce(
+    name: &'static str,
+    max: bool,
+    src: &Operand,
+    dim: usize,
+    values: Option<&Operand>,
+    indices: &Operand,
+) -> Result<()> {
+    let op = if max {
+        ReduceOp::ArgMax
+    } else {
+        ReduceOp::ArgMin
+    };
+    let g = gpu_of(name, indices.storage.device())?;
+    if indices.dtype != DType::I64 {
+        return Err(Error::dtype(name, "int64 (the indices)", indices.dtype));
+    }
+    let (geom, n_out, n_red) = rgeom(name, src, &[dim], indices)?;
+    if n_out == 0 {
+        return Ok(());
+    }
+    if n_red == 0 {
+        return Err(Error::arg(
+            name,
+            format!(
+                "cannot reduce over dimension {dim} of size 0 (shape {:?})",
+                src.layout.shape()
+            ),
+        ));
+    }
+    let (s, f) = prepare(
+        g,
+        name,
+        Module::Reduce,
+        &kernels::reduce_kernel(op, src.dtype),
+    )?;
+    let group = group_for(n_red);
+    let (po, pi) = (dptr(indices), dptr(src));
+    let mut l = Launch::new(name, &s, &f);
+    l.arg(&geom)
+        .arg(&n_out)
+        .arg(&n_red)
+        .arg(&po)
+        .arg(&pi)
+        .arg(&group);
+    // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32);
+    // the geometry describes both layouts.
+    unsafe { l.run(g.groups(n_out, group))? };
+    let Some(values) = values else {
+        return Ok(());
+    };
+    if values.dtype != src.dtype {
+        return Err(Error::dtype(name, src.dtype.name(), values.dtype));
+    }
+    // values = src[.., indices, ..]: a gather along `dim` with the indices
+    // just computed (all valid), every operand seen with `dim` as size 1.
+    let mut shape = src.layout.shape().to_vec();
+    shape[dim] = 1;
+    let mut walk_strides = src.layout.strides().to_vec();
+    walk_strides[dim] = 0;
+    let walk = Layout::from_parts(shape.as_slice().into(), walk_strides.as_slice().into(), 0);
+    let as_keepdim = |o: &Operand| -> Result<Layout> {
+        if o.layout.numel() != shape.iter().product::<usize>() {
+            return Err(Error::shape(
+                name,
+                src.layout.shape(),
+                o.layout.shape(),
+                format!("the output of a reduction over dimension {dim} has the wrong size"),
+            ));
+        }
+        // `rgeom` accepted `indices`' shape; `values` must match it.
+        if o.layout.shape() != indices.layout.shape() {
+            return Err(Error::shape(
+                name,
+                indices.layout.shape(),
+                o.layout.shape(),
+                "values and indices must have one shape",
+            ));
+        }
+        let keep: Vec<usize> = (0..shape.len()).filter(|&d| d != dim).collect();
+        let mut st = vec![0usize; shape.len()];
+        if o.layout.rank() == shape.len() {
+            st.copy_from_slice(o.layout.strides());
+        } else {
+            for (k, &d) in keep.iter().enumerate() {
+                st[d] = o.layout.strides()[k];
+            }
+        }
+        Ok(Layout::from_parts(
+            shape.as_slice().into(),
+            st.as_slice().into(),
+            0,
+        ))
+    };
+    let (lv, li) = (as_keepdim(values)?, as_keepdim(indices)?);
+    super::index::launch_gather(
+        g,
+        &s,
+        name,
+        (dptr(values), &lv),
+        (dptr(src), &walk),
+        (dptr(indices), &li, DType::I64),
+        src.dtype,
+        (
+            src.layout.shape()[dim] as i64,
+            src.layout.strides()[dim] as i64,
+        ),
+        0,
+    )
 }
 
 /// The row geometry of `N` layouts of one shape, rows being every index of
@@ -233,7 +386,10 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Re
 }
 
 /// The gradient of [`softmax`] (or log_softmax if `log`) along `dim`: from
-/// the output gradient `dy` and the forward output `y`, into `dx`.
+/// the output gradient `dy` and the forward output `y`, into `dx`. (The
+/// autograd formula composes elementwise ops and a sum today, so only the
+/// unit tests call this fused kernel.)
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn softmax_backward(
     dy: &Operand,
     y: &Operand,

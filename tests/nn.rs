@@ -749,12 +749,17 @@ fn check_against_torch(
     }
 }
 
+/// name, class weight?, label smoothing, reduction, loss, gradient.
+type CeCase<'a> = (&'a str, bool, f64, Reduction, &'a [f64], &'a [f64]);
+/// name, pos_weight?, weight?, reduction, loss, gradient.
+type BceCase<'a> = (&'a str, bool, bool, Reduction, &'a [f64], &'a [f64]);
+
 #[test]
 fn pytorch_cross_entropy_options() {
     let _g = lock();
     let t = i64s(&TARGETS, &[4]);
     let w = f64s(&CLASS_W, &[3]);
-    let cases: [(&str, bool, f64, Reduction, &[f64], &[f64]); 7] = [
+    let cases: [CeCase; 7] = [
         (
             "ignore mean",
             false,
@@ -891,7 +896,7 @@ fn pytorch_bce_with_logits_options() {
     let t = f64s(&[0.0, 1.0, 0.3, 1.0, 0.0, 0.8], &[2, 3]);
     let pw = f64s(&[3.0, 0.5, 1.5], &[3]);
     let ew = f64s(&[1.0, 2.0], &[2, 1]);
-    let cases: [(&str, bool, bool, Reduction, &[f64], &[f64]); 4] = [
+    let cases: [BceCase; 4] = [
         (
             "pos_weight mean",
             true,

@@ -730,6 +730,17 @@ fn in_place_index_writes_are_refused_when_they_would_lose_a_gradient() {
             "{op}: {e}"
         );
     }
+    let e = z.slice_assign_(0, 0, 2, 1, &v).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Autograd {
+                op: "slice_assign_",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(z.to_vec::<f64>().unwrap(), vec![0.0; 3], "nothing written");
     // Under no_grad both are allowed (how optimizers write).
     no_grad(|| -> tensorscope::Result<()> {

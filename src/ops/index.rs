@@ -30,7 +30,7 @@
 //! positions it was written to). The in-place forms are not recorded: they
 //! return an [`Error::Autograd`] in grad mode when `self` requires grad (as
 //! every in-place op does) or when the source requires grad (its gradient
-//! would be lost); under `no_grad` they run. `index_select_out` is refused
+//! would be lost; `slice_assign_` too); under `no_grad` they run. `index_select_out` is refused
 //! likewise for an input that requires grad.
 
 use crate::autograd::formulas_index::{self as grad, Write};
@@ -785,6 +785,7 @@ impl Tensor {
     ) -> Result<&mut Tensor> {
         let op = "slice_assign_";
         self.check_writable(op)?;
+        check_src_grad(op, Some(src))?;
         let l = self.layout().slice(op, dim, start, end, step)?;
         let shape = broadcast_shapes(op, l.shape(), src.shape())?;
         if shape.as_slice() != l.shape() {

@@ -766,3 +766,112 @@ fn in_place_index_writes_are_refused_when_they_would_lose_a_gradient() {
     );
     no_grad(|| p.index_select_out(0, &i, &mut out)).unwrap();
 }
+
+/// masked_scatter: forward against a naive loop (non-contiguous self,
+/// broadcast mask, several dtypes), gradcheck, and its errors.
+#[test]
+fn masked_scatter_forward_gradcheck_and_errors() {
+    let _l = lock();
+    let mask_v = [true, false, true, true];
+    let mask = Tensor::from_slice(&mask_v, &[4, 1], CPU).unwrap(); // broadcast over 3 columns
+    for dt in [DType::F64, DType::F32, DType::I64] {
+        let x = Tensor::arange(0.0, 12.0, 1.0, dt, CPU)
+            .unwrap()
+            .view(&[3, 4])
+            .unwrap()
+            .t()
+            .unwrap(); // [4, 3], non-contiguous
+        let src = Tensor::arange(100.0, 112.0, 1.0, dt, CPU)
+            .unwrap()
+            .view(&[2, 6])
+            .unwrap();
+        let y = x.masked_scatter(&mask, &src).unwrap();
+        let xv = x.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        let mut want = Vec::new();
+        let mut next = 100.0;
+        for (i, &v) in xv.iter().enumerate() {
+            if mask_v[i / 3] {
+                want.push(next);
+                next += 1.0;
+            } else {
+                want.push(v);
+            }
+        }
+        assert_eq!(
+            y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            want,
+            "{dt}"
+        );
+        // In place, on a plain tensor, gives the same.
+        let mut z = x.contiguous().unwrap().deep_clone().unwrap();
+        z.masked_scatter_(&mask, &src).unwrap();
+        assert_eq!(
+            z.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            want,
+            "{dt} in place"
+        );
+    }
+    let a = leaf_t(4, 3, 52);
+    let src = leaf(&[2, 7], 53); // 14 elements, 9 used
+    gradcheck("masked_scatter", &[a.alias(), src.alias()], |x| {
+        x[0].masked_scatter(&mask, &x[1])
+    });
+    let row = leaf(&[3], 54);
+    gradcheck(
+        "masked_scatter (expanded self)",
+        &[row.alias(), src.alias()],
+        |x| x[0].expand(&[4, 3])?.masked_scatter(&mask, &x[1].t()?),
+    );
+    // Errors name the op: too small a source, a non-bool mask, a mask that
+    // does not broadcast to self, another dtype; in place on a grad source.
+    let small = Tensor::zeros(&[8], DType::F64, CPU).unwrap();
+    let e = a.masked_scatter(&mask, &small).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("masked_scatter"),
+        "{e}"
+    );
+    let e = a
+        .masked_scatter(&mask.to_dtype(DType::I64).unwrap(), &src)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_scatter",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let big = Tensor::from_slice(&[true; 8], &[2, 4, 1], CPU).unwrap();
+    let e = a.masked_scatter(&big, &src).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("masked_scatter"),
+        "{e}"
+    );
+    let e = a
+        .masked_scatter(&mask, &src.to_dtype(DType::F32).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_scatter",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut z = Tensor::zeros(&[4, 3], DType::F64, CPU).unwrap();
+    let e = z.masked_scatter_(&mask, &src).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Autograd {
+                op: "masked_scatter_",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

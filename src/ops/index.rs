@@ -25,13 +25,14 @@
 //! **Autograd**: every selecting op ([`index`](Tensor::index),
 //! `index_select`, `gather`, `masked_select`) and every out-of-place write
 //! (`scatter`, `scatter_value`, `scatter_add`, `index_fill`, `index_copy`,
-//! `index_add`) records its gradient, with PyTorch's semantics (a written
-//! position gets no gradient from `self`; a source gets the gradient at the
-//! positions it was written to). The in-place forms are not recorded: they
-//! return an [`Error::Autograd`] in grad mode when `self` requires grad (as
-//! every in-place op does) or when the source requires grad (its gradient
-//! would be lost; `slice_assign_` too); under `no_grad` they run. `index_select_out` is refused
-//! likewise for an input that requires grad.
+//! `index_add`, `masked_scatter`) records its gradient, with PyTorch's
+//! semantics (a written position gets no gradient from `self`; a source gets
+//! the gradient at the positions it was written to). The in-place forms are
+//! not recorded: they return an [`Error::Autograd`] in grad mode when `self`
+//! requires grad (as every in-place op does) or when the source requires
+//! grad (its gradient would be lost; `slice_assign_` too); under `no_grad`
+//! they run. `index_select_out` is refused likewise for an input that
+//! requires grad.
 
 use crate::autograd::formulas_index::{self as grad, Write};
 use crate::backend::{self, IndexedDim, Operand, ScatterMode, ScatterSrc};
@@ -759,6 +760,84 @@ impl Tensor {
     /// `index`.
     pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         self.index_vector_copy("index_add", dim, index, Some(src), 0.0, Write::Add)
+    }
+
+    /// A copy of `self` whose positions where `mask` is true take the first
+    /// elements of `src`, in row-major order (PyTorch's `masked_scatter`).
+    /// `mask` is bool and broadcasts to `self`'s shape; `src` has `self`'s
+    /// dtype and at least as many elements as `mask` has true positions (its
+    /// shape does not matter). Differentiable in `self` (no gradient at the
+    /// masked positions) and `src` (the gradient at the positions each of
+    /// its elements went to, zero for the unused tail).
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu)?;
+    /// let m = Tensor::from_slice(&[true, false, true], &[3], Device::Cpu)?; // broadcast over rows
+    /// let v = Tensor::from_slice(&[1.0f32, 2., 3., 4., 5.], &[5], Device::Cpu)?;
+    /// assert_eq!(x.masked_scatter(&m, &v)?.to_vec::<f32>()?, vec![1., 0., 2., 3., 0., 4.]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn masked_scatter(&self, mask: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.masked_scatter_impl("masked_scatter", mask, src)
+    }
+
+    /// In-place [`masked_scatter`](Tensor::masked_scatter). Refused in grad
+    /// mode when `self` or `src` requires grad (see the module docs).
+    pub fn masked_scatter_(&mut self, mask: &Tensor, src: &Tensor) -> Result<&mut Tensor> {
+        let op = "masked_scatter_";
+        self.check_writable(op)?;
+        check_src_grad(op, Some(src))?;
+        let r = crate::autograd::no_grad(|| self.masked_scatter_impl(op, mask, src))?;
+        self.copy_(&r)
+    }
+
+    fn masked_scatter_impl(&self, op: &'static str, mask: &Tensor, src: &Tensor) -> Result<Tensor> {
+        if mask.dtype() != DType::Bool {
+            bail!(Error::dtype(op, "bool (the mask)", mask.dtype()));
+        }
+        self.same_device(op, mask)?;
+        self.same_device(op, src)?;
+        if src.dtype() != self.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!("{} (self's dtype) for the source", self.dtype()),
+                src.dtype()
+            ));
+        }
+        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
+        if shape.as_slice() != self.shape() {
+            bail!(Error::shape(
+                op,
+                self.shape(),
+                mask.shape(),
+                "the mask must broadcast to self's shape"
+            ));
+        }
+        let numel = self.numel();
+        let dims: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
+        // Flat positions of the true elements, in row-major order.
+        let pos = crate::autograd::no_grad(|| {
+            Tensor::arange(0.0, numel as f64, 1.0, DType::I64, self.device())?
+                .reshape(&dims)?
+                .masked_select(mask)
+        })?;
+        let n = pos.numel();
+        if src.numel() < n {
+            bail!(Error::shape(
+                op,
+                &[n],
+                src.shape(),
+                format!(
+                    "the source has {} elements but the mask selects {n}",
+                    src.numel()
+                )
+            ));
+        }
+        let flat_src = src.reshape(&[-1])?.narrow(0, 0, n)?;
+        self.reshape(&[-1])?
+            .index_copy(0, &pos, &flat_src)?
+            .reshape(&dims)
     }
 
     /// Slice assignment, PyTorch's `x[start:end:step] = src` along `dim`:

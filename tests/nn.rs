@@ -1524,6 +1524,117 @@ fn pytorch_embedding_padding_and_max_norm() {
     ));
 }
 
+#[test]
+fn pytorch_cross_entropy_probability_targets() {
+    let _g = lock();
+    let probs = [0.7, 0.2, 0.1, 0.0, 0.5, 0.5, 1.0, 0.0, 0.0, 0.25, 0.25, 0.5];
+    let w = f64s(&CLASS_W, &[3]);
+    let cases: [CeCase; 3] = [
+        (
+            "probs mean",
+            false,
+            0.0,
+            Reduction::Mean,
+            &CEP_MEAN,
+            &CEP_MEAN_GRAD,
+        ),
+        (
+            "probs weight smooth mean",
+            true,
+            0.2,
+            Reduction::Mean,
+            &CEP_W_SMOOTH_MEAN,
+            &CEP_W_SMOOTH_MEAN_GRAD,
+        ),
+        (
+            "probs weight none",
+            true,
+            0.0,
+            Reduction::None,
+            &CEP_W_NONE,
+            &CEP_W_NONE_GRAD,
+        ),
+    ];
+    for (what, weighted, ls, reduction, want, want_grad) in cases {
+        let f = |x: &Tensor| {
+            let dt = x.dtype();
+            let w = if weighted {
+                Some(w.to_dtype(dt)?)
+            } else {
+                None
+            };
+            let opts = CrossEntropyOptions {
+                reduction,
+                ignore_index: Some(-100), // PyTorch's default: allowed with probabilities
+                weight: w.as_ref(),
+                label_smoothing: ls,
+            };
+            cross_entropy_with(x, &strided(&probs, &[4, 3]).to_dtype(dt)?, &opts)
+        };
+        check_against_torch(what, &LOGITS, &[4, 3], &f, want, want_grad);
+    }
+    let logits3 = [
+        0.1, -0.3, 1.2, 0.4, -0.5, 2.2, 0.0, 0.7, -1.1, 0.3, 0.6, -0.2,
+    ];
+    let p3 = f64s(&logits3, &[2, 3, 2])
+        .mul_scalar(1.7)
+        .unwrap()
+        .softmax(1)
+        .unwrap();
+    let f = |x: &Tensor| {
+        let w = w.to_dtype(x.dtype())?;
+        let opts = CrossEntropyOptions {
+            weight: Some(&w),
+            reduction: Reduction::Sum,
+            ..Default::default()
+        };
+        cross_entropy_with(x, &p3.to_dtype(x.dtype())?, &opts)
+    };
+    check_against_torch(
+        "probs [N, C, d] sum",
+        &logits3,
+        &[2, 3, 2],
+        &f,
+        &CEP3_SUM,
+        &CEP3_SUM_GRAD,
+    );
+    gradcheck(
+        "cross_entropy probabilities",
+        &[leaf(&[4, 3], 88), leaf(&[4, 3], 89)],
+        |x| {
+            let opts = CrossEntropyOptions {
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            cross_entropy_with(&x[0], &x[1].softmax(1)?, &opts)
+        },
+    );
+    // Errors: another shape, another float dtype, an ignore_index that names a class.
+    let x = f64s(&LOGITS, &[4, 3]);
+    let e = assert_err_names(
+        cross_entropy(&x, &Tensor::zeros(&[4, 2], DType::F64, CPU).unwrap()),
+        "cross_entropy",
+    );
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("[4, 2]"),
+        "{e}"
+    );
+    let e = assert_err_names(
+        cross_entropy(&x, &Tensor::zeros(&[4, 3], DType::F32, CPU).unwrap()),
+        "cross_entropy",
+    );
+    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+    let opts = CrossEntropyOptions {
+        ignore_index: Some(1),
+        ..Default::default()
+    };
+    let e = assert_err_names(
+        cross_entropy_with(&x, &x.softmax(1).unwrap(), &opts),
+        "cross_entropy",
+    );
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
 // Printed by tests/fixtures/nn_options.py (PyTorch 2.15, CPU, f64).
 #[rustfmt::skip]
 mod torch {
@@ -1568,5 +1679,13 @@ mod torch {
     pub const EMB_MAXNORM_Y: [f64; 12] = [0.8660253537844416, 0.8660253537844416, 0.8660253537844416, -0.8999999820000003, 0.0, 1.1999999760000004, 0.8660253537844416, 0.8660253537844416, 0.8660253537844416, 0.32732682106827493, -0.6546536421365499, 1.3093072842730997];
     pub const EMB_MAXNORM_W: [f64; 12] = [0.32732682106827493, -0.6546536421365499, 1.3093072842730997, 0.8660253537844416, 0.8660253537844416, 0.8660253537844416, -0.8999999820000003, 0.0, 1.1999999760000004, 0.1, 0.2, -0.2];
     pub const EMB_MAXNORM_L1_W: [f64; 12] = [0.28571427755102063, -0.5714285551020413, 1.1428571102040825, 0.6666666444444452, 0.6666666444444452, 0.6666666444444452, -0.8571428448979593, 0.0, 1.1428571265306124, 0.1, 0.2, -0.2];
+    pub const CEP_MEAN: [f64; 1] = [2.1904702964853864];
+    pub const CEP_MEAN_GRAD: [f64; 12] = [-0.1307949544731389, -0.042318314918390894, 0.1731132693915298, 0.17961008528776623, -0.0735408490005871, -0.10606923628717913, -0.24122024326016506, 0.06487411508560477, 0.17634612817456027, 0.012830608620688272, 0.07476131821261545, -0.08759192683330375];
+    pub const CEP_W_SMOOTH_MEAN: [f64; 1] = [2.0033293592015617];
+    pub const CEP_W_SMOOTH_MEAN_GRAD: [f64; 12] = [0.00043535938530416115, -0.051146095654683595, 0.05071073626937942, 0.29242460710718843, -0.031930598020966774, -0.2604940090862216, -0.03976289892580046, 0.009715473468145937, 0.030047425457654507, 0.09865817148275657, 0.13739515974275499, -0.23605333122551156];
+    pub const CEP_W_NONE: [f64; 4] = [0.9972469700301992, 4.016177066462642, 0.6698024433536374, 2.5843402838293565];
+    pub const CEP_W_NONE_GRAD: [f64; 12] = [-0.03567609255660786, -0.1818712232074025, 0.21754731576401035, 1.2572705970143636, -0.1397859430041098, -1.1174846540102539, -0.19297619460813206, 0.051899292068483815, 0.14107690253964822, 0.41704977344826727, 0.6010201729182157, -1.018069946366483];
+    pub const CEP3_SUM: [f64; 1] = [3.2882997940742005];
+    pub const CEP3_SUM_GRAD: [f64; 12] = [0.18690453789681213, 0.15542983875024904, -0.18860898621089953, 0.27422546150437466, 0.0017044483140874977, -0.4296553002546234, 0.5371883352349787, 0.2326418576182827, 0.1565220399247359, -0.06025978105681683, -0.6937103751597146, -0.17238207656146579];
 }
 use torch::*;

@@ -95,6 +95,104 @@ pub struct CrossEntropyOptions<'a> {
     pub label_smoothing: f64,
 }
 
+/// Checks `label_smoothing` and the class weight of a cross-entropy.
+fn check_ce_options(logits: &Tensor, opts: &CrossEntropyOptions<'_>) -> Result<()> {
+    let op = "cross_entropy";
+    let eps = opts.label_smoothing;
+    if !(0.0..=1.0).contains(&eps) {
+        bail!(Error::arg(
+            op,
+            format!("label_smoothing must be in [0, 1], got {eps}")
+        ));
+    }
+    let c = logits.shape()[if logits.rank() == 1 { 0 } else { 1 }];
+    if let Some(w) = opts.weight {
+        if w.shape() != [c] {
+            bail!(Error::shape(
+                op,
+                logits.shape(),
+                w.shape(),
+                format!("the class weight must be [C] = [{c}]")
+            ));
+        }
+        if w.dtype() != logits.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!(
+                    "{} (the logits' dtype) for the class weight",
+                    logits.dtype()
+                ),
+                w.dtype()
+            ));
+        }
+        logits.same_device(op, w)?;
+    }
+    Ok(())
+}
+
+/// Cross-entropy against class probabilities (targets of the logits' shape
+/// and dtype), PyTorch's formula: `-Σ_c w_c t_c log_softmax(x)_c` per
+/// sample, the targets smoothed to `(1 - ε) t + ε / C` first; `Mean`
+/// divides by the number of samples.
+fn cross_entropy_probs(
+    logits: &Tensor,
+    targets: &Tensor,
+    opts: &CrossEntropyOptions<'_>,
+) -> Result<Tensor> {
+    let op = "cross_entropy";
+    if targets.rank() + 1 == logits.rank() {
+        // The shape of class indices: a float tensor there is a dtype mistake.
+        bail!(Error::dtype(
+            op,
+            "i64 class indices (or class probabilities of the logits' shape)",
+            targets.dtype()
+        ));
+    }
+    if logits.rank() == 0 || targets.shape() != logits.shape() {
+        bail!(Error::shape(
+            op,
+            logits.shape(),
+            targets.shape(),
+            "class-probability targets must have the logits' shape ([N, C], [N, C, d1, ...] or [C])"
+        ));
+    }
+    if targets.dtype() != logits.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!(
+                "{} (the logits' dtype) for probability targets",
+                logits.dtype()
+            ),
+            targets.dtype()
+        ));
+    }
+    logits.same_device(op, targets)?;
+    if let Some(ig) = opts.ignore_index.filter(|&i| i >= 0) {
+        bail!(Error::arg(
+            op,
+            format!("ignore_index ({ig}) is not supported with class-probability targets")
+        ));
+    }
+    check_ce_options(logits, opts)?;
+    let class_dim = if logits.rank() == 1 { 0 } else { 1 };
+    let c = logits.shape()[class_dim];
+    let eps = opts.label_smoothing;
+    let t = if eps > 0.0 {
+        targets.mul_scalar(1.0 - eps)?.add_scalar(eps / c as f64)?
+    } else {
+        targets.alias()
+    };
+    let mut prod = logits.log_softmax(class_dim as isize)?.mul(&t)?;
+    if let Some(w) = opts.weight {
+        // [C] seen as [C, 1, ...] against the dims after the class dim.
+        let mut ws = vec![c as isize];
+        ws.extend(std::iter::repeat_n(1, logits.rank() - class_dim - 1));
+        prod = prod.mul(&w.view(&ws)?)?;
+    }
+    let per = prod.sum(&[class_dim as isize], false)?.neg()?;
+    reduce(per, opts.reduction)
+}
+
 /// Cross-entropy from unnormalised `logits [N, C]` and class indices
 /// `targets` (i64, `[N]`, each in `0..C`): `-mean_i log_softmax(logits)[i, t_i]`.
 /// See [`cross_entropy_with`] for the options and the other accepted shapes.
@@ -117,7 +215,10 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// `[N, C, d1, ...]` with targets `[N, d1, ...]` (the class dimension is 1),
 /// or unbatched logits `[C]` with a 0-D target. With `Reduction::None` the
 /// result has the targets' shape. Targets are i64 class indices in `0..C`
-/// (or equal to `ignore_index`); anything else is an `Err` naming the op.
+/// (or equal to `ignore_index`), or **class probabilities**: a float tensor
+/// of the logits' shape and dtype (soft labels, mixup), for which
+/// `ignore_index` must not name a class and `Mean` divides by the number of
+/// samples, as in PyTorch. Anything else is an `Err` naming the op.
 ///
 /// ```
 /// use tensorscope::nn::{cross_entropy_with, CrossEntropyOptions, Reduction};
@@ -142,6 +243,9 @@ pub fn cross_entropy_with(
     opts: &CrossEntropyOptions<'_>,
 ) -> Result<Tensor> {
     let op = "cross_entropy";
+    if targets.dtype().is_float() {
+        return cross_entropy_probs(logits, targets, opts);
+    }
     let shapes_ok = match logits.rank() {
         1 => targets.rank() == 0,
         0 => false,
@@ -160,42 +264,20 @@ pub fn cross_entropy_with(
         ));
     }
     if targets.dtype() != DType::I64 {
-        bail!(Error::dtype(op, "i64 class indices", targets.dtype()));
+        bail!(Error::dtype(
+            op,
+            "i64 class indices (or float class probabilities)",
+            targets.dtype()
+        ));
     }
     if !logits.dtype().is_float() {
         bail!(Error::dtype(op, "float logits", logits.dtype()));
     }
     logits.same_device(op, targets)?;
     let eps = opts.label_smoothing;
-    if !(0.0..=1.0).contains(&eps) {
-        bail!(Error::arg(
-            op,
-            format!("label_smoothing must be in [0, 1], got {eps}")
-        ));
-    }
     let class_dim = if logits.rank() == 1 { 0 } else { 1 };
     let c = logits.shape()[class_dim];
-    if let Some(w) = opts.weight {
-        if w.shape() != [c] {
-            bail!(Error::shape(
-                op,
-                logits.shape(),
-                w.shape(),
-                format!("the class weight must be [C] = [{c}]")
-            ));
-        }
-        if w.dtype() != logits.dtype() {
-            bail!(Error::dtype(
-                op,
-                format!(
-                    "{} (the logits' dtype) for the class weight",
-                    logits.dtype()
-                ),
-                w.dtype()
-            ));
-        }
-        logits.same_device(op, w)?;
-    }
+    check_ce_options(logits, opts)?;
 
     // Rows [M, C] and targets [M], the class dimension last.
     let rows = if logits.rank() == 1 {

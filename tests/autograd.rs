@@ -542,3 +542,336 @@ fn memory_impact_of_grad_modes() {
         "{normal_peak} {nograd_peak} {infer_peak}"
     );
 }
+
+#[test]
+fn gradcheck_fancy_index() {
+    let _l = lock();
+    let a = leaf_t(4, 3, 40); // non-contiguous [4, 3]
+    let idx = Tensor::from_slice(&[2i64, -1, 0, 2], &[2, 2], CPU).unwrap();
+    gradcheck("index (2-D, negative, repeated)", &[a.alias()], |x| {
+        x[0].index(&idx)
+    });
+    // An i32 index that is itself non-contiguous.
+    let idx32 = Tensor::from_slice(&[3i32, 1, -4, 3, 0, 1], &[2, 3], CPU)
+        .unwrap()
+        .t()
+        .unwrap();
+    gradcheck("index (i32, transposed index)", &[a.alias()], |x| {
+        x[0].index(&idx32)?.exp()
+    });
+    let rows = leaf(&[3], 41);
+    gradcheck("index of an expanded input", &[rows.alias()], |x| {
+        x[0].expand(&[4, 3])?.index(&idx)
+    });
+    let mask = Tensor::from_slice(&[true, false, true, true], &[4], CPU).unwrap();
+    gradcheck("index (bool)", &[a.alias()], |x| x[0].index(&mask));
+    let a3 = leaf(&[2, 3, 2], 42);
+    let mask2 = Tensor::from_slice(&[false, true, true, false, false, true], &[2, 3], CPU).unwrap();
+    gradcheck("index (2-D bool)", &[a3.alias()], |x| x[0].index(&mask2));
+    // The recorded node and its index: a later in-place write to the index
+    // does not change the gradient (it was normalised and copied).
+    let y = a.index(&idx).unwrap();
+    assert_eq!(y.grad_fn_name(), Some("IndexBackward"));
+}
+
+#[test]
+fn gradcheck_scatter_family() {
+    let _l = lock();
+    let a = leaf_t(4, 3, 43); // non-contiguous self [4, 3]
+                              // Distinct positions within each row along dim 1 (scatter's gradient is
+                              // only that of a function when no position is written twice).
+    let sidx = Tensor::from_slice(&[2i64, 0, 1, 2, 0, 1], &[3, 2], CPU).unwrap();
+    let src = leaf_t(3, 3, 44); // larger than the index: only [.., ..2] is read
+    gradcheck("scatter", &[a.alias(), src.alias()], |x| {
+        x[0].scatter(1, &sidx, &x[1])
+    });
+    let row = leaf(&[3], 45);
+    gradcheck("scatter (expanded src)", &[a.alias(), row.alias()], |x| {
+        x[0].scatter(1, &sidx, &x[1].expand(&[3, 3])?)
+    });
+    gradcheck("scatter_value", &[a.alias()], |x| {
+        x[0].scatter_value(1, &sidx, 2.5)?.exp()
+    });
+    // scatter_add with repeated positions, along dim 0.
+    let aidx = Tensor::from_slice(&[0i64, 3, 0, 3, 3, 1], &[2, 3], CPU).unwrap();
+    gradcheck("scatter_add (repeated)", &[a.alias(), src.alias()], |x| {
+        x[0].scatter_add(0, &aidx, &x[1])
+    });
+    gradcheck(
+        "scatter_add (expanded self)",
+        &[row.alias(), src.alias()],
+        |x| x[0].expand(&[4, 3])?.scatter_add(0, &aidx, &x[1]),
+    );
+    // index_fill with a negative and a repeated index.
+    let fidx = Tensor::from_slice(&[-1i64, 0, 2], &[3], CPU).unwrap();
+    gradcheck("index_fill", &[a.alias()], |x| {
+        x[0].index_fill(0, &fidx, -3.0)?.sin()
+    });
+    gradcheck("index_fill of an expanded self", &[row.alias()], |x| {
+        x[0].expand(&[4, 3])?
+            .index_fill(1, &fidx.narrow(0, 1, 1)?, 0.0)
+    });
+    // index_copy with distinct positions; the source is broadcast.
+    let cidx = Tensor::from_slice(&[3i64, 0], &[2], CPU).unwrap();
+    gradcheck(
+        "index_copy (expanded src)",
+        &[a.alias(), row.alias()],
+        |x| x[0].index_copy(0, &cidx, &x[1].expand(&[2, 3])?),
+    );
+    let csrc = leaf_t(4, 2, 46);
+    gradcheck("index_copy dim 1", &[a.alias(), csrc.alias()], |x| {
+        x[0].index_copy(1, &Tensor::from_slice(&[2i64, 0], &[2], CPU)?, &x[1])
+    });
+    // index_add with a repeated index and a non-contiguous source.
+    let addidx = Tensor::from_slice(&[1i64, 1, 3], &[3], CPU).unwrap();
+    gradcheck("index_add (repeated)", &[a.alias(), src.alias()], |x| {
+        x[0].index_add(0, &addidx, &x[1])
+    });
+    // A 0-D index picks one slice.
+    let one = Tensor::from_slice(&[2i64], &[], CPU).unwrap();
+    let src1 = leaf(&[4, 1], 47);
+    gradcheck("index_add (0-D index)", &[a.alias(), src1.alias()], |x| {
+        x[0].index_add(1, &one, &x[1])
+    });
+    // masked_fill (out of place) with a mask broadcast over the rows.
+    let m = Tensor::from_slice(&[true, false, true], &[3], CPU).unwrap();
+    gradcheck("masked_fill", &[a.alias()], |x| x[0].masked_fill(&m, 7.0));
+    // Only the source requires grad.
+    let plain = Tensor::zeros(&[4, 3], DType::F64, CPU).unwrap();
+    gradcheck("scatter into a constant", &[src.alias()], |x| {
+        plain.scatter(1, &sidx, &x[0])
+    });
+}
+
+/// PyTorch's gradients where scatter and index_copy write a position twice:
+/// every source element gets the gradient of the position it was sent to,
+/// and `self` gets zero there.
+#[test]
+fn scatter_gradients_with_duplicates_follow_pytorch() {
+    let _l = lock();
+    let x = leaf(&[4], 48);
+    let v = leaf(&[3], 49);
+    let i = Tensor::from_slice(&[1i64, 1, 3], &[3], CPU).unwrap();
+    let w = Tensor::from_slice(&[1.0f64, 2.0, 3.0, 4.0], &[4], CPU).unwrap();
+    let y = x.scatter(0, &i, &v).unwrap();
+    assert_eq!(y.grad_fn_name(), Some("ScatterBackward"));
+    y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 0.0, 3.0, 0.0]
+    );
+    assert_eq!(
+        v.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![2.0, 2.0, 4.0]
+    );
+    x.zero_grad();
+    v.zero_grad();
+    let y = x.index_copy(0, &i, &v).unwrap();
+    assert_eq!(y.grad_fn_name(), Some("IndexCopyBackward"));
+    y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 0.0, 3.0, 0.0]
+    );
+    assert_eq!(
+        v.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![2.0, 2.0, 4.0]
+    );
+    // scatter_add and index_add accumulate: self gets the gradient unchanged.
+    x.zero_grad();
+    v.zero_grad();
+    let y = x.scatter_add(0, &i, &v).unwrap();
+    assert_eq!(y.grad_fn_name(), Some("ScatterAddBackward"));
+    y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 2.0, 3.0, 4.0]
+    );
+    assert_eq!(
+        v.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![2.0, 2.0, 4.0]
+    );
+}
+
+#[test]
+fn in_place_index_writes_are_refused_when_they_would_lose_a_gradient() {
+    let _l = lock();
+    let i = Tensor::from_slice(&[0i64, 2], &[2], CPU).unwrap();
+    let mut p = leaf(&[3], 50);
+    let v = leaf(&[2], 51);
+    // On a leaf that requires grad (the library's rule for every in-place op).
+    for (op, r) in [
+        ("scatter_", p.scatter_(0, &i, &v.detach()).map(|_| ())),
+        (
+            "scatter_add_",
+            p.scatter_add_(0, &i, &v.detach()).map(|_| ()),
+        ),
+        ("index_fill_", p.index_fill_(0, &i, 1.0).map(|_| ())),
+        ("index_copy_", p.index_copy_(0, &i, &v.detach()).map(|_| ())),
+        ("index_add_", p.index_add_(0, &i, &v.detach()).map(|_| ())),
+    ] {
+        let e = r.expect_err(op);
+        assert!(matches!(e, Error::Autograd { .. }), "{op}: {e}");
+        assert!(e.to_string().contains(op), "{op}: {e}");
+    }
+    // Into a plain tensor from a source that requires grad: refused too (the
+    // gradient of `v` would silently be lost).
+    let mut z = Tensor::zeros(&[3], DType::F64, CPU).unwrap();
+    for (op, r) in [
+        ("scatter_", z.scatter_(0, &i, &v).map(|_| ())),
+        ("scatter_add_", z.scatter_add_(0, &i, &v).map(|_| ())),
+        ("index_copy_", z.index_copy_(0, &i, &v).map(|_| ())),
+        ("index_add_", z.index_add_(0, &i, &v).map(|_| ())),
+    ] {
+        let e = r.expect_err(op);
+        assert!(matches!(e, Error::Autograd { .. }), "{op}: {e}");
+        assert!(
+            e.to_string().contains(op) && e.to_string().contains("[2]"),
+            "{op}: {e}"
+        );
+    }
+    let e = z.slice_assign_(0, 0, 2, 1, &v).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Autograd {
+                op: "slice_assign_",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(z.to_vec::<f64>().unwrap(), vec![0.0; 3], "nothing written");
+    // Under no_grad both are allowed (how optimizers write).
+    no_grad(|| -> tensorscope::Result<()> {
+        z.index_copy_(0, &i, &v)?;
+        p.scatter_value_(0, &i, 0.0)?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(z.to_vec::<f64>().unwrap()[1], 0.0);
+    assert_eq!(z.to_vec::<f64>().unwrap()[2], v.to_vec::<f64>().unwrap()[1]);
+    // An out= form does not record either: refused when the input requires grad.
+    let mut out = Tensor::zeros(&[2], DType::F64, CPU).unwrap();
+    let e = p.index_select_out(0, &i, &mut out).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Autograd {
+                op: "index_select_out",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    no_grad(|| p.index_select_out(0, &i, &mut out)).unwrap();
+}
+
+/// masked_scatter: forward against a naive loop (non-contiguous self,
+/// broadcast mask, several dtypes), gradcheck, and its errors.
+#[test]
+fn masked_scatter_forward_gradcheck_and_errors() {
+    let _l = lock();
+    let mask_v = [true, false, true, true];
+    let mask = Tensor::from_slice(&mask_v, &[4, 1], CPU).unwrap(); // broadcast over 3 columns
+    for dt in [DType::F64, DType::F32, DType::I64] {
+        let x = Tensor::arange(0.0, 12.0, 1.0, dt, CPU)
+            .unwrap()
+            .view(&[3, 4])
+            .unwrap()
+            .t()
+            .unwrap(); // [4, 3], non-contiguous
+        let src = Tensor::arange(100.0, 112.0, 1.0, dt, CPU)
+            .unwrap()
+            .view(&[2, 6])
+            .unwrap();
+        let y = x.masked_scatter(&mask, &src).unwrap();
+        let xv = x.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        let mut want = Vec::new();
+        let mut next = 100.0;
+        for (i, &v) in xv.iter().enumerate() {
+            if mask_v[i / 3] {
+                want.push(next);
+                next += 1.0;
+            } else {
+                want.push(v);
+            }
+        }
+        assert_eq!(
+            y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            want,
+            "{dt}"
+        );
+        // In place, on a plain tensor, gives the same.
+        let mut z = x.contiguous().unwrap().deep_clone().unwrap();
+        z.masked_scatter_(&mask, &src).unwrap();
+        assert_eq!(
+            z.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            want,
+            "{dt} in place"
+        );
+    }
+    let a = leaf_t(4, 3, 52);
+    let src = leaf(&[2, 7], 53); // 14 elements, 9 used
+    gradcheck("masked_scatter", &[a.alias(), src.alias()], |x| {
+        x[0].masked_scatter(&mask, &x[1])
+    });
+    let row = leaf(&[3], 54);
+    gradcheck(
+        "masked_scatter (expanded self)",
+        &[row.alias(), src.alias()],
+        |x| x[0].expand(&[4, 3])?.masked_scatter(&mask, &x[1].t()?),
+    );
+    // Errors name the op: too small a source, a non-bool mask, a mask that
+    // does not broadcast to self, another dtype; in place on a grad source.
+    let small = Tensor::zeros(&[8], DType::F64, CPU).unwrap();
+    let e = a.masked_scatter(&mask, &small).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("masked_scatter"),
+        "{e}"
+    );
+    let e = a
+        .masked_scatter(&mask.to_dtype(DType::I64).unwrap(), &src)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_scatter",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let big = Tensor::from_slice(&[true; 8], &[2, 4, 1], CPU).unwrap();
+    let e = a.masked_scatter(&big, &src).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("masked_scatter"),
+        "{e}"
+    );
+    let e = a
+        .masked_scatter(&mask, &src.to_dtype(DType::F32).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_scatter",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut z = Tensor::zeros(&[4, 3], DType::F64, CPU).unwrap();
+    let e = z.masked_scatter_(&mask, &src).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Autograd {
+                op: "masked_scatter_",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

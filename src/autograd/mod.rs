@@ -27,6 +27,7 @@
 mod checkpoint;
 mod engine;
 pub(crate) mod formulas;
+pub(crate) mod formulas_index;
 pub(crate) mod formulas_more;
 pub mod mode;
 

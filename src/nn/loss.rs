@@ -1,4 +1,12 @@
-//! Loss functions (mean reduction), differentiable through autograd.
+//! Loss functions, differentiable through autograd.
+//!
+//! The plain functions ([`mse_loss`], [`cross_entropy`], [`bce_with_logits`])
+//! take PyTorch's defaults and average over the batch. Their `_with` forms
+//! take PyTorch's options: a [`Reduction`] (`Mean`, `Sum` or `None`), and
+//! for cross-entropy `ignore_index`, a class `weight` and `label_smoothing`
+//! ([`CrossEntropyOptions`]), for BCE an element `weight` and `pos_weight`
+//! ([`BceWithLogitsOptions`]). Results match PyTorch 2.15's to rounding (the
+//! tests compare against numbers it produced).
 
 use crate::error::{bail, Error, Result};
 use crate::{DType, Tensor};
@@ -15,6 +23,27 @@ fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// How a loss reduces its per-element values (PyTorch's `reduction=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reduction {
+    /// The mean (for a weighted cross-entropy: the sum divided by the summed
+    /// weights of the counted targets). The default.
+    #[default]
+    Mean,
+    /// The sum.
+    Sum,
+    /// No reduction: one value per element (per sample for cross-entropy).
+    None,
+}
+
+fn reduce(loss: Tensor, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::Mean => loss.mean_all(),
+        Reduction::Sum => loss.sum_all(),
+        Reduction::None => Ok(loss),
+    }
+}
+
 /// Mean squared error: `mean((pred - target)^2)`. Shapes must be equal.
 ///
 /// ```
@@ -26,12 +55,147 @@ fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    mse_loss_with(pred, target, Reduction::Mean)
+}
+
+/// [`mse_loss`] with a [`Reduction`]: `Sum` adds the squared errors, `None`
+/// returns them elementwise (the input's shape).
+///
+/// ```
+/// use tensorscope::nn::{mse_loss_with, Reduction};
+/// use tensorscope::{Device, Tensor};
+/// let p = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu)?;
+/// let t = Tensor::from_slice(&[0.0f32, 4.0], &[2], Device::Cpu)?;
+/// assert_eq!(mse_loss_with(&p, &t, Reduction::Sum)?.item::<f32>()?, 5.0);
+/// assert_eq!(mse_loss_with(&p, &t, Reduction::None)?.to_vec::<f32>()?, vec![1.0, 4.0]);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn mse_loss_with(pred: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     same_shape("mse_loss", pred, target)?;
-    pred.sub(target)?.square()?.mean_all()
+    reduce(pred.sub(target)?.square()?, reduction)
+}
+
+/// Options of [`cross_entropy_with`]; `Default` gives [`cross_entropy`]'s
+/// behaviour.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrossEntropyOptions<'a> {
+    /// How the per-sample losses are reduced.
+    pub reduction: Reduction,
+    /// Targets equal to this class index count for nothing (no loss, no
+    /// gradient, not in the mean's denominator). `None` (the default here)
+    /// ignores nothing and every target must be a class; PyTorch's default
+    /// is `Some(-100)`, the usual padding label.
+    pub ignore_index: Option<i64>,
+    /// A rescaling weight per class, shape `[C]`, the logits' dtype. With
+    /// `Mean`, the sum of the weighted losses is divided by the sum of the
+    /// weights of the (not ignored) targets, as in PyTorch.
+    pub weight: Option<&'a Tensor>,
+    /// In `[0, 1]`: the target becomes a mix of the one-hot class (`1 - ε`)
+    /// and the uniform distribution (`ε / C`). 0 by default.
+    pub label_smoothing: f64,
+}
+
+/// Checks `label_smoothing` and the class weight of a cross-entropy.
+fn check_ce_options(logits: &Tensor, opts: &CrossEntropyOptions<'_>) -> Result<()> {
+    let op = "cross_entropy";
+    let eps = opts.label_smoothing;
+    if !(0.0..=1.0).contains(&eps) {
+        bail!(Error::arg(
+            op,
+            format!("label_smoothing must be in [0, 1], got {eps}")
+        ));
+    }
+    let c = logits.shape()[if logits.rank() == 1 { 0 } else { 1 }];
+    if let Some(w) = opts.weight {
+        if w.shape() != [c] {
+            bail!(Error::shape(
+                op,
+                logits.shape(),
+                w.shape(),
+                format!("the class weight must be [C] = [{c}]")
+            ));
+        }
+        if w.dtype() != logits.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!(
+                    "{} (the logits' dtype) for the class weight",
+                    logits.dtype()
+                ),
+                w.dtype()
+            ));
+        }
+        logits.same_device(op, w)?;
+    }
+    Ok(())
+}
+
+/// Cross-entropy against class probabilities (targets of the logits' shape
+/// and dtype), PyTorch's formula: `-Σ_c w_c t_c log_softmax(x)_c` per
+/// sample, the targets smoothed to `(1 - ε) t + ε / C` first; `Mean`
+/// divides by the number of samples.
+fn cross_entropy_probs(
+    logits: &Tensor,
+    targets: &Tensor,
+    opts: &CrossEntropyOptions<'_>,
+) -> Result<Tensor> {
+    let op = "cross_entropy";
+    if targets.rank() + 1 == logits.rank() {
+        // The shape of class indices: a float tensor there is a dtype mistake.
+        bail!(Error::dtype(
+            op,
+            "i64 class indices (or class probabilities of the logits' shape)",
+            targets.dtype()
+        ));
+    }
+    if logits.rank() == 0 || targets.shape() != logits.shape() {
+        bail!(Error::shape(
+            op,
+            logits.shape(),
+            targets.shape(),
+            "class-probability targets must have the logits' shape ([N, C], [N, C, d1, ...] or [C])"
+        ));
+    }
+    if targets.dtype() != logits.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!(
+                "{} (the logits' dtype) for probability targets",
+                logits.dtype()
+            ),
+            targets.dtype()
+        ));
+    }
+    logits.same_device(op, targets)?;
+    if let Some(ig) = opts.ignore_index.filter(|&i| i >= 0) {
+        bail!(Error::arg(
+            op,
+            format!("ignore_index ({ig}) is not supported with class-probability targets")
+        ));
+    }
+    check_ce_options(logits, opts)?;
+    let class_dim = if logits.rank() == 1 { 0 } else { 1 };
+    let c = logits.shape()[class_dim];
+    let eps = opts.label_smoothing;
+    let t = if eps > 0.0 {
+        targets.mul_scalar(1.0 - eps)?.add_scalar(eps / c as f64)?
+    } else {
+        targets.alias()
+    };
+    let mut prod = logits.log_softmax(class_dim as isize)?.mul(&t)?;
+    if let Some(w) = opts.weight {
+        // [C] seen as [C, 1, ...] against the dims after the class dim.
+        let mut ws = vec![c as isize];
+        ws.extend(std::iter::repeat_n(1, logits.rank() - class_dim - 1));
+        prod = prod.mul(&w.view(&ws)?)?;
+    }
+    let per = prod.sum(&[class_dim as isize], false)?.neg()?;
+    reduce(per, opts.reduction)
 }
 
 /// Cross-entropy from unnormalised `logits [N, C]` and class indices
 /// `targets` (i64, `[N]`, each in `0..C`): `-mean_i log_softmax(logits)[i, t_i]`.
+/// See [`cross_entropy_with`] for the options and the other accepted shapes.
 ///
 /// ```
 /// use tensorscope::nn::cross_entropy;
@@ -42,37 +206,184 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
+}
+
+/// Cross-entropy with PyTorch's options ([`CrossEntropyOptions`]).
+///
+/// Shapes, as in PyTorch: logits `[N, C]` with targets `[N]`, logits
+/// `[N, C, d1, ...]` with targets `[N, d1, ...]` (the class dimension is 1),
+/// or unbatched logits `[C]` with a 0-D target. With `Reduction::None` the
+/// result has the targets' shape. Targets are i64 class indices in `0..C`
+/// (or equal to `ignore_index`), or **class probabilities**: a float tensor
+/// of the logits' shape and dtype (soft labels, mixup), for which
+/// `ignore_index` must not name a class and `Mean` divides by the number of
+/// samples, as in PyTorch. Anything else is an `Err` naming the op.
+///
+/// ```
+/// use tensorscope::nn::{cross_entropy_with, CrossEntropyOptions, Reduction};
+/// use tensorscope::{Device, Tensor};
+/// let logits = Tensor::from_slice(&[2.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3], Device::Cpu)?;
+/// let t = Tensor::from_slice(&[0i64, -100], &[2], Device::Cpu)?; // -100: padding
+/// let w = Tensor::from_slice(&[1.0f32, 2.0, 1.0], &[3], Device::Cpu)?;
+/// let opts = CrossEntropyOptions {
+///     ignore_index: Some(-100),
+///     weight: Some(&w),
+///     label_smoothing: 0.1,
+///     reduction: Reduction::None,
+/// };
+/// let l = cross_entropy_with(&logits, &t, &opts)?.to_vec::<f32>()?;
+/// assert_eq!(l[1], 0.0); // the ignored sample
+/// assert!((l[0] - 0.4475).abs() < 1e-4); // torch.nn.functional.cross_entropy agrees
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn cross_entropy_with(
+    logits: &Tensor,
+    targets: &Tensor,
+    opts: &CrossEntropyOptions<'_>,
+) -> Result<Tensor> {
     let op = "cross_entropy";
-    if logits.rank() != 2 || targets.rank() != 1 || targets.shape()[0] != logits.shape()[0] {
+    if targets.dtype().is_float() {
+        return cross_entropy_probs(logits, targets, opts);
+    }
+    let shapes_ok = match logits.rank() {
+        1 => targets.rank() == 0,
+        0 => false,
+        r => {
+            targets.rank() == r - 1
+                && targets.shape()[0] == logits.shape()[0]
+                && targets.shape()[1..] == logits.shape()[2..]
+        }
+    };
+    if !shapes_ok {
         bail!(Error::shape(
             op,
             logits.shape(),
             targets.shape(),
-            "logits must be [N, C] and targets [N]"
+            "logits must be [N, C] with targets [N], [N, C, d1, ...] with targets [N, d1, ...], or [C] with a 0-D target"
         ));
     }
     if targets.dtype() != DType::I64 {
-        bail!(Error::dtype(op, "i64 class indices", targets.dtype()));
+        bail!(Error::dtype(
+            op,
+            "i64 class indices (or float class probabilities)",
+            targets.dtype()
+        ));
     }
     if !logits.dtype().is_float() {
         bail!(Error::dtype(op, "float logits", logits.dtype()));
     }
-    let (n, c) = (logits.shape()[0], logits.shape()[1]);
-    if n > 0 {
-        let lo = targets.min_all()?.item::<i64>()?;
-        let hi = targets.max_all()?.item::<i64>()?;
+    logits.same_device(op, targets)?;
+    let eps = opts.label_smoothing;
+    let class_dim = if logits.rank() == 1 { 0 } else { 1 };
+    let c = logits.shape()[class_dim];
+    check_ce_options(logits, opts)?;
+
+    // Rows [M, C] and targets [M], the class dimension last.
+    let rows = if logits.rank() == 1 {
+        logits.unsqueeze(0)?
+    } else if logits.rank() == 2 {
+        logits.alias()
+    } else {
+        let r = logits.rank();
+        let mut perm: Vec<isize> = vec![0];
+        perm.extend(2..r as isize);
+        perm.push(1);
+        logits.permute(&perm)?.reshape(&[-1, c as isize])?
+    };
+    let flat = targets.reshape(&[-1])?;
+
+    // Range check; the ignored targets are replaced by class 0 for the
+    // lookups and masked out.
+    let (safe, valid) = match opts.ignore_index {
+        Some(ig) => {
+            let ignored = flat.eq_scalar(ig as f64)?;
+            let zero = Tensor::zeros(&[], DType::I64, flat.device())?;
+            let safe = Tensor::where_cond(&ignored, &zero, &flat)?;
+            (safe, Some(ignored.eq_scalar(0.0)?))
+        }
+        None => (flat.alias(), None),
+    };
+    if safe.numel() > 0 {
+        let lo = safe.min_all()?.item::<i64>()?;
+        let hi = safe.max_all()?.item::<i64>()?;
         if lo < 0 || hi >= c as i64 {
-            let bad = if lo < 0 { lo } else { hi };
             bail!(Error::IndexOutOfRange {
                 op,
-                index: bad,
-                dim: 1,
+                index: if lo < 0 { lo } else { hi },
+                dim: class_dim,
                 size: c,
             });
         }
     }
-    let picked = logits.log_softmax(1)?.gather(1, &targets.unsqueeze(1)?)?;
-    picked.mean_all()?.neg()
+
+    let logp = rows.log_softmax(1)?;
+    let dt = logits.dtype();
+    // Per-sample weight of the target class, zero where ignored.
+    let mut wt: Option<Tensor> = match opts.weight {
+        Some(w) => Some(w.index_select(0, &safe)?),
+        None => None,
+    };
+    if let Some(v) = &valid {
+        let v = v.to_dtype(dt)?;
+        wt = Some(match wt {
+            Some(w) => w.mul(&v)?,
+            None => v,
+        });
+    }
+    let picked = logp.gather(1, &safe.unsqueeze(1)?)?.squeeze_dim(1)?;
+    let mut nll = match &wt {
+        Some(w) => picked.mul(w)?.neg()?,
+        None => picked.neg()?,
+    };
+    let reduce_ce = |per: Tensor| -> Result<Tensor> {
+        match opts.reduction {
+            Reduction::Mean => match &wt {
+                Some(w) => per.sum_all()?.div(&w.sum_all()?),
+                None => per.mean_all(),
+            },
+            Reduction::Sum => per.sum_all(),
+            Reduction::None => per.reshape(
+                &targets
+                    .shape()
+                    .iter()
+                    .map(|&d| d as isize)
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    };
+    if eps > 0.0 {
+        // PyTorch: (1 - ε) nll + ε / C * smooth, smooth = -Σ_c w_c logp_c,
+        // zero where ignored, reduced like the nll part.
+        let mut smooth = match opts.weight {
+            Some(w) => logp.mul(w)?.sum(&[1], false)?.neg()?,
+            None => logp.sum(&[1], false)?.neg()?,
+        };
+        if let Some(v) = &valid {
+            smooth = smooth.mul(&v.to_dtype(dt)?)?;
+        }
+        nll = nll.mul_scalar(1.0 - eps)?;
+        let smooth = smooth.mul_scalar(eps / c as f64)?;
+        return match opts.reduction {
+            Reduction::None => reduce_ce(nll.add(&smooth)?),
+            _ => reduce_ce(nll)?.add(&reduce_ce(smooth)?),
+        };
+    }
+    reduce_ce(nll)
+}
+
+/// Options of [`bce_with_logits_with`]; `Default` gives
+/// [`bce_with_logits`]'s behaviour.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BceWithLogitsOptions<'a> {
+    /// How the element losses are reduced.
+    pub reduction: Reduction,
+    /// A rescaling weight per element, broadcast to the logits' shape.
+    pub weight: Option<&'a Tensor>,
+    /// The weight of the positive term `t · log σ(x)`, broadcast to the
+    /// logits' shape (usually `[C]`, one per class along the last dimension):
+    /// `n_negative / n_positive` balances a rare positive class.
+    pub pos_weight: Option<&'a Tensor>,
 }
 
 /// Binary cross-entropy on logits, in the stable form
@@ -88,11 +399,70 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn bce_with_logits(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    same_shape("bce_with_logits", logits, targets)?;
-    let softplus_neg_abs = logits.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?;
-    logits
-        .relu()?
-        .sub(&logits.mul(targets)?)?
-        .add(&softplus_neg_abs)?
-        .mean_all()
+    bce_with_logits_with(logits, targets, &BceWithLogitsOptions::default())
+}
+
+/// [`bce_with_logits`] with PyTorch's options ([`BceWithLogitsOptions`]):
+/// `l = w · [(1 - t) x + (1 + (p - 1) t) · softplus(-x)]` for `pos_weight`
+/// `p` and `weight` `w`, then reduced. `weight` and `pos_weight` must
+/// broadcast to the logits' shape and have their dtype.
+///
+/// ```
+/// use tensorscope::nn::{bce_with_logits_with, BceWithLogitsOptions, Reduction};
+/// use tensorscope::{Device, Tensor};
+/// let x = Tensor::from_slice(&[0.0f32, 0.0], &[1, 2], Device::Cpu)?;
+/// let t = Tensor::from_slice(&[1.0f32, 0.0], &[1, 2], Device::Cpu)?;
+/// let pw = Tensor::from_slice(&[3.0f32, 3.0], &[2], Device::Cpu)?;
+/// let opts = BceWithLogitsOptions { pos_weight: Some(&pw), reduction: Reduction::None, ..Default::default() };
+/// let l = bce_with_logits_with(&x, &t, &opts)?.to_vec::<f32>()?;
+/// let ln2 = 2f32.ln();
+/// assert!((l[0] - 3.0 * ln2).abs() < 1e-6 && (l[1] - ln2).abs() < 1e-6);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn bce_with_logits_with(
+    logits: &Tensor,
+    targets: &Tensor,
+    opts: &BceWithLogitsOptions<'_>,
+) -> Result<Tensor> {
+    let op = "bce_with_logits";
+    same_shape(op, logits, targets)?;
+    if !logits.dtype().is_float() {
+        bail!(Error::dtype(op, "float logits", logits.dtype()));
+    }
+    for (what, t) in [("weight", opts.weight), ("pos_weight", opts.pos_weight)] {
+        let Some(t) = t else { continue };
+        logits.same_device(op, t)?;
+        if t.dtype() != logits.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!("{} (the logits' dtype) for {what}", logits.dtype()),
+                t.dtype()
+            ));
+        }
+        let b = crate::layout::broadcast_shapes(op, logits.shape(), t.shape())?;
+        if b.as_slice() != logits.shape() {
+            bail!(Error::shape(
+                op,
+                logits.shape(),
+                t.shape(),
+                format!("{what} must broadcast to the logits' shape")
+            ));
+        }
+    }
+    // log(1 + exp(-|x|)): the stable tail of softplus.
+    let tail = logits.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?;
+    let loss = match opts.pos_weight {
+        None => logits.relu()?.sub(&logits.mul(targets)?)?.add(&tail)?,
+        Some(p) => {
+            // (1 - t) x + (1 + (p - 1) t) softplus(-x), softplus(-x) = max(-x, 0) + tail.
+            let sp = logits.neg()?.relu()?.add(&tail)?;
+            let lw = p.sub_scalar(1.0)?.mul(targets)?.add_scalar(1.0)?;
+            targets.rsub_scalar(1.0)?.mul(logits)?.add(&lw.mul(&sp)?)?
+        }
+    };
+    let loss = match opts.weight {
+        Some(w) => loss.mul(w)?,
+        None => loss,
+    };
+    reduce(loss, opts.reduction)
 }

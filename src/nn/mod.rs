@@ -40,11 +40,14 @@ mod state;
 
 pub use activation::{ReLU, Sigmoid, Tanh, GELU};
 pub use dropout::Dropout;
-pub use embedding::Embedding;
+pub use embedding::{Embedding, EmbeddingOptions};
 pub use linear::Linear;
-pub use loss::{bce_with_logits, cross_entropy, mse_loss};
+pub use loss::{
+    bce_with_logits, bce_with_logits_with, cross_entropy, cross_entropy_with, mse_loss,
+    mse_loss_with, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
+};
 pub use module::Module;
-pub use norm::{BatchNorm1d, LayerNorm};
+pub use norm::{BatchNorm1d, BatchNormOptions, LayerNorm};
 pub use sequential::{DonationStats, Sequential};
 pub use state::*;
 

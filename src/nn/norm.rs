@@ -99,20 +99,54 @@ impl Module for LayerNorm {
     }
 }
 
-/// Batch normalisation of an `[N, C]` input over the batch dimension.
+/// Options of [`BatchNorm1d::with_config`], PyTorch's keyword arguments;
+/// `Default` gives PyTorch's defaults (those of [`BatchNorm1d::new`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormOptions {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f64,
+    /// Weight of the new batch statistic in the running average, in
+    /// `[0, 1]` (default `Some(0.1)`); `None` keeps a cumulative average
+    /// (each batch weighs `1 / num_batches_tracked`), as PyTorch's
+    /// `momentum=None`.
+    pub momentum: Option<f64>,
+    /// Learnable per-channel `weight` (1) and `bias` (0); default `true`.
+    pub affine: bool,
+    /// Keep running statistics (default `true`). Without them the layer has
+    /// no buffers and normalises with the batch statistics in evaluation
+    /// mode too.
+    pub track_running_stats: bool,
+}
+
+impl Default for BatchNormOptions {
+    fn default() -> Self {
+        BatchNormOptions {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+            track_running_stats: true,
+        }
+    }
+}
+
+/// Batch normalisation of an `[N, C]` or `[N, C, L]` input, per channel
+/// `C`, with statistics over `N` (and `L`), as PyTorch's `BatchNorm1d`.
 ///
 /// * Training mode (the default): normalises with the batch mean and
 ///   **biased** variance, and updates the running statistics under `no_grad`:
 ///   `running = (1 - momentum) * running + momentum * batch_stat`, with the
-///   **unbiased** batch variance for `running_var` (momentum 0.1, as PyTorch).
-///   `num_batches_tracked` counts the updates. A batch of one sample is an
-///   error (the variance is undefined).
-/// * Evaluation mode: normalises with the running statistics.
+///   **unbiased** batch variance for `running_var` (momentum 0.1, as PyTorch;
+///   see [`BatchNormOptions`] for `momentum: None`, a cumulative average).
+///   `num_batches_tracked` counts the updates. A batch with one value per
+///   channel (`N * L == 1`) is an error (the variance is undefined).
+/// * Evaluation mode: normalises with the running statistics (with the
+///   batch statistics when `track_running_stats` is off).
 ///
-/// `weight` (1) and `bias` (0) are trainable; `running_mean` (0),
-/// `running_var` (1) and `num_batches_tracked` (i64 0) are buffers: listed by
+/// `weight` (1) and `bias` (0) are trainable (`None` without `affine`);
+/// `running_mean` (0), `running_var` (1) and `num_batches_tracked` (i64 0)
+/// are buffers (`None` without `track_running_stats`): listed by
 /// `named_parameters_mut` after the parameters, not by `named_parameters`
-/// (see the [module docs](super)).
+/// (see the [module docs](super)). The input must have the layer's dtype.
 ///
 /// The running statistics are written through a second handle to the buffer
 /// (an alias), so `forward(&self)` can update them without `&mut`.
@@ -125,31 +159,55 @@ impl Module for LayerNorm {
 /// let y = bn.forward(&x)?;
 /// assert!((y.to_vec::<f32>()?[1] - 1.0).abs() < 1e-4);
 /// // running_mean = 0.9 * 0 + 0.1 * 2, running_var = 0.9 * 1 + 0.1 * 2 (unbiased)
-/// assert!((bn.running_mean.to_vec::<f32>()?[0] - 0.2).abs() < 1e-6);
-/// assert!((bn.running_var.to_vec::<f32>()?[0] - 1.1).abs() < 1e-6);
+/// let rm = bn.running_mean.as_ref().unwrap();
+/// assert!((rm.to_vec::<f32>()?[0] - 0.2).abs() < 1e-6);
+/// assert!((bn.running_var.as_ref().unwrap().to_vec::<f32>()?[0] - 1.1).abs() < 1e-6);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+///
+/// A sequence input `[N, C, L]`, without affine parameters, with a
+/// cumulative running average:
+///
+/// ```
+/// use tensorscope::nn::{BatchNorm1d, BatchNormOptions, Module};
+/// use tensorscope::{DType, Device, Tensor};
+/// let opts = BatchNormOptions { affine: false, momentum: None, ..Default::default() };
+/// let bn = BatchNorm1d::with_config(2, opts, DType::F32, Device::Cpu)?;
+/// assert!(bn.weight.is_none() && bn.named_parameters().is_empty());
+/// let x = Tensor::arange(0.0, 12.0, 1.0, DType::F32, Device::Cpu)?.view(&[2, 2, 3])?;
+/// assert_eq!(bn.forward(&x)?.shape(), &[2, 2, 3]);
+/// // Channel 0 holds 0, 1, 2, 6, 7, 8: mean 4 (one batch: the average is that batch's).
+/// assert_eq!(bn.running_mean.as_ref().unwrap().to_vec::<f32>()?[0], 4.0);
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub struct BatchNorm1d {
     num_features: usize,
-    eps: f64,
-    momentum: f64,
+    opts: BatchNormOptions,
+    dtype: DType,
     training: bool,
-    /// The scale `[C]` (1 at creation).
-    pub weight: Tensor,
-    /// The shift `[C]` (0 at creation).
-    pub bias: Tensor,
-    /// Buffer: running mean `[C]`.
-    pub running_mean: Tensor,
-    /// Buffer: running (unbiased) variance `[C]`.
-    pub running_var: Tensor,
-    /// Buffer: number of training batches seen (i64 scalar).
-    pub num_batches_tracked: Tensor,
+    /// The scale `[C]` (1 at creation); `None` without `affine`.
+    pub weight: Option<Tensor>,
+    /// The shift `[C]` (0 at creation); `None` without `affine`.
+    pub bias: Option<Tensor>,
+    /// Buffer: running mean `[C]`; `None` without `track_running_stats`.
+    pub running_mean: Option<Tensor>,
+    /// Buffer: running (unbiased) variance `[C]`; `None` without
+    /// `track_running_stats`.
+    pub running_var: Option<Tensor>,
+    /// Buffer: number of training batches seen (i64 scalar); `None` without
+    /// `track_running_stats`.
+    pub num_batches_tracked: Option<Tensor>,
 }
 
 impl BatchNorm1d {
     /// An f32 layer on the CPU with `eps = 1e-5`, `momentum = 0.1`.
     pub fn new(num_features: usize) -> Result<BatchNorm1d> {
-        BatchNorm1d::with_options(num_features, 1e-5, 0.1, DType::F32, Device::Cpu)
+        BatchNorm1d::with_config(
+            num_features,
+            BatchNormOptions::default(),
+            DType::F32,
+            Device::Cpu,
+        )
     }
 
     /// A layer with the given `eps`, `momentum` (in `[0, 1]`), float dtype and device.
@@ -160,44 +218,93 @@ impl BatchNorm1d {
         dtype: DType,
         device: Device,
     ) -> Result<BatchNorm1d> {
+        let opts = BatchNormOptions {
+            eps,
+            momentum: Some(momentum),
+            ..Default::default()
+        };
+        BatchNorm1d::with_config(num_features, opts, dtype, device)
+    }
+
+    /// A layer with all of PyTorch's options ([`BatchNormOptions`]).
+    pub fn with_config(
+        num_features: usize,
+        opts: BatchNormOptions,
+        dtype: DType,
+        device: Device,
+    ) -> Result<BatchNorm1d> {
         if !dtype.is_float() {
             bail!(Error::dtype("BatchNorm1d", "a float dtype", dtype));
         }
-        if !(eps.is_finite() && eps >= 0.0 && (0.0..=1.0).contains(&momentum)) {
+        let eps = opts.eps;
+        let momentum_ok = opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m));
+        if !(eps.is_finite() && eps >= 0.0 && momentum_ok) {
             bail!(Error::arg(
                 "BatchNorm1d",
-                format!("eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {momentum}")
+                format!("eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {:?}", opts.momentum)
             ));
         }
         let c = [num_features];
+        let (weight, bias) = if opts.affine {
+            (
+                Some(Tensor::ones(&c, dtype, device)?.requires_grad_(true)?),
+                Some(Tensor::zeros(&c, dtype, device)?.requires_grad_(true)?),
+            )
+        } else {
+            (None, None)
+        };
+        let (running_mean, running_var, num_batches_tracked) = if opts.track_running_stats {
+            (
+                Some(Tensor::zeros(&c, dtype, device)?),
+                Some(Tensor::ones(&c, dtype, device)?),
+                Some(Tensor::zeros(&[], DType::I64, device)?),
+            )
+        } else {
+            (None, None, None)
+        };
         Ok(BatchNorm1d {
             num_features,
-            eps,
-            momentum,
+            opts,
+            dtype,
             training: true,
-            weight: Tensor::ones(&c, dtype, device)?.requires_grad_(true)?,
-            bias: Tensor::zeros(&c, dtype, device)?.requires_grad_(true)?,
-            running_mean: Tensor::zeros(&c, dtype, device)?,
-            running_var: Tensor::ones(&c, dtype, device)?,
-            num_batches_tracked: Tensor::zeros(&[], DType::I64, device)?,
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            num_batches_tracked,
         })
     }
 
+    /// The options the layer was built with.
+    pub fn options(&self) -> BatchNormOptions {
+        self.opts
+    }
+
     fn update_running(&self, mean: &Tensor, var_biased: &Tensor, n: usize) -> Result<()> {
+        let (Some(rm), Some(rv), Some(nb)) = (
+            &self.running_mean,
+            &self.running_var,
+            &self.num_batches_tracked,
+        ) else {
+            return Ok(());
+        };
         no_grad(|| {
-            let m = self.momentum;
+            // Aliases share the buffers' storage: writing through them updates the buffers.
+            let mut nb = nb.alias();
+            nb.add_scalar_(1.0)?;
+            let m = match self.opts.momentum {
+                Some(m) => m,
+                None => 1.0 / nb.item::<i64>()? as f64,
+            };
             let mean = mean.detach().reshape(&[-1])?;
             let var = var_biased
                 .detach()
                 .reshape(&[-1])?
                 .mul_scalar(n as f64 / (n as f64 - 1.0))?;
-            // Aliases share the buffers' storage: writing through them updates the buffers.
-            let mut rm = self.running_mean.alias();
+            let mut rm = rm.alias();
             rm.mul_scalar_(1.0 - m)?.add_(&mean.mul_scalar(m)?)?;
-            let mut rv = self.running_var.alias();
+            let mut rv = rv.alias();
             rv.mul_scalar_(1.0 - m)?.add_(&var.mul_scalar(m)?)?;
-            let mut nb = self.num_batches_tracked.alias();
-            nb.add_scalar_(1.0)?;
             Ok(())
         })
     }
@@ -205,49 +312,88 @@ impl BatchNorm1d {
 
 impl Module for BatchNorm1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.rank() != 2 || x.shape()[1] != self.num_features {
+        let op = "BatchNorm1d";
+        let c = self.num_features;
+        if !(x.rank() == 2 || x.rank() == 3) || x.shape()[1] != c {
             bail!(Error::shape(
-                "BatchNorm1d",
+                op,
                 x.shape(),
-                &[self.num_features],
-                "the input must be [N, C] with C = num_features"
+                &[c],
+                "the input must be [N, C] or [N, C, L] with C = num_features"
             ));
         }
-        let (mean, inv, xc) = if self.training {
-            let n = x.shape()[0];
-            if n < 2 {
-                bail!(Error::arg(
-                    "BatchNorm1d",
-                    format!("expected more than 1 value per channel when training, got input of shape {:?}", x.shape())
-                ));
+        if x.dtype() != self.dtype {
+            bail!(Error::dtype(
+                op,
+                format!("{} (the layer's dtype) for the input", self.dtype),
+                x.dtype()
+            ));
+        }
+        let seq = x.rank() == 3;
+        let dims: &[isize] = if seq { &[0, 2] } else { &[0] };
+        // Per-channel tensors [C] seen as [C, 1] for an [N, C, L] input.
+        let chan = |t: &Tensor| -> Result<Tensor> {
+            if seq {
+                t.view(&[c as isize, 1])
+            } else {
+                Ok(t.alias())
             }
-            let mean = x.mean(&[0], true)?;
-            let xc = x.sub(&mean)?;
-            let var = xc.square()?.mean(&[0], true)?;
-            self.update_running(&mean, &var, n)?;
-            (mean, var.add_scalar(self.eps)?.rsqrt()?, xc)
-        } else {
-            let mean = self.running_mean.alias();
-            let inv = self.running_var.add_scalar(self.eps)?.rsqrt()?;
-            let xc = x.sub(&mean)?;
-            (mean, inv, xc)
         };
-        drop(mean);
-        xc.mul(&inv)?.mul(&self.weight)?.add(&self.bias)
+        let n = x.shape()[0] * if seq { x.shape()[2] } else { 1 };
+        let running = match (&self.running_mean, &self.running_var) {
+            (Some(rm), Some(rv)) if !self.training => Some((rm, rv)),
+            _ => None,
+        };
+        let (xc, inv) = match running {
+            Some((rm, rv)) => {
+                let inv = rv.add_scalar(self.opts.eps)?.rsqrt()?;
+                (x.sub(&chan(rm)?)?, chan(&inv)?)
+            }
+            None => {
+                if n == 1 {
+                    bail!(Error::arg(
+                        op,
+                        format!("expected more than 1 value per channel when training, got input of shape {:?}", x.shape())
+                    ));
+                }
+                if n == 0 {
+                    // An empty batch: an empty result, and no statistics to record.
+                    return x.deep_clone();
+                }
+                let mean = x.mean(dims, true)?;
+                let xc = x.sub(&mean)?;
+                let var = xc.square()?.mean(dims, true)?;
+                if self.training {
+                    self.update_running(&mean, &var, n)?;
+                }
+                (xc, var.add_scalar(self.opts.eps)?.rsqrt()?)
+            }
+        };
+        let y = xc.mul(&inv)?;
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => y.mul(&chan(w)?)?.add(&chan(b)?),
+            _ => Ok(y),
+        }
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        vec![("weight".into(), &self.weight), ("bias".into(), &self.bias)]
+        [("weight", &self.weight), ("bias", &self.bias)]
+            .into_iter()
+            .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t)))
+            .collect()
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![
-            ("weight".into(), &mut self.weight),
-            ("bias".into(), &mut self.bias),
-            ("running_mean".into(), &mut self.running_mean),
-            ("running_var".into(), &mut self.running_var),
-            ("num_batches_tracked".into(), &mut self.num_batches_tracked),
+        [
+            ("weight", &mut self.weight),
+            ("bias", &mut self.bias),
+            ("running_mean", &mut self.running_mean),
+            ("running_var", &mut self.running_var),
+            ("num_batches_tracked", &mut self.num_batches_tracked),
         ]
+        .into_iter()
+        .filter_map(|(n, t)| t.as_mut().map(|t| (n.to_string(), t)))
+        .collect()
     }
 
     fn train(&mut self, on: bool) {

@@ -21,7 +21,20 @@
 //! row-major order of the index) and `scatter_add_`/`index_add_` accumulate.
 //! A boolean-mask assignment (`x[x > 15] = -1` in PyTorch) is
 //! [`masked_fill_`](Tensor::masked_fill_).
+//!
+//! **Autograd**: every selecting op ([`index`](Tensor::index),
+//! `index_select`, `gather`, `masked_select`) and every out-of-place write
+//! (`scatter`, `scatter_value`, `scatter_add`, `index_fill`, `index_copy`,
+//! `index_add`, `masked_scatter`) records its gradient, with PyTorch's
+//! semantics (a written position gets no gradient from `self`; a source gets
+//! the gradient at the positions it was written to). The in-place forms are
+//! not recorded: they return an [`Error::Autograd`] in grad mode when `self`
+//! requires grad (as every in-place op does) or when the source requires
+//! grad (its gradient would be lost; `slice_assign_` too); under `no_grad`
+//! they run. `index_select_out` is refused likewise for an input that
+//! requires grad.
 
+use crate::autograd::formulas_index::{self as grad, Write};
 use crate::backend::{self, IndexedDim, Operand, ScatterMode, ScatterSrc};
 use crate::error::{bail, Error, Result};
 use crate::layout::{broadcast_shapes, normalize_dim, Dims, Layout};
@@ -33,6 +46,26 @@ fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
         DType::I64 | DType::I32 => Ok(()),
         d => bail!(Error::dtype(op, "int64 or int32 (an index tensor)", d)),
     }
+}
+
+/// Refuses an in-place write whose source requires grad (in grad mode): the
+/// write would not be recorded, so the source's gradient would be silently
+/// lost. The out-of-place forms record it.
+fn check_src_grad(op: &'static str, src: Option<&Tensor>) -> Result<()> {
+    if let Some(src) = src {
+        if crate::autograd::is_grad_enabled() && src.requires_grad() {
+            bail!(Error::Autograd {
+                op,
+                msg: format!(
+                    "the source ({} {:?}) requires grad, and in-place writes are not recorded by tensorscope's autograd; \
+                     use the out-of-place form (it records the gradient of both inputs), or write under no_grad",
+                    src.dtype(),
+                    src.shape()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Fails unless `index` is a vector (rank 1) or a scalar.
@@ -115,6 +148,17 @@ impl Tensor {
     pub fn index_select_out(&self, dim: isize, index: &Tensor, out: &mut Tensor) -> Result<()> {
         let op = "index_select_out";
         let (d, shape) = self.index_select_check(op, dim, index)?;
+        if crate::autograd::needs_grad(&[self]) {
+            bail!(Error::Autograd {
+                op,
+                msg: format!(
+                    "the input ({} {:?}) requires grad and writes into `out` are not recorded; \
+                     use index_select, or call it under no_grad",
+                    self.dtype(),
+                    self.shape()
+                ),
+            });
+        }
         self.same_device(op, out)?;
         if out.shape() != shape.as_slice() {
             bail!(Error::shape(
@@ -255,6 +299,9 @@ impl Tensor {
     /// * A bool `index` of shape `self.shape()[..k]` picks the positions where
     ///   it is true: the result has shape `[count] ++ self.shape()[k..]`.
     ///
+    /// Differentiable: the gradient is summed back into the picked rows
+    /// (repeated indices accumulate).
+    ///
     /// ```
     /// # use tensorscope::{Tensor, DType, Device};
     /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.view(&[3, 2])?;
@@ -290,7 +337,7 @@ impl Tensor {
                     &self.indexed_dim(op, d, true),
                     &Operand::of(&out),
                 )?;
-                Ok(out)
+                crate::autograd::formulas_index::index_rows(self, index, out)
             }
             d => bail!(Error::dtype(op, "int64, int32 or bool (an index)", d)),
         }
@@ -331,6 +378,7 @@ impl Tensor {
         src: Option<&Tensor>,
     ) -> Result<usize> {
         self.check_writable(op)?;
+        check_src_grad(op, src)?;
         check_index_dtype(op, index)?;
         self.same_device(op, index)?;
         let d = normalize_dim(op, dim, self.rank())?;
@@ -487,18 +535,63 @@ impl Tensor {
         self.scatter_impl("scatter_add_", dim, index, Some(src), 0.0, ScatterMode::Add)
     }
 
-    /// Out-of-place [`scatter_`](Tensor::scatter_): a copy of `self` with the writes.
-    pub fn scatter(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let mut out = self.deep_clone()?;
-        out.scatter_impl("scatter", dim, index, Some(src), 0.0, ScatterMode::Assign)?;
-        Ok(out)
+    /// A copy of `self` with the writes of `scatter_impl`, and its autograd
+    /// node (the copy and the write themselves are not recorded).
+    fn scatter_copy(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: Option<&Tensor>,
+        value: f64,
+        kind: Write,
+    ) -> Result<Tensor> {
+        let mode = if kind == Write::Add {
+            ScatterMode::Add
+        } else {
+            ScatterMode::Assign
+        };
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
+            let mut out = self.deep_clone()?;
+            out.scatter_impl(op, dim, index, src, value, mode)?;
+            Ok(out)
+        })?;
+        let d = normalize_dim(op, dim, self.rank())?;
+        grad::scatter(kind, self, d, index, src, out)
     }
 
-    /// Out-of-place [`scatter_add_`](Tensor::scatter_add_).
+    /// Out-of-place [`scatter_`](Tensor::scatter_): a copy of `self` with the
+    /// writes. Differentiable in `self` (zero gradient at the written
+    /// positions) and `src` (the gradient gathered at `index`), as PyTorch's
+    /// `scatter`.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::ones(&[4], DType::F64, Device::Cpu)?.requires_grad_(true)?;
+    /// let v = Tensor::from_slice(&[5.0f64, 6.], &[2], Device::Cpu)?.requires_grad_(true)?;
+    /// let i = Tensor::from_slice(&[3i64, 0], &[2], Device::Cpu)?;
+    /// let y = x.scatter(0, &i, &v)?;
+    /// assert_eq!(y.to_vec::<f64>()?, vec![6., 1., 1., 5.]);
+    /// y.mul_scalar(2.0)?.sum_all()?.backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![0., 2., 2., 0.]);
+    /// assert_eq!(v.grad().unwrap().to_vec::<f64>()?, vec![2., 2.]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn scatter(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.scatter_copy("scatter", dim, index, Some(src), 0.0, Write::Assign)
+    }
+
+    /// Out-of-place [`scatter_value_`](Tensor::scatter_value_); differentiable
+    /// in `self` (zero gradient at the written positions).
+    pub fn scatter_value(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
+        self.scatter_copy("scatter_value", dim, index, None, value, Write::Value)
+    }
+
+    /// Out-of-place [`scatter_add_`](Tensor::scatter_add_). Differentiable:
+    /// `self` gets the gradient as it is, `src` the gradient gathered at
+    /// `index`.
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let mut out = self.deep_clone()?;
-        out.scatter_impl("scatter_add", dim, index, Some(src), 0.0, ScatterMode::Add)?;
-        Ok(out)
+        self.scatter_copy("scatter_add", dim, index, Some(src), 0.0, Write::Add)
     }
 
     /// Validation of the vector-index family (`index_fill_`, `index_copy_`,
@@ -511,6 +604,7 @@ impl Tensor {
         src: Option<&Tensor>,
     ) -> Result<usize> {
         self.check_writable(op)?;
+        check_src_grad(op, src)?;
         check_index_dtype(op, index)?;
         self.same_device(op, index)?;
         let d = normalize_dim(op, dim, self.rank())?;
@@ -612,32 +706,138 @@ impl Tensor {
         self.index_vector_impl("index_add_", dim, index, Some(src), 0.0, ScatterMode::Add)
     }
 
-    /// Out-of-place [`index_fill_`](Tensor::index_fill_).
+    /// A copy of `self` with the writes of `index_vector_impl`, and its
+    /// autograd node.
+    fn index_vector_copy(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: Option<&Tensor>,
+        value: f64,
+        kind: Write,
+    ) -> Result<Tensor> {
+        let mode = if kind == Write::Add {
+            ScatterMode::Add
+        } else {
+            ScatterMode::Assign
+        };
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
+            let mut out = self.deep_clone()?;
+            out.index_vector_impl(op, dim, index, src, value, mode)?;
+            Ok(out)
+        })?;
+        let d = normalize_dim(op, dim, self.rank())?;
+        grad::index_vector(kind, self, d, index, src, out)
+    }
+
+    /// Out-of-place [`index_fill_`](Tensor::index_fill_). Differentiable in
+    /// `self`: the filled slices get a zero gradient.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::ones(&[2, 3], DType::F64, Device::Cpu)?.requires_grad_(true)?;
+    /// let i = Tensor::from_slice(&[-1i64], &[1], Device::Cpu)?;
+    /// let y = x.index_fill(1, &i, 9.0)?;
+    /// assert_eq!(y.to_vec::<f64>()?, vec![1., 1., 9., 1., 1., 9.]);
+    /// y.sum_all()?.backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![1., 1., 0., 1., 1., 0.]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
     pub fn index_fill(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
-        let mut out = self.deep_clone()?;
-        out.index_vector_impl("index_fill", dim, index, None, value, ScatterMode::Assign)?;
-        Ok(out)
+        self.index_vector_copy("index_fill", dim, index, None, value, Write::Value)
     }
 
-    /// Out-of-place [`index_copy_`](Tensor::index_copy_).
+    /// Out-of-place [`index_copy_`](Tensor::index_copy_). Differentiable:
+    /// `self`'s gradient is zero in the overwritten slices, `src` gets the
+    /// gradient's slices at `index`.
     pub fn index_copy(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let mut out = self.deep_clone()?;
-        out.index_vector_impl(
-            "index_copy",
-            dim,
-            index,
-            Some(src),
-            0.0,
-            ScatterMode::Assign,
-        )?;
-        Ok(out)
+        self.index_vector_copy("index_copy", dim, index, Some(src), 0.0, Write::Assign)
     }
 
-    /// Out-of-place [`index_add_`](Tensor::index_add_).
+    /// Out-of-place [`index_add_`](Tensor::index_add_). Differentiable:
+    /// `self` gets the gradient as it is, `src` the gradient's slices at
+    /// `index`.
     pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let mut out = self.deep_clone()?;
-        out.index_vector_impl("index_add", dim, index, Some(src), 0.0, ScatterMode::Add)?;
-        Ok(out)
+        self.index_vector_copy("index_add", dim, index, Some(src), 0.0, Write::Add)
+    }
+
+    /// A copy of `self` whose positions where `mask` is true take the first
+    /// elements of `src`, in row-major order (PyTorch's `masked_scatter`).
+    /// `mask` is bool and broadcasts to `self`'s shape; `src` has `self`'s
+    /// dtype and at least as many elements as `mask` has true positions (its
+    /// shape does not matter). Differentiable in `self` (no gradient at the
+    /// masked positions) and `src` (the gradient at the positions each of
+    /// its elements went to, zero for the unused tail).
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu)?;
+    /// let m = Tensor::from_slice(&[true, false, true], &[3], Device::Cpu)?; // broadcast over rows
+    /// let v = Tensor::from_slice(&[1.0f32, 2., 3., 4., 5.], &[5], Device::Cpu)?;
+    /// assert_eq!(x.masked_scatter(&m, &v)?.to_vec::<f32>()?, vec![1., 0., 2., 3., 0., 4.]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn masked_scatter(&self, mask: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.masked_scatter_impl("masked_scatter", mask, src)
+    }
+
+    /// In-place [`masked_scatter`](Tensor::masked_scatter). Refused in grad
+    /// mode when `self` or `src` requires grad (see the module docs).
+    pub fn masked_scatter_(&mut self, mask: &Tensor, src: &Tensor) -> Result<&mut Tensor> {
+        let op = "masked_scatter_";
+        self.check_writable(op)?;
+        check_src_grad(op, Some(src))?;
+        let r = crate::autograd::no_grad(|| self.masked_scatter_impl(op, mask, src))?;
+        self.copy_(&r)
+    }
+
+    fn masked_scatter_impl(&self, op: &'static str, mask: &Tensor, src: &Tensor) -> Result<Tensor> {
+        if mask.dtype() != DType::Bool {
+            bail!(Error::dtype(op, "bool (the mask)", mask.dtype()));
+        }
+        self.same_device(op, mask)?;
+        self.same_device(op, src)?;
+        if src.dtype() != self.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!("{} (self's dtype) for the source", self.dtype()),
+                src.dtype()
+            ));
+        }
+        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
+        if shape.as_slice() != self.shape() {
+            bail!(Error::shape(
+                op,
+                self.shape(),
+                mask.shape(),
+                "the mask must broadcast to self's shape"
+            ));
+        }
+        let numel = self.numel();
+        let dims: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
+        // Flat positions of the true elements, in row-major order.
+        let pos = crate::autograd::no_grad(|| {
+            Tensor::arange(0.0, numel as f64, 1.0, DType::I64, self.device())?
+                .reshape(&dims)?
+                .masked_select(mask)
+        })?;
+        let n = pos.numel();
+        if src.numel() < n {
+            bail!(Error::shape(
+                op,
+                &[n],
+                src.shape(),
+                format!(
+                    "the source has {} elements but the mask selects {n}",
+                    src.numel()
+                )
+            ));
+        }
+        let flat_src = src.reshape(&[-1])?.narrow(0, 0, n)?;
+        self.reshape(&[-1])?
+            .index_copy(0, &pos, &flat_src)?
+            .reshape(&dims)
     }
 
     /// Slice assignment, PyTorch's `x[start:end:step] = src` along `dim`:
@@ -664,6 +864,7 @@ impl Tensor {
     ) -> Result<&mut Tensor> {
         let op = "slice_assign_";
         self.check_writable(op)?;
+        check_src_grad(op, Some(src))?;
         let l = self.layout().slice(op, dim, start, end, step)?;
         let shape = broadcast_shapes(op, l.shape(), src.shape())?;
         if shape.as_slice() != l.shape() {

@@ -1,0 +1,212 @@
+//! Backward formulas of the ops that pick or write by index: fancy indexing
+//! ([`Tensor::index`]), the out-of-place scatter family (`scatter`,
+//! `scatter_value`, `scatter_add`, `index_fill`, `index_copy`, `index_add`)
+//! and the embedding lookup. The semantics are PyTorch's:
+//!
+//! * `scatter` / `scatter_value`: the gradient w.r.t. `self` is zero at the
+//!   scattered positions (they were overwritten); w.r.t. `src` it is the
+//!   gradient gathered at the index (zero where `src` was not read).
+//! * `scatter_add`: `self` gets the gradient as it is; `src` gets it gathered.
+//! * `index_fill` / `index_copy`: `self`'s gradient is zero in the written
+//!   slices; `index_copy`'s `src` gets the gradient's slices at the index.
+//! * `index_add`: `self` gets the gradient as it is; `src` its slices.
+//!
+//! As in PyTorch, with repeated indices `scatter`/`index_copy` give every
+//! duplicate the gradient of the position it wrote to (only one of them
+//! "won" the forward write: the gradient is then not that of a function).
+//!
+//! Each function takes the inputs and the computed output and returns the
+//! output with its node when a graph must be recorded.
+
+use super::{attach, needs_grad, BackwardFn, Saved};
+use crate::error::Result;
+use crate::{DType, Tensor};
+
+fn isize_shape(s: &[usize]) -> Vec<isize> {
+    s.iter().map(|&d| d as isize).collect()
+}
+
+/// `g` (shaped like `index`) placed in the leading corner of zeros of
+/// `shape`: the gradient of a source that is larger than the index (only the
+/// elements the index covers were read).
+fn pad_to(g: Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g);
+    }
+    let z = Tensor::zeros(shape, g.dtype(), g.device())?;
+    let mut part = z.alias();
+    for (k, &n) in g.shape().iter().enumerate() {
+        part = part.narrow(k as isize, 0, n)?;
+    }
+    part.copy_(&g)?;
+    Ok(z)
+}
+
+/// Records `out = x.index(index)` for an integer `index` along dim 0: the
+/// gradient rows are summed back into the picked rows (repeated indices
+/// accumulate).
+pub(crate) fn index_rows(x: &Tensor, index: &Tensor, out: Tensor) -> Result<Tensor> {
+    if !needs_grad(&[x]) {
+        return Ok(out);
+    }
+    let name = "IndexBackward";
+    let n = x.shape()[0];
+    // Negative indices counted from the end, as `index_add_` wants them.
+    let flat = super::no_grad(|| -> Result<Tensor> {
+        let i = index.to_dtype(DType::I64)?.reshape(&[-1])?;
+        let neg = i
+            .lt_scalar(0.0)?
+            .to_dtype(DType::I64)?
+            .mul_scalar(n as f64)?;
+        i.add(&neg)
+    })?;
+    let kf = Saved::new(&flat, name)?;
+    let (shape, dt) = (x.shape().to_vec(), x.dtype());
+    let mut rows = vec![flat.numel() as isize];
+    rows.extend(isize_shape(&shape[1..]));
+    let f: BackwardFn = Box::new(move |g| {
+        let mut z = Tensor::zeros(&shape, dt, g.device())?;
+        z.index_add_(0, kf.get()?, &g.to_dtype(dt)?.reshape(&rows)?)?;
+        Ok(vec![Some(z)])
+    });
+    Ok(attach(out, name, &[x], f))
+}
+
+/// Which member of the scatter family a node records.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Write {
+    /// `scatter` / `index_copy`: the written positions take `src`.
+    Assign,
+    /// `scatter_value` / `index_fill`: the written positions take a constant.
+    Value,
+    /// `scatter_add` / `index_add`: `src` is added.
+    Add,
+}
+
+/// Records `out = x.scatter*(d, index, src)` (`src` is `None` for a value).
+pub(crate) fn scatter(
+    kind: Write,
+    x: &Tensor,
+    d: usize,
+    index: &Tensor,
+    src: Option<&Tensor>,
+    out: Tensor,
+) -> Result<Tensor> {
+    let inputs: Vec<&Tensor> = std::iter::once(x).chain(src).collect();
+    if !needs_grad(&inputs) || !out.dtype().is_float() {
+        return Ok(out);
+    }
+    let name = match kind {
+        Write::Assign => "ScatterBackward",
+        Write::Value => "ScatterValueBackward",
+        Write::Add => "ScatterAddBackward",
+    };
+    let ki = Saved::new(index, name)?;
+    let dt = x.dtype();
+    let rx = x.requires_grad();
+    let src_shape = src
+        .filter(|s| s.requires_grad())
+        .map(|s| s.shape().to_vec());
+    let dim = d as isize;
+    let f: BackwardFn = Box::new(move |g| {
+        let g = g.to_dtype(dt)?;
+        let idx = ki.get()?;
+        let gx = if rx {
+            Some(match kind {
+                Write::Add => g.alias(),
+                _ => {
+                    let mut z = g.deep_clone()?;
+                    z.scatter_value_(dim, idx, 0.0)?;
+                    z
+                }
+            })
+        } else {
+            None
+        };
+        let mut grads = vec![gx];
+        if kind != Write::Value {
+            grads.push(match &src_shape {
+                Some(s) => Some(pad_to(g.gather(dim, idx)?, s)?),
+                None => None,
+            });
+        }
+        Ok(grads)
+    });
+    Ok(attach(out, name, &inputs, f))
+}
+
+/// Records `out = x.index_{fill,copy,add}(d, index, src)` for a vector
+/// `index` (`src` is `None` for `index_fill`).
+pub(crate) fn index_vector(
+    kind: Write,
+    x: &Tensor,
+    d: usize,
+    index: &Tensor,
+    src: Option<&Tensor>,
+    out: Tensor,
+) -> Result<Tensor> {
+    let inputs: Vec<&Tensor> = std::iter::once(x).chain(src).collect();
+    if !needs_grad(&inputs) || !out.dtype().is_float() {
+        return Ok(out);
+    }
+    let name = match kind {
+        Write::Assign => "IndexCopyBackward",
+        Write::Value => "IndexFillBackward",
+        Write::Add => "IndexAddBackward",
+    };
+    let ki = Saved::new(index, name)?;
+    let dt = x.dtype();
+    let rx = x.requires_grad();
+    let rs = src.is_some_and(|s| s.requires_grad());
+    let dim = d as isize;
+    let f: BackwardFn = Box::new(move |g| {
+        let g = g.to_dtype(dt)?;
+        let idx = ki.get()?;
+        let gx = if rx {
+            Some(match kind {
+                Write::Add => g.alias(),
+                _ => g.index_fill(dim, idx, 0.0)?,
+            })
+        } else {
+            None
+        };
+        let mut grads = vec![gx];
+        if kind != Write::Value {
+            grads.push(if rs {
+                Some(g.index_select(dim, idx)?)
+            } else {
+                None
+            });
+        }
+        Ok(grads)
+    });
+    Ok(attach(out, name, &inputs, f))
+}
+
+/// Records `out = weight.index_select(0, flat_index)` viewed with the
+/// index's shape plus the embedding dim, for an embedding lookup. The
+/// gradient is summed into the looked-up rows, except that row `padding_idx`
+/// (if any) receives none, as in PyTorch's `Embedding(padding_idx=...)`.
+pub(crate) fn embedding(
+    weight: &Tensor,
+    flat_index: &Tensor,
+    padding_idx: Option<usize>,
+    out: Tensor,
+) -> Result<Tensor> {
+    if !needs_grad(&[weight]) {
+        return Ok(out);
+    }
+    let name = "EmbeddingBackward";
+    let ki = Saved::new(flat_index, name)?;
+    let (shape, dt) = (weight.shape().to_vec(), weight.dtype());
+    let rows = [flat_index.numel() as isize, shape[1] as isize];
+    let f: BackwardFn = Box::new(move |g| {
+        let mut z = Tensor::zeros(&shape, dt, g.device())?;
+        z.index_add_(0, ki.get()?, &g.to_dtype(dt)?.reshape(&rows)?)?;
+        if let Some(p) = padding_idx {
+            z.select(0, p as isize)?.fill_(0.0)?;
+        }
+        Ok(vec![Some(z)])
+    });
+    Ok(attach(out, name, &[weight], f))
+}

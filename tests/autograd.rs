@@ -2,78 +2,17 @@
 //! with broadcast and non-contiguous inputs), accumulation, retain_graph,
 //! grad modes, version checks, graph memory, checkpointing.
 
+mod common;
+
+use common::grad::{gradcheck, leaf};
+use common::CPU;
 use std::sync::Mutex;
 use tensorscope::autograd::{self, checkpoint, no_grad};
-use tensorscope::{memory, DType, Device, Error, Tensor};
+use tensorscope::{memory, DType, Error, Tensor};
 
 static LOCK: Mutex<()> = Mutex::new(());
 fn lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-const CPU: Device = Device::Cpu;
-
-fn leaf(shape: &[usize], seed: u64) -> Tensor {
-    let mut g = tensorscope::Generator::new(seed);
-    Tensor::randn_with(shape, DType::F64, CPU, &mut g)
-        .unwrap()
-        .requires_grad_(true)
-        .unwrap()
-}
-
-/// Checks the analytic gradient of `sum(f(xs) * w)` (w random, fixed) against
-/// central finite differences, for every element of every input.
-fn gradcheck(name: &str, inputs: &[Tensor], f: impl Fn(&[Tensor]) -> tensorscope::Result<Tensor>) {
-    let out = f(inputs).unwrap();
-    let mut g = tensorscope::Generator::new(99);
-    let w = Tensor::randn_with(out.shape(), DType::F64, CPU, &mut g).unwrap();
-    let loss = |xs: &[Tensor]| -> f64 {
-        f(xs)
-            .unwrap()
-            .mul(&w)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .item::<f64>()
-            .unwrap()
-    };
-    for x in inputs {
-        x.zero_grad();
-    }
-    out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
-    let eps = 1e-6;
-    for (k, x) in inputs.iter().enumerate() {
-        let analytic = x
-            .grad()
-            .map(|g| g.to_vec::<f64>().unwrap())
-            .unwrap_or_else(|| vec![0.0; x.numel()]);
-        let base = x.to_vec::<f64>().unwrap();
-        for i in 0..x.numel() {
-            let mut plus = base.clone();
-            plus[i] += eps;
-            let mut minus = base.clone();
-            minus[i] -= eps;
-            let mk = |v: &[f64]| -> Vec<Tensor> {
-                inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(j, t)| {
-                        if j == k {
-                            Tensor::from_slice(v, t.shape(), CPU).unwrap()
-                        } else {
-                            t.detach()
-                        }
-                    })
-                    .collect()
-            };
-            let numeric = (loss(&mk(&plus)) - loss(&mk(&minus))) / (2.0 * eps);
-            let a = analytic[i];
-            assert!(
-                (a - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
-                "{name}: input {k} element {i}: analytic {a} vs numeric {numeric}"
-            );
-        }
-    }
 }
 
 /// A non-contiguous f64 leaf of logical shape [r, c] (a transposed storage).
@@ -133,6 +72,7 @@ fn gradcheck_unary_ops() {
         ("sigmoid", Box::new(|x: &[Tensor]| x[0].sigmoid())),
         ("relu", Box::new(|x: &[Tensor]| x[0].relu())),
         ("gelu", Box::new(|x: &[Tensor]| x[0].gelu())),
+        ("erf", Box::new(|x: &[Tensor]| x[0].erf())),
         (
             "clamp",
             Box::new(|x: &[Tensor]| x[0].clamp(Some(-0.5), Some(0.7))),

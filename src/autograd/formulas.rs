@@ -295,6 +295,12 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {
                     UnaryOp::Sin => x.cos()?,
                     UnaryOp::Cos => x.sin()?.neg()?,
                     UnaryOp::Square => x.mul_scalar(2.0)?,
+                    // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
+                    UnaryOp::Erf => x
+                        .mul(x)?
+                        .neg()?
+                        .exp()?
+                        .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
                     UnaryOp::Gelu => {
                         // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
                         let cdf = x

@@ -2,6 +2,7 @@
 //! non-contiguous layouts built from logical values, and naive f64 references.
 #![allow(dead_code)]
 
+pub mod grad;
 pub mod layouts;
 
 use tensorscope::{bf16, f16, DType, Device, Tensor};

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::devices::{also_cpu, cast_ref, cuda_or_skip, lock, on_both, tensor};
+use common::devices::{cast_ref, cuda_or_skip, lock, on_both, tensor};
 use common::{read, ALL, FLOATS};
 use tensorscope::backend::cuda;
 use tensorscope::{memory, DType, Device, Error, Tensor};
@@ -54,13 +54,13 @@ fn creation(dev: Device) {
     assert_eq!((s.rank(), s.item::<f64>().unwrap()), (0, 2.5));
     let empty = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
     assert_eq!(read(&empty), Vec::<f64>::new());
-    // Random fills are drawn on the host: the same seed gives the same
-    // values on every device.
+    // A seed gives the same values on one device every time (random_fills
+    // covers the rest).
     tensorscope::manual_seed(11);
     let r = Tensor::rand(&[64], DType::F32, dev).unwrap();
     tensorscope::manual_seed(11);
-    let rc = Tensor::rand(&[64], DType::F32, Device::Cpu).unwrap();
-    assert_eq!(read(&r), read(&rc));
+    let r2 = Tensor::rand(&[64], DType::F32, dev).unwrap();
+    assert_eq!(read(&r), read(&r2));
     assert!(read(&r).iter().all(|&x| (0.0..1.0).contains(&x)));
 }
 
@@ -204,67 +204,124 @@ fn allocator_statistics_are_exact(dev: Device) {
 
 // --------------------------------------------------------------- random ---
 
+/// Mean and standard deviation (population).
+fn moments(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
 fn random_fills(dev: Device) {
-    // Every random fill draws on the host from the global (or an explicit)
-    // generator, so a seed gives the same values on every device.
+    // The CPU draws on the host (xoshiro256++), CUDA on the device (Philox
+    // at the generator's offset): each device is reproducible for a seed,
+    // but the two give different values (as in PyTorch).
+    let n = 20_000;
     for dt in FLOATS {
-        let draw = |d: Device| {
-            tensorscope::manual_seed(41);
-            let u = Tensor::rand(&[3, 50], dt, d).unwrap();
-            let z = Tensor::randn(&[50, 3], dt, d).unwrap();
-            let w = Tensor::zeros(&[6, 20], dt, d).unwrap();
+        let draw = |seed: u64| {
+            tensorscope::manual_seed(seed);
+            let u = Tensor::rand(&[40, n / 40], dt, dev).unwrap();
+            let z = Tensor::randn(&[n / 40, 40], dt, dev).unwrap();
+            let w = Tensor::zeros(&[6, 20], dt, dev).unwrap();
             w.slice(1, 0, 20, 2).unwrap().uniform_(-2.0, 2.0).unwrap();
-            let mut nrm = Tensor::zeros(&[40], dt, d).unwrap();
+            let mut nrm = Tensor::zeros(&[n], dt, dev).unwrap();
             nrm.normal_(1.0, 0.5).unwrap();
             let mut g = tensorscope::Generator::new(5);
-            let r = Tensor::rand_with(&[30], dt, d, &mut g).unwrap();
-            (u, z, w, nrm, r)
+            let r = Tensor::rand_with(&[30], dt, dev, &mut g).unwrap();
+            [u, z, w, nrm, r].map(|t| read(&t))
         };
-        let (u, z, w, nrm, r) = draw(dev);
-        assert!(read(&u).iter().all(|x| (0.0..1.0).contains(x)), "rand {dt}");
-        let wv = read(&w);
+        let [u, z, w, nrm, r] = draw(41);
+        // Same seed, same values on this device.
+        let again = draw(41);
+        for (a, b, what) in [
+            (&u, &again[0], "rand"),
+            (&z, &again[1], "randn"),
+            (&w, &again[2], "uniform_"),
+            (&nrm, &again[3], "normal_"),
+            (&r, &again[4], "rand_with"),
+        ] {
+            assert_eq!(a, b, "{what} {dt} on {dev}: same seed, same values");
+        }
+        // Another seed, other values (the explicit generator is untouched).
+        let other = draw(42);
+        assert_ne!(u, other[0], "rand {dt}: seeds 41 and 42");
+        assert_ne!(z, other[1], "randn {dt}: seeds 41 and 42");
+        assert_eq!(r, other[4], "rand_with does not use the global generator");
+        // Ranges: rand in [0, 1) (f16/bf16 never round up to 1), uniform_
+        // of a stepped view in [-2, 2) and nothing written between.
+        assert!(u.iter().all(|x| (0.0..1.0).contains(x)), "rand {dt}");
         assert!(
-            wv.iter().enumerate().all(|(i, &x)| if i % 2 == 0 {
-                (-2.0..=2.0).contains(&x)
+            w.iter().enumerate().all(|(i, &x)| if i % 2 == 0 {
+                (-2.0..2.0).contains(&x)
             } else {
                 x == 0.0
             }),
-            "uniform_ of a stepped view {dt}"
+            "uniform_ of a stepped view {dt}: {w:?}"
         );
-        let zv = read(&z);
-        let mean = zv.iter().sum::<f64>() / zv.len() as f64;
-        assert!(mean.abs() < 0.5, "randn {dt} mean {mean}");
+        // Moments: uniform mean 1/2, sd 1/sqrt(12); normals as asked.
+        let (m, sd) = moments(&u);
+        assert!(
+            (m - 0.5).abs() < 0.02 && (sd - 0.2887).abs() < 0.02,
+            "rand {dt}: {m} {sd}"
+        );
+        let (m, sd) = moments(&z);
+        assert!(
+            m.abs() < 0.05 && (sd - 1.0).abs() < 0.05,
+            "randn {dt}: {m} {sd}"
+        );
+        let (m, sd) = moments(&nrm);
+        assert!(
+            (m - 1.0).abs() < 0.03 && (sd - 0.5).abs() < 0.03,
+            "normal_ {dt}: {m} {sd}"
+        );
+        // Successive fills differ: the stream (or the Philox offset) moves.
+        tensorscope::manual_seed(7);
+        let a = read(&Tensor::rand(&[64], dt, dev).unwrap());
+        let b = read(&Tensor::rand(&[64], dt, dev).unwrap());
+        assert_ne!(a, b, "two rand calls after one seed {dt}");
         if dev.is_cuda() {
-            let (cu, cz, cw, cn, cr) = draw(Device::Cpu);
-            for (a, b, what) in [
-                (&u, &cu, "rand"),
-                (&z, &cz, "randn"),
-                (&w, &cw, "uniform_"),
-                (&nrm, &cn, "normal_"),
-                (&r, &cr, "rand_with"),
-            ] {
-                assert_eq!(
-                    read(a),
-                    read(b),
-                    "{what} {dt}: same seed, same values as on the CPU"
-                );
-            }
+            let cpu = {
+                tensorscope::manual_seed(41);
+                read(&Tensor::rand(&[40, n / 40], dt, Device::Cpu).unwrap())
+            };
+            assert_ne!(u, cpu, "CUDA and CPU values differ for one seed");
         }
     }
-    // Dropout (training mode) draws its mask the same way.
+    if dev.is_cuda() {
+        // The Philox offset advances by the counters each fill used: 4
+        // elements a counter (f32), rounded up. rand(6) uses counters 0-1,
+        // then rand(4) counter 2: elements 0..6 and 8..12 of one rand(12).
+        tensorscope::manual_seed(3);
+        let a = read(&Tensor::rand(&[6], DType::F32, dev).unwrap());
+        let b = read(&Tensor::rand(&[4], DType::F32, dev).unwrap());
+        tensorscope::manual_seed(3);
+        let c = read(&Tensor::rand(&[12], DType::F32, dev).unwrap());
+        assert_eq!(a, c[..6], "first fill at offset 0");
+        assert_eq!(b, c[8..], "second fill at offset 2");
+        // A CPU fill does not move the CUDA offset.
+        tensorscope::manual_seed(3);
+        Tensor::rand(&[100], DType::F32, Device::Cpu).unwrap();
+        let a2 = read(&Tensor::rand(&[6], DType::F32, dev).unwrap());
+        assert_eq!(a, a2, "CPU draws leave the CUDA offset alone");
+    }
+    // Dropout (training mode): 0 or 1/(1-p), about 1-p kept, the same mask
+    // for the same seed on this device.
     use tensorscope::nn::{Dropout, Module};
     let drop = Dropout::new(0.25).unwrap();
-    let f = |d: Device| {
-        tensorscope::manual_seed(42);
-        drop.forward(&Tensor::ones(&[1000], DType::F32, d).unwrap())
-            .unwrap()
+    let f = |seed: u64| {
+        tensorscope::manual_seed(seed);
+        read(
+            &drop
+                .forward(&Tensor::ones(&[1000], DType::F32, dev).unwrap())
+                .unwrap(),
+        )
     };
-    let y = f(dev);
-    let yv = read(&y);
-    assert!(yv.iter().all(|&x| x == 0.0 || (x - 4.0 / 3.0).abs() < 1e-6));
-    let kept = yv.iter().filter(|&&x| x != 0.0).count();
+    let y = f(42);
+    assert!(y.iter().all(|&x| x == 0.0 || (x - 4.0 / 3.0).abs() < 1e-6));
+    let kept = y.iter().filter(|&&x| x != 0.0).count();
     assert!((650..=850).contains(&kept), "dropout kept {kept} of 1000");
-    also_cpu(dev, f, &y, 0.0, "dropout");
+    assert_eq!(y, f(42), "dropout: same seed, same mask");
+    assert_ne!(y, f(43), "dropout: another seed, another mask");
     let e = Tensor::rand(&[2], DType::I32, dev).unwrap_err();
     assert!(
         matches!(e, Error::DTypeMismatch { op: "rand", .. }),

@@ -110,3 +110,9 @@ pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
 pub(crate) fn masked_select(src: &Operand, _mask: &Operand, _dst: &Operand) -> Result<()> {
     err("masked_select", ordinal(src))
 }
+pub(crate) fn rand_uniform(dst: &Operand, _lo: f64, _hi: f64, _s: u64, _o: u64) -> Result<u64> {
+    err("uniform_", ordinal(dst))
+}
+pub(crate) fn rand_normal(dst: &Operand, _m: f64, _sd: f64, _s: u64, _o: u64) -> Result<u64> {
+    err("normal_", ordinal(dst))
+}

@@ -8,10 +8,11 @@
 //! `(seed, offset)` and the element index only, and returns how many Philox
 //! counters it used, by which the caller advances its offset.
 //!
-//! (The op layer's `rand`/`randn` currently draw on the host and copy, so
-//! CPU and CUDA give identical streams; these kernels are the fast path.)
+//! The op layer's CUDA `rand`/`randn`/`uniform_`/`normal_` generate here,
+//! at the generator's Philox offset (see `crate::random::Generator`).
 
-// Wired into the op and nn layers at merge; exercised by the unit tests.
+// Layer norm, dropout and Bernoulli are not wired into the nn layer yet;
+// the unit tests exercise them.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::device::gpu_of;

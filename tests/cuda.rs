@@ -322,6 +322,33 @@ fn random_fills(dev: Device) {
     assert!((650..=850).contains(&kept), "dropout kept {kept} of 1000");
     assert_eq!(y, f(42), "dropout: same seed, same mask");
     assert_ne!(y, f(43), "dropout: another seed, another mask");
+    // The backward uses the saved mask: with x = 1, dL/dx of sum(dropout(x))
+    // is the output itself. A transposed (non-contiguous) input, f64 and
+    // f16; for_owned (donation) goes the same way.
+    for dt in [DType::F32, DType::F64, DType::F16] {
+        tensorscope::manual_seed(5);
+        let x = Tensor::ones(&[20, 50], dt, dev)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let y = drop.forward(&x.t().unwrap()).unwrap();
+        assert_eq!(y.shape(), &[50, 20]);
+        y.sum_all().unwrap().backward().unwrap();
+        let g = read(&x.grad().unwrap());
+        let yt = read(&y.t().unwrap());
+        assert_eq!(g, yt, "dropout {dt}: the gradient is the saved scaled mask");
+        let kept = yt.iter().filter(|&&v| v != 0.0).count();
+        assert!(
+            (600..=900).contains(&kept),
+            "dropout {dt} kept {kept} of 1000"
+        );
+        let owned = drop
+            .forward_owned(Tensor::ones(&[1000], dt, dev).unwrap())
+            .unwrap();
+        assert!(read(&owned)
+            .iter()
+            .all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-3));
+    }
     let e = Tensor::rand(&[2], DType::I32, dev).unwrap_err();
     assert!(
         matches!(e, Error::DTypeMismatch { op: "rand", .. }),

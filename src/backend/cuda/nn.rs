@@ -8,10 +8,11 @@
 //! `(seed, offset)` and the element index only, and returns how many Philox
 //! counters it used, by which the caller advances its offset.
 //!
-//! The op layer's CUDA `rand`/`randn`/`uniform_`/`normal_` generate here,
-//! at the generator's Philox offset (see `crate::random::Generator`).
+//! The op layer's CUDA `rand`/`randn`/`uniform_`/`normal_` and
+//! `nn::Dropout` generate here, at the generator's Philox offset (see
+//! `crate::random::Generator`).
 
-// Layer norm, dropout and Bernoulli are not wired into the nn layer yet;
+// Layer norm and Bernoulli are not wired into the op and nn layers yet;
 // the unit tests exercise them.
 #![cfg_attr(not(test), allow(dead_code))]
 

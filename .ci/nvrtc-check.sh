@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA check that needs no GPU: compiles every kernels/*.cu with NVRTC
 # 13.0 (the version matching the lent devices' driver, CUDA 13.0) for
-# compute_80 and compute_90 and checks every kernel name the Rust side
-# launches exists (tests/nvrtc.rs). A kernel that does not compile fails it.
+# compute_80 and compute_90 and checks every kernel the Rust side launches
+# exists with the parameter list (count, byte sizes) its launcher passes
+# (tests/nvrtc.rs). A kernel that does not compile fails it.
 #
 # NVRTC comes from the `nvidia-cuda-nvrtc` Python wheel (installed if
 # missing or not 13.0.x); its lib/ folder goes on LD_LIBRARY_PATH (NVRTC

@@ -12,6 +12,11 @@
 // gives elements [4q, 4q + 4) for f32/f16/bf16 and bool/integers, and
 // [2q, 2q + 2) for f64; the host advances its offset by that many counters.
 // Normals use Box-Muller on pairs of uniforms.
+//
+// Uniforms are drawn on a grid of 2^-P, P the significand bits of the
+// dtype (24 f32, 11 f16, 8 bf16, 53 f64), so rand's [0, 1) never rounds up
+// to 1 when stored; for other bounds a value that rounds to `high` becomes
+// `low` (PyTorch's reversed bound), so the range stays [low, high).
 
 DEV float two_pi_f() { return 6.28318530717958647692f; }
 DEV double two_pi_d() { return 6.28318530717958647692; }
@@ -20,12 +25,24 @@ template <typename T> DEV void put(T* out, i64 n, i64 j, float v) {
     if (j < n) out[j] = Store<T>::from(v);
 }
 
-#define RAND_FLOAT_KERNELS(SUF, T)                                                                      \
+// Uniform in [0, 1) on a grid of 2^-P, from 32 random bits.
+template <int P> DEV float u01_grid(u32 x) { return (float)(x >> (32 - P)) * (1.0f / (float)(1u << P)); }
+
+// lo + span * u stored in T, with a result that rounds to `hi` replaced by `lo`.
+template <typename T> DEV void put_uniform(T* out, i64 n, i64 j, float lo, float span, float hi, float u) {
+    if (j < n) {
+        const T v = Store<T>::from(lo + span * u);
+        out[j] = (span > 0.0f && load(v) >= hi) ? Store<T>::from(lo) : v;
+    }
+}
+
+#define RAND_FLOAT_KERNELS(SUF, T, P)                                                                   \
     KERNEL void rand_uniform_##SUF(T* out, i64 n, u64 seed, u64 offset, double low, double high) {       \
-        const float lo = (float)low, span = (float)(high - low);                                         \
+        const float lo = (float)low, span = (float)(high - low), hi = (float)high;                       \
         GRID_LOOP(q, (n + 3) / 4) {                                                                      \
             const Philox p = philox(seed, offset + (u64)q);                                              \
-            for (int k = 0; k < 4; ++k) put<T>(out, n, 4 * q + k, lo + span * u01f(p.v[k]));            \
+            for (int k = 0; k < 4; ++k)                                                                  \
+                put_uniform<T>(out, n, 4 * q + k, lo, span, hi, u01_grid<P>(p.v[k]));                    \
         }                                                                                                \
     }                                                                                                    \
     KERNEL void rand_normal_##SUF(T* out, i64 n, u64 seed, u64 offset, double mean, double std) {        \
@@ -43,16 +60,19 @@ template <typename T> DEV void put(T* out, i64 n, i64 j, float v) {
         }                                                                                                \
     }
 
-RAND_FLOAT_KERNELS(f32, float)
-RAND_FLOAT_KERNELS(f16, f16)
-RAND_FLOAT_KERNELS(bf16, bf16)
+RAND_FLOAT_KERNELS(f32, float, 24)
+RAND_FLOAT_KERNELS(f16, f16, 11)
+RAND_FLOAT_KERNELS(bf16, bf16, 8)
 
 KERNEL void rand_uniform_f64(double* out, i64 n, u64 seed, u64 offset, double low, double high) {
     GRID_LOOP(q, (n + 1) / 2) {
         const Philox p = philox(seed, offset + (u64)q);
         for (int k = 0; k < 2; ++k) {
             const i64 j = 2 * q + k;
-            if (j < n) out[j] = low + (high - low) * u01d(p.v[2 * k], p.v[2 * k + 1]);
+            if (j < n) {
+                const double v = low + (high - low) * u01d(p.v[2 * k], p.v[2 * k + 1]);
+                out[j] = (high > low && v >= high) ? low : v;
+            }
         }
     }
 }

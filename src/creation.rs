@@ -1,7 +1,7 @@
 //! Creating tensors: constant fills, ranges, identity, random, from data, and
 //! the `*_like` / `new_*` families (which match dtype and device).
 
-use crate::backend::{self, Operand};
+use crate::backend::{self, Dist, Operand};
 use crate::error::{bail, Error, Result};
 use crate::random::{with_global, Generator};
 use crate::{DType, Device, Element, Tensor};
@@ -192,8 +192,14 @@ impl Tensor {
         gen: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
-        let p = mantissa_bits(dtype);
-        t.random_fill("rand", gen, |g| unit(g, p))?;
+        t.random_fill(
+            "rand",
+            gen,
+            Dist::Uniform {
+                low: 0.0,
+                high: 1.0,
+            },
+        )?;
         Ok(t)
     }
 
@@ -205,23 +211,55 @@ impl Tensor {
         gen: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device)?;
-        t.random_fill("randn", gen, |g| g.next_normal())?;
+        t.random_fill(
+            "randn",
+            gen,
+            Dist::Normal {
+                mean: 0.0,
+                std: 1.0,
+            },
+        )?;
         Ok(t)
     }
 
-    /// Fills in place with values drawn on the host (in row-major order of
-    /// this tensor's shape, so results do not depend on strides or device).
+    /// Fills in place from `dist`. On the CPU the values are drawn on the
+    /// host from `gen`'s stream, in row-major order of this tensor's shape
+    /// (so they do not depend on strides). On CUDA they are generated on the
+    /// device at `gen`'s Philox offset, which advances by the counters used:
+    /// in place when this tensor is dense, else into a dense temporary that
+    /// is then copied in (element `i` in row-major order either way).
     fn random_fill(
         &mut self,
         op: &'static str,
         gen: &mut Generator,
-        mut draw: impl FnMut(&mut Generator) -> f64,
+        dist: Dist,
     ) -> Result<&mut Tensor> {
         self.check_writable(op)?;
         if !self.dtype().is_float() {
             bail!(Error::dtype(op, "a float dtype", self.dtype()));
         }
-        let src = Tensor::from_fn_f64(self.shape(), |_| draw(gen))?;
+        if self.device().is_cuda() {
+            if self.is_contiguous() {
+                let dst = Operand::of(self);
+                gen.philox(|seed, offset| backend::philox_fill(&dst, dist, seed, offset))?;
+                drop(dst);
+                self.storage().bump_version();
+                return Ok(self);
+            }
+            let tmp = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
+            let dst = Operand::of(&tmp);
+            gen.philox(|seed, offset| backend::philox_fill(&dst, dist, seed, offset))?;
+            return self.copy_(&tmp);
+        }
+        let p = mantissa_bits(self.dtype());
+        let src = match dist {
+            Dist::Uniform { low, high } => {
+                Tensor::from_fn_f64(self.shape(), |_| low + (high - low) * unit(gen, p))?
+            }
+            Dist::Normal { mean, std } => {
+                Tensor::from_fn_f64(self.shape(), |_| mean + std * gen.next_normal())?
+            }
+        };
         self.copy_(&src)
     }
 
@@ -235,8 +273,7 @@ impl Tensor {
             ));
         }
         with_global(|g| {
-            let p = mantissa_bits(self.dtype());
-            self.random_fill("uniform_", g, |g| low + (high - low) * unit(g, p))
+            self.random_fill("uniform_", g, Dist::Uniform { low, high })
                 .map(|_| ())
         })?;
         Ok(self)
@@ -252,7 +289,7 @@ impl Tensor {
             ));
         }
         with_global(|g| {
-            self.random_fill("normal_", g, |g| mean + std * g.next_normal())
+            self.random_fill("normal_", g, Dist::Normal { mean, std })
                 .map(|_| ())
         })?;
         Ok(self)

@@ -110,3 +110,22 @@ pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
 pub(crate) fn masked_select(src: &Operand, _mask: &Operand, _dst: &Operand) -> Result<()> {
     err("masked_select", ordinal(src))
 }
+pub(crate) fn rand_uniform(dst: &Operand, _lo: f64, _hi: f64, _s: u64, _o: u64) -> Result<u64> {
+    err("uniform_", ordinal(dst))
+}
+pub(crate) fn rand_normal(dst: &Operand, _m: f64, _sd: f64, _s: u64, _o: u64) -> Result<u64> {
+    err("normal_", ordinal(dst))
+}
+pub(crate) fn dropout(
+    x: &Operand,
+    _y: &Operand,
+    _mask: &Operand,
+    _p: f64,
+    _seed: u64,
+    _offset: u64,
+) -> Result<u64> {
+    err("dropout", ordinal(x))
+}
+pub(crate) fn dropout_backward(dy: &Operand, _m: &Operand, _dx: &Operand, _p: f64) -> Result<()> {
+    err("dropout_backward", ordinal(dy))
+}

@@ -181,15 +181,6 @@ pub(crate) fn current_stream_id(device: Device) -> u64 {
     }
 }
 
-#[allow(dead_code)] // for dispatch functions with no CUDA kernel yet
-fn unavailable(op: &'static str, d: Device) -> Error {
-    Error::DeviceUnavailable {
-        op,
-        device: d,
-        reason: "no kernel for this device".into(),
-    }
-}
-
 /// Fails unless every operand is on the device of the first.
 fn device_of(op: &'static str, ops: &[&Operand]) -> Result<Device> {
     let d = ops[0].storage.device();
@@ -284,8 +275,10 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
 }
 
 mod index;
+mod random;
 mod reduce;
 #[allow(unused_imports)]
 pub(crate) use index::*;
+pub(crate) use random::*;
 #[allow(unused_imports)]
 pub(crate) use reduce::*;

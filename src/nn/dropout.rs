@@ -1,8 +1,11 @@
 //! `Dropout`.
 
 use super::{donation_verdict, Module, Verdict};
+use crate::autograd::{attach, needs_grad, Saved};
+use crate::backend::{self, Operand};
 use crate::error::{bail, Error, Result};
-use crate::Tensor;
+use crate::random::with_global;
+use crate::{DType, Tensor};
 
 /// Zeroes each element with probability `p` in training mode and scales the
 /// kept ones by `1 / (1 - p)`; the identity in evaluation mode. A new layer
@@ -12,6 +15,13 @@ use crate::Tensor;
 /// allocation); in training mode with a donated buffer (only handle, no graph
 /// needed) the mask is applied in place, so only the mask (one buffer of the
 /// input's size) is allocated.
+///
+/// On CUDA the training forward is one fused kernel (`kernels/nn.cu`) that
+/// draws the mask on the device from the global generator's Philox offset
+/// and writes the output and a bool keep mask, which is saved for the
+/// backward (`dx = mask ? dy / (1 - p) : 0`, one fused kernel too). As for
+/// every random op, CUDA's masks for a seed differ from the CPU's (see
+/// [`Generator`](crate::Generator)).
 ///
 /// ```
 /// use tensorscope::nn::{Dropout, Module};
@@ -65,6 +75,49 @@ impl Dropout {
     fn active(&self) -> bool {
         self.training && self.p > 0.0
     }
+
+    /// The fused CUDA forward (training mode, `0 < p < 1`): output and bool
+    /// keep mask in one kernel; the mask is saved for the backward kernel.
+    fn forward_fused(&self, x: &Tensor) -> Result<Tensor> {
+        if !x.dtype().is_float() {
+            bail!(Error::dtype("Dropout", "a float dtype", x.dtype()));
+        }
+        let x = x.contiguous()?;
+        let y = Tensor::alloc(x.shape(), x.dtype(), x.device())?;
+        let mask = Tensor::alloc(x.shape(), DType::Bool, x.device())?;
+        let p = self.p;
+        let (ox, oy, om) = (Operand::of(&x), Operand::of(&y), Operand::of(&mask));
+        with_global(|g| {
+            g.philox(|seed, off| backend::philox_dropout(&ox, &oy, &om, p, seed, off))
+        })?;
+        drop((ox, oy, om));
+        if !needs_grad(&[&x]) {
+            return Ok(y);
+        }
+        let saved = Saved::new(&mask, "dropout")?;
+        Ok(attach(
+            y,
+            "dropout",
+            &[&x],
+            Box::new(move |g: &Tensor| {
+                let mask = saved.get()?;
+                let g = g.contiguous()?;
+                let dx = Tensor::alloc(g.shape(), g.dtype(), g.device())?;
+                backend::dropout_backward(
+                    &Operand::of(&g),
+                    &Operand::of(mask),
+                    &Operand::of(&dx),
+                    p,
+                )?;
+                Ok(vec![Some(dx)])
+            }),
+        ))
+    }
+
+    /// `true` when the forward goes through the fused CUDA kernel.
+    fn fused(&self, x: &Tensor) -> bool {
+        x.device().is_cuda() && self.p < 1.0
+    }
 }
 
 impl Module for Dropout {
@@ -72,12 +125,18 @@ impl Module for Dropout {
         if !self.active() {
             return Ok(x.alias());
         }
+        if self.fused(x) {
+            return self.forward_fused(x);
+        }
         x.mul(&self.mask(x)?)
     }
 
     fn forward_owned(&self, mut x: Tensor) -> Result<Tensor> {
         if !self.active() {
             return Ok(x);
+        }
+        if self.fused(&x) {
+            return self.forward_fused(&x);
         }
         if donation_verdict(&x) == Verdict::Taken {
             let m = self.mask(&x)?;

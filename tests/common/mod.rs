@@ -2,6 +2,8 @@
 //! non-contiguous layouts built from logical values, and naive f64 references.
 #![allow(dead_code)]
 
+#[cfg(feature = "cuda")]
+pub mod devices;
 pub mod grad;
 pub mod layouts;
 

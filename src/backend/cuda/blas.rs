@@ -23,8 +23,8 @@
 
 use super::device::gpu_of;
 use super::elementwise::copy_on_device;
-use super::kernels::{self, Module};
-use super::launch::{coalesce, dptr, Geom, Launch};
+use super::kernels;
+use super::launch::{coalesce, dptr, Geom};
 use super::probe::probe;
 use super::stream::current;
 use crate::backend::Operand;
@@ -486,25 +486,12 @@ fn int_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
     let la = Layout::from_parts(shape.into(), a_rows.as_slice().into(), 0);
     let lb = Layout::from_parts(shape.into(), b_cols.as_slice().into(), 0);
     let geom = Geom::<3>::new(OP, [&dst.layout, &la, &lb])?;
-    let f = g.function(
-        OP,
-        Module::Reduce,
-        &kernels::typed_kernel("matmul", dst.dtype),
-    )?;
+    let f = g.kernel(OP, &kernels::matmul(dst.dtype))?;
     let s = current(g);
-    let (po, pa, pb) = (dptr(dst), dptr(a), dptr(b));
     let (ak, bk) = (ast[r - 1] as i64, bst[r - 2] as i64);
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&geom)
-        .arg(&n)
-        .arg(&po)
-        .arg(&pa)
-        .arg(&pb)
-        .arg(&k)
-        .arg(&ak)
-        .arg(&bk);
+    let args = (geom, n, dptr(dst), dptr(a), dptr(b), k, ak, bk);
     // SAFETY: matmul_<dt>(Geom<3>, i64, T*, const T*, const T*, i64, i64,
     // i64): the geometry walks the output and the row/column starts of a and
     // b, and k steps of ak / bk stay inside a's rows and b's columns.
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(OP, &s, g.grid(n), &args) }
 }

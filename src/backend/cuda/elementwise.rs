@@ -8,8 +8,8 @@
 //! to the host waits for its bytes.
 
 use super::device::{gpu_of, Gpu};
-use super::kernels::{self, Module};
-use super::launch::{dptr, numel, prepare, Geom, Launch};
+use super::kernels;
+use super::launch::{dptr, numel, prepare, Geom};
 use super::stream::{current, Stream};
 use super::transfer;
 use crate::backend::{BinaryOp, Operand, UnaryOp};
@@ -67,19 +67,11 @@ pub(crate) fn copy_on_device(g: &Gpu, s: &Stream, src: &Operand, dst: &Operand) 
     if src.dtype == dst.dtype && src.storage.same(dst.storage) && src.layout == dst.layout {
         return Ok(());
     }
-    let name = if src.dtype == dst.dtype {
-        kernels::bits_kernel("copy", src.dtype)
-    } else {
-        kernels::cast_kernel(src.dtype, dst.dtype)
-    };
-    let f = g.function(OP, Module::Copy, &name)?;
+    let f = g.kernel(OP, &kernels::copy(src.dtype, dst.dtype))?;
     let geom = Geom::<2>::new(OP, [&dst.layout, &src.layout])?;
-    let (po, pa) = (dptr(dst), dptr(src));
-    let mut l = Launch::new(OP, s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&pa);
     // SAFETY: copy_b<B>/cast_<s>_<d>(Geom<2>, i64, D*, const S*), pointers
     // into live storages whose layouts the geometry describes.
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(OP, s, g.grid(n), &(geom, n, dptr(dst), dptr(src))) }
 }
 
 /// `dst = src` for any pair of devices (not both the CPU).
@@ -211,13 +203,10 @@ pub(crate) fn fill(dst: &Operand, value: f64) -> Result<()> {
         // SAFETY: the dense range lies in the storage.
         return unsafe { transfer::memset(g, &s, dptr(dst), b[0], n as usize * esz) };
     }
-    let f = g.function(OP, Module::Copy, &kernels::bits_kernel("fill", dst.dtype))?;
+    let f = g.kernel(OP, &kernels::fill(dst.dtype))?;
     let geom = Geom::<1>::new(OP, [&dst.layout])?;
-    let po = dptr(dst);
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&bits);
     // SAFETY: fill_b<B>(Geom<1>, i64, bits*, u64).
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(OP, &s, g.grid(n), &(geom, n, dptr(dst), bits)) }
 }
 
 /// `dst = op(src)`, same dtype.
@@ -239,29 +228,28 @@ pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) -> Result<()> {
     if !kernels::has_unary(op, src.dtype) {
         return Err(Error::dtype(name, "a float dtype", src.dtype));
     }
-    let (s, f) = prepare(
-        g,
-        name,
-        Module::Elementwise,
-        &kernels::unary_kernel(op, src.dtype),
-    )?;
     let geom = Geom::<2>::new(name, [&dst.layout, &src.layout])?;
     let (po, pa) = (dptr(dst), dptr(src));
-    let (lo, hi, has) = match op {
-        UnaryOp::Clamp(a, b) => (
-            scalar_bits(src.dtype, if a.is_nan() { 0.0 } else { a }),
-            scalar_bits(src.dtype, if b.is_nan() { 0.0 } else { b }),
-            i32::from(!a.is_nan()) | (i32::from(!b.is_nan()) << 1),
-        ),
-        _ => (0, 0, 0),
-    };
-    let mut l = Launch::new(name, &s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&pa);
-    if let UnaryOp::Clamp(..) = op {
-        l.arg(&lo).arg(&hi).arg(&has);
+    let cfg = g.grid(n);
+    match kernels::unary(op, src.dtype) {
+        kernels::Unary::Clamp(k) => {
+            let (s, f) = prepare(g, name, &k)?;
+            let (a, b) = match op {
+                UnaryOp::Clamp(a, b) => (a, b),
+                _ => (f64::NAN, f64::NAN),
+            };
+            let lo = scalar_bits(src.dtype, if a.is_nan() { 0.0 } else { a });
+            let hi = scalar_bits(src.dtype, if b.is_nan() { 0.0 } else { b });
+            let has = i32::from(!a.is_nan()) | (i32::from(!b.is_nan()) << 1);
+            // SAFETY: unary_clamp_<dt>(Geom<2>, i64, T*, const T*, u64, u64, i32).
+            unsafe { f.launch(name, &s, cfg, &(geom, n, po, pa, lo, hi, has)) }
+        }
+        kernels::Unary::Plain(k) => {
+            let (s, f) = prepare(g, name, &k)?;
+            // SAFETY: unary_<op>_<dt>(Geom<2>, i64, T*, const T*).
+            unsafe { f.launch(name, &s, cfg, &(geom, n, po, pa)) }
+        }
     }
-    // SAFETY: unary_<op>_<dt>(Geom<2>, i64, T*, const T*) (clamp: + u64, u64, i32).
-    unsafe { l.run(g.grid(n)) }
 }
 
 /// `dst = op(a, b)`; `a` and `b` share a dtype; `dst` is bool for comparisons.
@@ -273,18 +261,11 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> R
         return Ok(());
     }
     check_binary_dtypes(op, a.dtype, b.dtype, dst.dtype)?;
-    let (s, f) = prepare(
-        g,
-        name,
-        Module::Elementwise,
-        &kernels::binary_kernel(op, a.dtype),
-    )?;
+    let (s, f) = prepare(g, name, &kernels::binary(op, a.dtype))?;
     let geom = Geom::<3>::new(name, [&dst.layout, &a.layout, &b.layout])?;
-    let (po, pa, pb) = (dptr(dst), dptr(a), dptr(b));
-    let mut l = Launch::new(name, &s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&pa).arg(&pb);
+    let args = (geom, n, dptr(dst), dptr(a), dptr(b));
     // SAFETY: binary_<op>_<dt>(Geom<3>, i64, O*, const T*, const T*).
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(name, &s, g.grid(n), &args) }
 }
 
 /// `dst = op(a, scalar)`, the scalar converted to `a`'s dtype.
@@ -296,18 +277,11 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
         return Ok(());
     }
     check_binary_dtypes(op, a.dtype, a.dtype, dst.dtype)?;
-    let (s, f) = prepare(
-        g,
-        name,
-        Module::Elementwise,
-        &kernels::bscalar_kernel(op, a.dtype),
-    )?;
+    let (s, f) = prepare(g, name, &kernels::bscalar(op, a.dtype))?;
     let geom = Geom::<2>::new(name, [&dst.layout, &a.layout])?;
-    let (po, pa, sb) = (dptr(dst), dptr(a), scalar_bits(a.dtype, scalar));
-    let mut l = Launch::new(name, &s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&pa).arg(&sb);
+    let args = (geom, n, dptr(dst), dptr(a), scalar_bits(a.dtype, scalar));
     // SAFETY: bscalar_<op>_<dt>(Geom<2>, i64, O*, const T*, u64).
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(name, &s, g.grid(n), &args) }
 }
 
 fn check_binary_dtypes(op: BinaryOp, a: DType, b: DType, out: DType) -> Result<()> {
@@ -343,16 +317,9 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
             },
         ));
     }
-    let (s, f) = prepare(
-        g,
-        OP,
-        Module::Copy,
-        &kernels::bits_kernel("where", dst.dtype),
-    )?;
+    let (s, f) = prepare(g, OP, &kernels::where_cond(dst.dtype))?;
     let geom = Geom::<4>::new(OP, [&dst.layout, &cond.layout, &a.layout, &b.layout])?;
-    let (po, pc, pa, pb) = (dptr(dst), dptr(cond), dptr(a), dptr(b));
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&geom).arg(&n).arg(&po).arg(&pc).arg(&pa).arg(&pb);
+    let args = (geom, n, dptr(dst), dptr(cond), dptr(a), dptr(b));
     // SAFETY: where_b<B>(Geom<4>, i64, bits*, const u8*, const bits*, const bits*).
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(OP, &s, g.grid(n), &args) }
 }

@@ -15,8 +15,8 @@
 
 use super::device::Gpu;
 use super::elementwise;
-use super::kernels::{self, Module};
-use super::launch::{dptr, Geom, Launch};
+use super::kernels;
+use super::launch::{dptr, Geom};
 use super::stream::{current, Stream};
 use super::transfer;
 use crate::backend::index::{IndexedDim, ScatterMode, ScatterSrc};
@@ -69,15 +69,12 @@ fn launch_check(g: &Gpu, s: &Stream, index: &Operand, d: &IndexedDim, err: u64) 
     if n == 0 {
         return Ok(());
     }
-    let name = kernels::index_kernel("index_check", index.dtype, None);
-    let f = g.function(d.op, Module::Index, &name)?;
+    let f = g.kernel(d.op, &kernels::index_check(index.dtype))?;
     let geom = Geom::<1>::new(d.op, [&index.layout])?;
-    let (pi, size, neg) = (dptr(index), d.size as i64, d.negative as i32);
-    let mut l = Launch::new(d.op, s, &f);
-    l.arg(&geom).arg(&n).arg(&pi).arg(&size).arg(&neg).arg(&err);
+    let args = (geom, n, dptr(index), d.size as i64, d.negative as i32, err);
     // SAFETY: index_check_<I>(Geom<1>, i64, const I*, i64, i32, i64*), the
     // index dtype naming the kernel, `err` 16 writable device bytes.
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(d.op, s, g.grid(n), &args) }
 }
 
 /// Reads the report back (waiting for the kernels) and turns it into an error.
@@ -117,23 +114,14 @@ pub(crate) fn launch_gather(
     if n == 0 {
         return Ok(());
     }
-    let name = kernels::index_kernel("gather", index.2, Some(&kernels::bits_suffix(dt)));
-    let f = g.function(op, Module::Index, &name)?;
+    let f = g.kernel(op, &kernels::gather(index.2, dt))?;
     let geom = Geom::<3>::new(op, [dst.1, src.1, index.1])?;
     let (size, stride) = size_stride;
-    let mut l = Launch::new(op, s, &f);
-    l.arg(&geom)
-        .arg(&n)
-        .arg(&dst.0)
-        .arg(&src.0)
-        .arg(&index.0)
-        .arg(&size)
-        .arg(&stride)
-        .arg(&err);
+    let args = (geom, n, dst.0, src.0, index.0, size, stride, err);
     // SAFETY: gather_<I>_b<B>(Geom<3>, i64, bits*, const bits*, const I*, i64,
     // i64, const i64*): the geometry describes the three layouts, which lie
     // in their storages; resolved indices stay in 0..size along `stride`.
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(op, s, g.grid(n), &args) }
 }
 
 /// `dst[i] = src[walk(i) + index[i] * stride]` (see `backend::gather`).
@@ -224,34 +212,20 @@ pub(crate) fn scatter(
     launch_check(g, &s, index, d, pe)?;
     let n = dst.layout.numel() as i64;
     if n > 0 {
-        let name = match mode {
-            ScatterMode::Assign => kernels::index_kernel(
-                "scatter",
-                index.dtype,
-                Some(&kernels::bits_suffix(dst.dtype)),
-            ),
-            ScatterMode::Add => {
-                kernels::index_kernel("scatter_add", index.dtype, Some(kernels::suffix(dst.dtype)))
-            }
+        let kernel = match mode {
+            ScatterMode::Assign => kernels::scatter(index.dtype, dst.dtype),
+            ScatterMode::Add => kernels::scatter_add(index.dtype, dst.dtype),
         };
-        let f = g.function(d.op, Module::Index, &name)?;
+        let f = g.kernel(d.op, &kernel)?;
         let geom = Geom::<3>::new(d.op, [&dst.layout, &src_layout, index_walk])?;
         let (pd, pi) = (dptr(dst), addr(index.storage, index_walk, index.dtype));
         let (size, stride) = (d.size as i64, d.stride as i64);
-        let mut l = Launch::new(d.op, &s, &f);
-        l.arg(&geom)
-            .arg(&n)
-            .arg(&pd)
-            .arg(&ps)
-            .arg(&pi)
-            .arg(&size)
-            .arg(&stride)
-            .arg(&pe);
+        let args = (geom, n, pd, ps, pi, size, stride, pe);
         // SAFETY: scatter_<I>_b<B> / scatter_add_<I>_<dt>(Geom<3>, i64, T*,
         // const T*, const I*, i64, i64, const i64*); the geometry describes
         // the walk, the source and the index walk; resolved indices stay in
         // 0..size along `stride` of the destination.
-        unsafe { l.run(g.grid(n))? };
+        unsafe { f.launch(d.op, &s, g.grid(n), &args)? };
     }
     read_report(g, &s, &err, d)
 }
@@ -266,12 +240,11 @@ fn chunk_counts(g: &Gpu, s: &Stream, geom: &Geom<2>, mask: &Operand) -> Result<(
     let counts = Storage::new(g.device(), blocks * 8)?;
     let (n64, chunk64) = (n as i64, chunk as i64);
     let (pm, pc) = (dptr(mask), counts.addr() as u64);
-    let f = g.function(OP, Module::Index, "masked_count")?;
-    let mut l = Launch::new(OP, s, &f);
-    l.arg(geom).arg(&n64).arg(&pm).arg(&chunk64).arg(&pc);
+    let f = g.kernel(OP, &kernels::masked_count())?;
+    let args = (*geom, n64, pm, chunk64, pc);
     // SAFETY: masked_count(Geom<2>, i64, const u8*, i64, i64*), one block
     // per chunk, `counts` holding one i64 per block.
-    unsafe { l.run(g.blocks(blocks as u64))? };
+    unsafe { f.launch(OP, s, g.blocks(blocks as u64), &args)? };
     let mut host = vec![0i64; blocks];
     // SAFETY: `blocks` i64 on both sides.
     unsafe { transfer::device_to_host(g, s, host.as_mut_ptr() as *mut u8, pc, blocks * 8)? };
@@ -353,25 +326,13 @@ pub(crate) fn masked_select(src: &Operand, mask: &Operand, dst: &Operand) -> Res
     let pst = st.addr() as u64;
     // SAFETY: `st` holds `blocks` i64; `starts` is readable for that many.
     unsafe { transfer::host_to_device(g, &s, pst, starts.as_ptr() as *const u8, blocks * 8)? };
-    let f = g.function(
-        OP,
-        Module::Index,
-        &kernels::bits_kernel("masked_select", src.dtype),
-    )?;
+    let f = g.kernel(OP, &kernels::masked_select(src.dtype))?;
     let (n64, chunk64) = (n as i64, chunk as i64);
-    let (po, ps, pm) = (dptr(dst), dptr(src), dptr(mask));
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&geom)
-        .arg(&n64)
-        .arg(&po)
-        .arg(&ps)
-        .arg(&pm)
-        .arg(&chunk64)
-        .arg(&pst);
+    let args = (geom, n64, dptr(dst), dptr(src), dptr(mask), chunk64, pst);
     // SAFETY: masked_select_b<B>(Geom<2>, i64, bits*, const bits*, const u8*,
     // i64, const i64*), `dst` holding exactly `total` elements (the counts
     // were taken under the same read lock of the mask).
-    unsafe { l.run(g.blocks(blocks as u64)) }
+    unsafe { f.launch(OP, &s, g.blocks(blocks as u64), &args) }
 }
 
 fn mask_changed(cap: usize, got: usize) -> Error {

@@ -14,18 +14,24 @@
 //! `~/.cache/tensorscope/kernels`. A cache that cannot be read or written is
 //! ignored.
 //!
-//! Kernel names are built here, from the same [`UnaryOp`], [`BinaryOp`] and
-//! [`ReduceOp`] names the CPU backend uses, and [`expected_kernels`] lists
-//! every name the Rust side can ask for, so a test can check each one exists
-//! in the compiled PTX (`tests/nvrtc.rs`).
+//! Kernels are named and typed here, in one table: a constructor per kernel
+//! family gives the name (from the same [`UnaryOp`], [`BinaryOp`] and
+//! [`ReduceOp`] names the CPU backend uses) and, as a tuple type, the Rust
+//! types of the parameters, which every launch must pass. [`expected_kernels`]
+//! lists every kernel with its parameter sizes, so `tests/nvrtc.rs` checks,
+//! without a GPU, that each exists in the compiled PTX with that parameter
+//! list, and that the PTX has no kernel the table lacks.
 
 use super::device::{drv, Gpu};
+use super::launch::{Args, Function, Geom};
+use super::reduce::{RGeom, SGeom};
 use crate::backend::{BinaryOp, ReduceOp, Reduction, UnaryOp};
 use crate::error::{Error, Result};
 use crate::DType;
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -173,56 +179,6 @@ pub(crate) fn has_unary(op: UnaryOp, dt: DType) -> bool {
     !op.needs_float() || dt.is_float()
 }
 
-pub(crate) fn unary_kernel(op: UnaryOp, dt: DType) -> String {
-    format!("unary_{}_{}", op.name(), suffix(dt))
-}
-pub(crate) fn binary_kernel(op: BinaryOp, dt: DType) -> String {
-    format!("binary_{}_{}", op.name(), suffix(dt))
-}
-pub(crate) fn bscalar_kernel(op: BinaryOp, dt: DType) -> String {
-    format!("bscalar_{}_{}", op.name(), suffix(dt))
-}
-pub(crate) fn cast_kernel(src: DType, dst: DType) -> String {
-    format!("cast_{}_{}", suffix(src), suffix(dst))
-}
-/// A kernel that only moves bits: `<family>_b<element bytes>`.
-pub(crate) fn bits_kernel(family: &str, dt: DType) -> String {
-    format!("{family}_b{}", dt.size_in_bytes())
-}
-/// `b<element bytes>`: the suffix of kernels that only move bits.
-pub(crate) fn bits_suffix(dt: DType) -> String {
-    format!("b{}", dt.size_in_bytes())
-}
-/// `<family>_<index dtype>[_<rest>]`: the index kernels, one per index
-/// dtype (i64 or i32).
-pub(crate) fn index_kernel(family: &str, index: DType, rest: Option<&str>) -> String {
-    match rest {
-        Some(r) => format!("{family}_{}_{r}", suffix(index)),
-        None => format!("{family}_{}", suffix(index)),
-    }
-}
-/// `<family>_<dtype>`.
-pub(crate) fn typed_kernel(family: &str, dt: DType) -> String {
-    format!("{family}_{}", suffix(dt))
-}
-pub(crate) fn reduce_kernel(op: ReduceOp, dt: DType) -> String {
-    format!("reduce_{}_{}", reduce_name(op), suffix(dt))
-}
-/// The kernel of a dispatch-level [`Reduction`]: `reduce_<op>_<dt>`, with
-/// var and std sharing `reduce_var_<dt>` (a run-time flag takes the root).
-pub(crate) fn reduction_kernel(op: Reduction, dt: DType) -> String {
-    let name = match op {
-        Reduction::Sum => "sum",
-        Reduction::Mean => "mean",
-        Reduction::Prod => "prod",
-        Reduction::Max => "max",
-        Reduction::Min => "min",
-        Reduction::Var(_) | Reduction::Std(_) => "var",
-        Reduction::LogSumExp => "logsumexp",
-    };
-    format!("reduce_{name}_{}", suffix(dt))
-}
-
 /// The output dtype of reduction `op` over `dt`, or `None` if there is no
 /// kernel for it (see kernels/reduce.cu).
 pub(crate) fn reduce_out_dtype(op: ReduceOp, dt: DType) -> Option<DType> {
@@ -251,10 +207,274 @@ const INTEGERS: [DType; 3] = [DType::I64, DType::I32, DType::U8];
 /// The dtypes an index tensor may hold.
 pub(crate) const INDEX_DTYPES: [DType; 2] = [DType::I64, DType::I32];
 
-/// Every kernel name the Rust side can launch from `file` (a
-/// `kernels/*.cu` file name), or `None` for an unknown file.
+// ------------------------------------------------------ the kernel table ---
+//
+// Every kernel the Rust side launches is made by one of the constructors
+// below, which give it its module, its name and, as the type parameter of
+// [`Kernel`], the Rust types of its parameters. A launch goes through
+// `Gpu::kernel(&Kernel<A>) -> Function<A>` and `Function<A>::launch(&A)`,
+// so the compiler holds every launcher to the types listed here;
+// [`expected_kernels`] lists every kernel of every file with the byte
+// sizes of those types, and `tests/nvrtc.rs` checks them against the
+// parameter lists NVRTC compiles (and that no compiled kernel is missing
+// from the table).
+
+/// A device pointer: a kernel's `T*` or `const T*`.
+pub(crate) type Ptr = u64;
+/// `copy_b<B>`, `cast_<s>_<d>`, `unary_<op>_<dt>`: (geometry, n, out, in).
+pub(crate) type UnaryArgs = (Geom<2>, i64, Ptr, Ptr);
+/// `unary_clamp_<dt>`: (geometry, n, out, in, lo bits, hi bits, which bounds).
+pub(crate) type ClampArgs = (Geom<2>, i64, Ptr, Ptr, u64, u64, i32);
+/// `fill_b<B>`: (geometry, n, out, value bits).
+pub(crate) type FillArgs = (Geom<1>, i64, Ptr, u64);
+/// `masked_fill_b<B>`: (geometry, n, out, mask, value bits).
+pub(crate) type MaskedFillArgs = (Geom<2>, i64, Ptr, Ptr, u64);
+/// `where_b<B>`: (geometry, n, out, cond, a, b).
+pub(crate) type WhereArgs = (Geom<4>, i64, Ptr, Ptr, Ptr, Ptr);
+/// `binary_<op>_<dt>`: (geometry, n, out, a, b).
+pub(crate) type BinaryArgs = (Geom<3>, i64, Ptr, Ptr, Ptr);
+/// `bscalar_<op>_<dt>`: (geometry, n, out, a, scalar bits).
+pub(crate) type ScalarArgs = (Geom<2>, i64, Ptr, Ptr, u64);
+/// `reduce_<op>_<dt>`: (geometry, outputs, elements per output, out, in, group).
+pub(crate) type ReduceArgs = (RGeom, i64, i64, Ptr, Ptr, i32);
+/// `reduce_var_<dt>`: [`ReduceArgs`], then (correction, take the root).
+pub(crate) type VarArgs = (RGeom, i64, i64, Ptr, Ptr, i32, i64, i32);
+/// `matmul_<dt>`: (geometry, n, out, a, b, k, a's k stride, b's k stride).
+pub(crate) type MatmulArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, i64);
+/// `[log_]softmax_<dt>`: (geometry, rows, out, in, group).
+pub(crate) type SoftmaxArgs = (SGeom<2>, i64, Ptr, Ptr, i32);
+/// `[log_]softmax_bwd_<dt>`: (geometry, rows, dx, dy, y, group).
+pub(crate) type SoftmaxBwdArgs = (SGeom<3>, i64, Ptr, Ptr, Ptr, i32);
+/// `index_check_<I>`: (geometry, n, index, size, negative allowed, report).
+pub(crate) type IndexCheckArgs = (Geom<1>, i64, Ptr, i64, i32, Ptr);
+/// `gather_*`, `scatter_*`, `scatter_add_*`: (geometry, n, dst, src, index,
+/// size, stride, report).
+pub(crate) type GatherArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, Ptr);
+/// `masked_count`: (geometry, n, mask, chunk, counts).
+pub(crate) type MaskedCountArgs = (Geom<2>, i64, Ptr, i64, Ptr);
+/// `masked_select_b<B>`: (geometry, n, out, src, mask, chunk, chunk starts).
+pub(crate) type MaskedSelectArgs = (Geom<2>, i64, Ptr, Ptr, Ptr, i64, Ptr);
+/// `rand_uniform_<dt>`, `rand_normal_<dt>`: (out, n, seed, offset, a, b).
+pub(crate) type RandArgs = (Ptr, i64, u64, u64, f64, f64);
+/// `rand_bernoulli_<dt>`: (out, n, seed, offset, p).
+pub(crate) type BernoulliArgs = (Ptr, i64, u64, u64, f64);
+/// `layer_norm_fwd_<dt>`: (x, gamma, beta, y, mean, rstd, rows, cols, eps).
+pub(crate) type LayerNormArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64, f64);
+/// `layer_norm_bwd_<dt>` (dy, x, gamma, mean, rstd, dx, rows, cols) and
+/// `layer_norm_bwd_params_<dt>` (dy, x, mean, rstd, dgamma, dbeta, rows, cols).
+pub(crate) type LayerNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
+/// `dropout_<dt>`: (x, y, mask, n, p, seed, offset).
+pub(crate) type DropoutArgs = (Ptr, Ptr, Ptr, i64, f64, u64, u64);
+/// `dropout_bwd_<dt>`: (dy, mask, dx, n, p).
+pub(crate) type DropoutBwdArgs = (Ptr, Ptr, Ptr, i64, f64);
+
+/// A kernel of `kernels/`: its file, its name, and its parameter types `A`
+/// (a tuple). Made only by the constructors of this table.
+pub(crate) struct Kernel<A> {
+    module: Module,
+    name: String,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<A: Args> Kernel<A> {
+    fn new(module: Module, name: String) -> Self {
+        Kernel {
+            module,
+            name,
+            _args: PhantomData,
+        }
+    }
+
+    /// The kernel's name in the PTX.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name and the byte size of each parameter: a row of
+    /// [`expected_kernels`].
+    fn entry(self) -> (String, Vec<usize>) {
+        (self.name, A::sizes())
+    }
+}
+
+/// `copy_b<B>` for one dtype (bits only), else `cast_<src>_<dst>`.
+pub(crate) fn copy(src: DType, dst: DType) -> Kernel<UnaryArgs> {
+    let name = if src == dst {
+        format!("copy_{}", bits_suffix(src))
+    } else {
+        format!("cast_{}_{}", suffix(src), suffix(dst))
+    };
+    Kernel::new(Module::Copy, name)
+}
+/// `fill_b<B>`.
+pub(crate) fn fill(dt: DType) -> Kernel<FillArgs> {
+    Kernel::new(Module::Copy, format!("fill_{}", bits_suffix(dt)))
+}
+/// `masked_fill_b<B>` (compiled; the op layer goes through `where` today).
+pub(crate) fn masked_fill(dt: DType) -> Kernel<MaskedFillArgs> {
+    Kernel::new(Module::Copy, format!("masked_fill_{}", bits_suffix(dt)))
+}
+/// `where_b<B>`.
+pub(crate) fn where_cond(dt: DType) -> Kernel<WhereArgs> {
+    Kernel::new(Module::Copy, format!("where_{}", bits_suffix(dt)))
+}
+
+/// A unary kernel: clamp takes its bounds, the others nothing more.
+pub(crate) enum Unary {
+    Plain(Kernel<UnaryArgs>),
+    Clamp(Kernel<ClampArgs>),
+}
+/// `unary_<op>_<dt>` (see [`has_unary`]).
+pub(crate) fn unary(op: UnaryOp, dt: DType) -> Unary {
+    let name = format!("unary_{}_{}", op.name(), suffix(dt));
+    match op {
+        UnaryOp::Clamp(..) => Unary::Clamp(Kernel::new(Module::Elementwise, name)),
+        _ => Unary::Plain(Kernel::new(Module::Elementwise, name)),
+    }
+}
+/// `binary_<op>_<dt>`.
+pub(crate) fn binary(op: BinaryOp, dt: DType) -> Kernel<BinaryArgs> {
+    let name = format!("binary_{}_{}", op.name(), suffix(dt));
+    Kernel::new(Module::Elementwise, name)
+}
+/// `bscalar_<op>_<dt>`.
+pub(crate) fn bscalar(op: BinaryOp, dt: DType) -> Kernel<ScalarArgs> {
+    let name = format!("bscalar_{}_{}", op.name(), suffix(dt));
+    Kernel::new(Module::Elementwise, name)
+}
+
+/// `reduce_<op>_<dt>` (see [`reduce_out_dtype`]).
+pub(crate) fn reduce(op: ReduceOp, dt: DType) -> Kernel<ReduceArgs> {
+    let name = format!("reduce_{}_{}", reduce_name(op), suffix(dt));
+    Kernel::new(Module::Reduce, name)
+}
+/// The kernel of a dispatch-level [`Reduction`]: var and std share
+/// `reduce_var_<dt>` (a run-time flag takes the root), which takes the
+/// correction too.
+pub(crate) enum ReductionKernel {
+    Plain(Kernel<ReduceArgs>),
+    Var(Kernel<VarArgs>),
+}
+/// `reduce_<op>_<dt>` for a [`Reduction`].
+pub(crate) fn reduction(op: Reduction, dt: DType) -> ReductionKernel {
+    let name = |n: &str| format!("reduce_{n}_{}", suffix(dt));
+    let plain = |n: &str| ReductionKernel::Plain(Kernel::new(Module::Reduce, name(n)));
+    match op {
+        Reduction::Sum => plain("sum"),
+        Reduction::Mean => plain("mean"),
+        Reduction::Prod => plain("prod"),
+        Reduction::Max => plain("max"),
+        Reduction::Min => plain("min"),
+        Reduction::LogSumExp => plain("logsumexp"),
+        Reduction::Var(_) | Reduction::Std(_) => {
+            ReductionKernel::Var(Kernel::new(Module::Reduce, name("var")))
+        }
+    }
+}
+impl ReductionKernel {
+    /// The kernel's name.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            ReductionKernel::Plain(k) => k.name(),
+            ReductionKernel::Var(k) => k.name(),
+        }
+    }
+}
+/// `matmul_<dt>`: the integer matmul (floats go to cuBLAS).
+pub(crate) fn matmul(dt: DType) -> Kernel<MatmulArgs> {
+    Kernel::new(Module::Reduce, format!("matmul_{}", suffix(dt)))
+}
+
+/// `softmax_<dt>` or `log_softmax_<dt>`.
+pub(crate) fn softmax(dt: DType, log: bool) -> Kernel<SoftmaxArgs> {
+    let f = if log { "log_softmax" } else { "softmax" };
+    Kernel::new(Module::Softmax, format!("{f}_{}", suffix(dt)))
+}
+/// `softmax_bwd_<dt>` or `log_softmax_bwd_<dt>`.
+pub(crate) fn softmax_bwd(dt: DType, log: bool) -> Kernel<SoftmaxBwdArgs> {
+    let f = if log {
+        "log_softmax_bwd"
+    } else {
+        "softmax_bwd"
+    };
+    Kernel::new(Module::Softmax, format!("{f}_{}", suffix(dt)))
+}
+
+/// `index_check_<I>` for index dtype `index` (i64 or i32).
+pub(crate) fn index_check(index: DType) -> Kernel<IndexCheckArgs> {
+    Kernel::new(Module::Index, format!("index_check_{}", suffix(index)))
+}
+/// `gather_<I>_b<B>`.
+pub(crate) fn gather(index: DType, dt: DType) -> Kernel<GatherArgs> {
+    let name = format!("gather_{}_{}", suffix(index), bits_suffix(dt));
+    Kernel::new(Module::Index, name)
+}
+/// `scatter_<I>_b<B>`.
+pub(crate) fn scatter(index: DType, dt: DType) -> Kernel<GatherArgs> {
+    let name = format!("scatter_{}_{}", suffix(index), bits_suffix(dt));
+    Kernel::new(Module::Index, name)
+}
+/// `scatter_add_<I>_<dt>`.
+pub(crate) fn scatter_add(index: DType, dt: DType) -> Kernel<GatherArgs> {
+    let name = format!("scatter_add_{}_{}", suffix(index), suffix(dt));
+    Kernel::new(Module::Index, name)
+}
+/// `masked_count`.
+pub(crate) fn masked_count() -> Kernel<MaskedCountArgs> {
+    Kernel::new(Module::Index, "masked_count".into())
+}
+/// `masked_select_b<B>`.
+pub(crate) fn masked_select(dt: DType) -> Kernel<MaskedSelectArgs> {
+    Kernel::new(Module::Index, format!("masked_select_{}", bits_suffix(dt)))
+}
+
+/// `rand_uniform_<dt>` (floats).
+pub(crate) fn rand_uniform(dt: DType) -> Kernel<RandArgs> {
+    Kernel::new(Module::Random, format!("rand_uniform_{}", suffix(dt)))
+}
+/// `rand_normal_<dt>` (floats).
+pub(crate) fn rand_normal(dt: DType) -> Kernel<RandArgs> {
+    Kernel::new(Module::Random, format!("rand_normal_{}", suffix(dt)))
+}
+/// `rand_bernoulli_<dt>` (every dtype).
+pub(crate) fn rand_bernoulli(dt: DType) -> Kernel<BernoulliArgs> {
+    Kernel::new(Module::Random, format!("rand_bernoulli_{}", suffix(dt)))
+}
+
+/// `layer_norm_fwd_<dt>`.
+pub(crate) fn layer_norm_fwd(dt: DType) -> Kernel<LayerNormArgs> {
+    Kernel::new(Module::Nn, format!("layer_norm_fwd_{}", suffix(dt)))
+}
+/// `layer_norm_bwd_<dt>`.
+pub(crate) fn layer_norm_bwd(dt: DType) -> Kernel<LayerNormBwdArgs> {
+    Kernel::new(Module::Nn, format!("layer_norm_bwd_{}", suffix(dt)))
+}
+/// `layer_norm_bwd_params_<dt>`.
+pub(crate) fn layer_norm_bwd_params(dt: DType) -> Kernel<LayerNormBwdArgs> {
+    let name = format!("layer_norm_bwd_params_{}", suffix(dt));
+    Kernel::new(Module::Nn, name)
+}
+/// `dropout_<dt>`.
+pub(crate) fn dropout(dt: DType) -> Kernel<DropoutArgs> {
+    Kernel::new(Module::Nn, format!("dropout_{}", suffix(dt)))
+}
+/// `dropout_bwd_<dt>`.
+pub(crate) fn dropout_bwd(dt: DType) -> Kernel<DropoutBwdArgs> {
+    Kernel::new(Module::Nn, format!("dropout_bwd_{}", suffix(dt)))
+}
+
+/// `b<element bytes>`: the suffix of kernels that only move bits.
+fn bits_suffix(dt: DType) -> String {
+    format!("b{}", dt.size_in_bytes())
+}
+
+/// Every kernel of `file` (a `kernels/*.cu` file name) with the byte size
+/// of each parameter the Rust side passes it, or `None` for an unknown
+/// file: the kernel table, checked against the PTX by `tests/nvrtc.rs`.
 #[doc(hidden)]
-pub fn expected_kernels(file: &str) -> Option<Vec<String>> {
+pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
     let m = Module::ALL.into_iter().find(|m| m.file() == file)?;
     let mut v = Vec::new();
     match m {
@@ -262,27 +482,31 @@ pub fn expected_kernels(file: &str) -> Option<Vec<String>> {
             for op in UNARY_OPS {
                 for dt in DType::ALL {
                     if has_unary(op, dt) {
-                        v.push(unary_kernel(op, dt));
+                        v.push(match unary(op, dt) {
+                            Unary::Plain(k) => k.entry(),
+                            Unary::Clamp(k) => k.entry(),
+                        });
                     }
                 }
             }
             for op in BINARY_OPS {
                 for dt in DType::ALL {
-                    v.push(binary_kernel(op, dt));
-                    v.push(bscalar_kernel(op, dt));
+                    v.push(binary(op, dt).entry());
+                    v.push(bscalar(op, dt).entry());
                 }
             }
         }
         Module::Copy => {
             for dt in WIDTHS {
-                for f in ["copy", "fill", "where", "masked_fill"] {
-                    v.push(bits_kernel(f, dt));
-                }
+                v.push(copy(dt, dt).entry());
+                v.push(fill(dt).entry());
+                v.push(where_cond(dt).entry());
+                v.push(masked_fill(dt).entry());
             }
             for s in DType::ALL {
                 for d in DType::ALL {
                     if s != d {
-                        v.push(cast_kernel(s, d));
+                        v.push(copy(s, d).entry());
                     }
                 }
             }
@@ -291,62 +515,62 @@ pub fn expected_kernels(file: &str) -> Option<Vec<String>> {
             for op in REDUCE_OPS {
                 for dt in DType::ALL {
                     if reduce_out_dtype(op, dt).is_some() {
-                        v.push(reduce_kernel(op, dt));
+                        v.push(reduce(op, dt).entry());
                     }
                 }
             }
             for dt in FLOATS {
-                v.push(reduction_kernel(Reduction::Var(0), dt));
-                v.push(reduction_kernel(Reduction::LogSumExp, dt));
+                for op in [Reduction::Var(0), Reduction::LogSumExp] {
+                    v.push(match reduction(op, dt) {
+                        ReductionKernel::Plain(k) => k.entry(),
+                        ReductionKernel::Var(k) => k.entry(),
+                    });
+                }
             }
             for dt in INTEGERS {
-                v.push(typed_kernel("matmul", dt));
+                v.push(matmul(dt).entry());
             }
         }
         Module::Softmax => {
             for dt in FLOATS {
-                for f in ["softmax", "log_softmax", "softmax_bwd", "log_softmax_bwd"] {
-                    v.push(typed_kernel(f, dt));
+                for log in [false, true] {
+                    v.push(softmax(dt, log).entry());
+                    v.push(softmax_bwd(dt, log).entry());
                 }
             }
         }
         Module::Index => {
             for idx in INDEX_DTYPES {
-                v.push(index_kernel("index_check", idx, None));
+                v.push(index_check(idx).entry());
                 for dt in WIDTHS {
-                    for f in ["gather", "scatter"] {
-                        v.push(index_kernel(f, idx, Some(&bits_suffix(dt))));
-                    }
+                    v.push(gather(idx, dt).entry());
+                    v.push(scatter(idx, dt).entry());
                 }
                 for dt in NUMERIC {
-                    v.push(index_kernel("scatter_add", idx, Some(suffix(dt))));
+                    v.push(scatter_add(idx, dt).entry());
                 }
             }
             for dt in WIDTHS {
-                v.push(bits_kernel("masked_select", dt));
+                v.push(masked_select(dt).entry());
             }
-            v.push("masked_count".into());
+            v.push(masked_count().entry());
         }
         Module::Random => {
             for dt in FLOATS {
-                v.push(typed_kernel("rand_uniform", dt));
-                v.push(typed_kernel("rand_normal", dt));
+                v.push(rand_uniform(dt).entry());
+                v.push(rand_normal(dt).entry());
             }
             for dt in DType::ALL {
-                v.push(typed_kernel("rand_bernoulli", dt));
+                v.push(rand_bernoulli(dt).entry());
             }
         }
         Module::Nn => {
             for dt in FLOATS {
-                for f in [
-                    "layer_norm_fwd",
-                    "layer_norm_bwd",
-                    "layer_norm_bwd_params",
-                    "dropout",
-                    "dropout_bwd",
-                ] {
-                    v.push(typed_kernel(f, dt));
-                }
+                v.push(layer_norm_fwd(dt).entry());
+                v.push(layer_norm_bwd(dt).entry());
+                v.push(layer_norm_bwd_params(dt).entry());
+                v.push(dropout(dt).entry());
+                v.push(dropout_bwd(dt).entry());
             }
         }
     }
@@ -502,8 +726,13 @@ impl Gpu {
         format!("compute_{}{}", self.cc.0, self.cc.1)
     }
 
+    /// Kernel `k`, compiled and loaded on first use.
+    pub(crate) fn kernel<A: Args>(&self, op: &'static str, k: &Kernel<A>) -> Result<Function<A>> {
+        self.function(op, k.module, &k.name).map(Function::new)
+    }
+
     /// The kernel `name` of module `m`, compiled and loaded on first use.
-    pub(crate) fn function(&self, op: &'static str, m: Module, name: &str) -> Result<CudaFunction> {
+    fn function(&self, op: &'static str, m: Module, name: &str) -> Result<CudaFunction> {
         if let Some(f) = self
             .modules
             .functions

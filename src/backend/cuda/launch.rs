@@ -7,12 +7,13 @@
 //! device allocation and no host-to-device copy of shapes and strides.
 
 use super::device::{drv, Gpu};
-use super::kernels::Module;
+use super::kernels::Kernel;
 use super::stream::Stream;
 use crate::backend::Operand;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use std::marker::PhantomData;
 
 /// Most dimensions a kernel walks (after merging), as `TS_MAX_RANK`.
 pub(crate) const MAX_RANK: usize = 8;
@@ -168,50 +169,80 @@ pub(crate) fn group_for(n: i64) -> i32 {
     }
 }
 
-/// One kernel launch on a stream: the function, then the arguments in the
-/// kernel's order, then [`Launch::run`].
-pub(crate) struct Launch<'a> {
-    op: &'static str,
-    args: cudarc::driver::LaunchArgs<'a>,
+/// A kernel's parameter list as a tuple of Rust types, in the kernel's
+/// order: what a launch pushes, and (through [`Args::sizes`]) what
+/// `tests/nvrtc.rs` compares with the parameter list of the compiled PTX.
+pub(crate) trait Args {
+    /// The byte size of each parameter, in order.
+    fn sizes() -> Vec<usize>;
+    /// Pushes every parameter onto a launch.
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
 }
 
-impl<'a> Launch<'a> {
-    pub(crate) fn new(
-        op: &'static str,
-        stream: &'a Stream,
-        f: &'a cudarc::driver::CudaFunction,
-    ) -> Launch<'a> {
-        Launch {
-            op,
-            args: stream.cu().launch_builder(f),
+macro_rules! tuple_args {
+    ($($T:ident $i:tt),+) => {
+        impl<$($T: DeviceRepr),+> Args for ($($T,)+) {
+            fn sizes() -> Vec<usize> {
+                vec![$(std::mem::size_of::<$T>()),+]
+            }
+            fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+                $(b.arg(&self.$i);)+
+            }
+        }
+    };
+}
+tuple_args!(A 0);
+tuple_args!(A 0, B 1);
+tuple_args!(A 0, B 1, C 2);
+tuple_args!(A 0, B 1, C 2, D 3);
+tuple_args!(A 0, B 1, C 2, D 3, E 4);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+
+/// A loaded kernel whose parameters are the tuple `A`: only
+/// [`Gpu::kernel`] makes one, from a [`Kernel<A>`] of `kernels.rs`, so a
+/// launch can only pass the argument types that table gives the kernel.
+pub(crate) struct Function<A> {
+    f: cudarc::driver::CudaFunction,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<A: Args> Function<A> {
+    pub(super) fn new(f: cudarc::driver::CudaFunction) -> Self {
+        Function {
+            f,
+            _args: PhantomData,
         }
     }
 
-    /// Adds an argument. It must outlive the launch (hence the reference).
-    pub(crate) fn arg<T: DeviceRepr>(&mut self, v: &'a T) -> &mut Self {
-        self.args.arg(v);
-        self
-    }
-
-    /// Launches.
+    /// Launches the kernel on `s` with `args`.
     ///
     /// # Safety
-    /// The arguments must match the kernel's parameters in number, order and
-    /// type, and every pointer must be valid for what the kernel does with it.
-    pub(crate) unsafe fn run(&mut self, cfg: LaunchConfig) -> Result<()> {
-        unsafe { self.args.launch(cfg) }
-            .map(|_| ())
-            .map_err(drv(self.op))
+    /// Every pointer in `args` must be valid for what the kernel does with
+    /// it (the parameter count and sizes are fixed by `A`, and
+    /// `tests/nvrtc.rs` checks them against the PTX).
+    pub(crate) unsafe fn launch(
+        &self,
+        op: &'static str,
+        s: &Stream,
+        cfg: LaunchConfig,
+        args: &A,
+    ) -> Result<()> {
+        let mut b = s.cu().launch_builder(&self.f);
+        args.push(&mut b);
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(op))
     }
 }
 
-/// The stream and function for a launch of `name` from module `m` on `g`.
-pub(crate) fn prepare(
+/// The stream and function for a launch of kernel `k` on `g`.
+pub(crate) fn prepare<A: Args>(
     g: &Gpu,
     op: &'static str,
-    m: Module,
-    name: &str,
-) -> Result<(Stream, cudarc::driver::CudaFunction)> {
-    let f = g.function(op, m, name)?;
+    k: &Kernel<A>,
+) -> Result<(Stream, Function<A>)> {
+    let f = g.kernel(op, k)?;
     Ok((super::stream::current(g), f))
 }

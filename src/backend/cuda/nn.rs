@@ -8,15 +8,17 @@
 //! `(seed, offset)` and the element index only, and returns how many Philox
 //! counters it used, by which the caller advances its offset.
 //!
-//! (The op layer's `rand`/`randn` currently draw on the host and copy, so
-//! CPU and CUDA give identical streams; these kernels are the fast path.)
+//! The op layer's CUDA `rand`/`randn`/`uniform_`/`normal_` and
+//! `nn::Dropout` generate here, at the generator's Philox offset (see
+//! `crate::random::Generator`).
 
-// Wired into the op and nn layers at merge; exercised by the unit tests.
+// Layer norm and Bernoulli are not wired into the op and nn layers yet;
+// the unit tests exercise them.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::device::gpu_of;
-use super::kernels::{self, Module};
-use super::launch::{dptr, prepare, Launch};
+use super::kernels;
+use super::launch::{dptr, prepare};
 use crate::backend::Operand;
 use crate::error::{Error, Result};
 use crate::DType;
@@ -51,38 +53,36 @@ pub(crate) fn counters(n: usize, dt: DType, normal_or_uniform: bool) -> u64 {
     }
 }
 
-fn rand_fill(
-    op: &'static str,
-    family: &str,
-    dst: &Operand,
-    seed: u64,
-    offset: u64,
-    a: f64,
-    b: Option<f64>,
-) -> Result<u64> {
+/// The kernel of a fill: uniform and normal take two parameters, Bernoulli one.
+enum Fill {
+    Two(kernels::Kernel<kernels::RandArgs>, f64, f64),
+    One(kernels::Kernel<kernels::BernoulliArgs>, f64),
+}
+
+fn rand_fill(op: &'static str, fill: Fill, dst: &Operand, seed: u64, offset: u64) -> Result<u64> {
     let g = gpu_of(op, dst.storage.device())?;
     dense(op, dst)?;
     let n = dst.layout.numel() as i64;
     if n == 0 {
         return Ok(0);
     }
-    let (s, f) = prepare(
-        g,
-        op,
-        Module::Random,
-        &kernels::typed_kernel(family, dst.dtype),
-    )?;
     let po = dptr(dst);
-    let mut l = Launch::new(op, &s, &f);
-    l.arg(&po).arg(&n).arg(&seed).arg(&offset).arg(&a);
-    let bv = b.unwrap_or(0.0);
-    if b.is_some() {
-        l.arg(&bv);
+    let items = counters(n as usize, dst.dtype, matches!(fill, Fill::Two(..)));
+    let cfg = g.grid(items as i64);
+    match fill {
+        Fill::Two(k, a, b) => {
+            let (s, f) = prepare(g, op, &k)?;
+            // SAFETY: rand_{uniform,normal}_<dt>(T*, i64, u64, u64, double,
+            // double) on a dense buffer of n elements.
+            unsafe { f.launch(op, &s, cfg, &(po, n, seed, offset, a, b))? };
+        }
+        Fill::One(k, p) => {
+            let (s, f) = prepare(g, op, &k)?;
+            // SAFETY: rand_bernoulli_<dt>(T*, i64, u64, u64, double) on a
+            // dense buffer of n elements.
+            unsafe { f.launch(op, &s, cfg, &(po, n, seed, offset, p))? };
+        }
     }
-    let items = counters(n as usize, dst.dtype, b.is_some());
-    // SAFETY: rand_<family>_<dt>(T*, i64, u64, u64, double[, double]) on a
-    // dense buffer of n elements.
-    unsafe { l.run(g.grid(items as i64))? };
     Ok(items)
 }
 
@@ -95,15 +95,8 @@ pub(crate) fn rand_uniform(
     offset: u64,
 ) -> Result<u64> {
     float("uniform_", dst.dtype)?;
-    rand_fill(
-        "uniform_",
-        "rand_uniform",
-        dst,
-        seed,
-        offset,
-        low,
-        Some(high),
-    )
+    let fill = Fill::Two(kernels::rand_uniform(dst.dtype), low, high);
+    rand_fill("uniform_", fill, dst, seed, offset)
 }
 
 /// Fills dense `dst` with normals of `mean` and `std`.
@@ -115,7 +108,8 @@ pub(crate) fn rand_normal(
     offset: u64,
 ) -> Result<u64> {
     float("normal_", dst.dtype)?;
-    rand_fill("normal_", "rand_normal", dst, seed, offset, mean, Some(std))
+    let fill = Fill::Two(kernels::rand_normal(dst.dtype), mean, std);
+    rand_fill("normal_", fill, dst, seed, offset)
 }
 
 /// Fills dense `dst` (any dtype) with 1 with probability `p`, else 0.
@@ -126,7 +120,8 @@ pub(crate) fn rand_bernoulli(dst: &Operand, p: f64, seed: u64, offset: u64) -> R
             format!("p must be in [0, 1], got {p}"),
         ));
     }
-    rand_fill("bernoulli_", "rand_bernoulli", dst, seed, offset, p, None)
+    let fill = Fill::One(kernels::rand_bernoulli(dst.dtype), p);
+    rand_fill("bernoulli_", fill, dst, seed, offset)
 }
 
 /// The dtype of layer norm's saved statistics for input dtype `dt`.
@@ -220,27 +215,20 @@ pub(crate) fn layer_norm(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
-    let (s, f) = prepare(
-        g,
-        OP,
-        Module::Nn,
-        &kernels::typed_kernel("layer_norm_fwd", x.dtype),
-    )?;
+    let (s, f) = prepare(g, OP, &kernels::layer_norm_fwd(x.dtype))?;
     let (px, py, pm, pr) = (dptr(x), dptr(y), dptr(mean), dptr(rstd));
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&px)
-        .arg(&pg)
-        .arg(&pb)
-        .arg(&py)
-        .arg(&pm)
-        .arg(&pr)
-        .arg(&rows)
-        .arg(&cols)
-        .arg(&eps);
+    let args = (px, pg, pb, py, pm, pr, rows, cols, eps);
     // SAFETY: layer_norm_fwd_<dt>(const T*, const T*, const T*, T*, A*, A*,
     // i64, i64, double) on dense buffers of the checked sizes (null gamma/beta
     // allowed).
-    unsafe { l.run(g.blocks((rows as u64).min(g.sm_count as u64 * 32))) }
+    unsafe {
+        f.launch(
+            OP,
+            &s,
+            g.blocks((rows as u64).min(g.sm_count as u64 * 32)),
+            &args,
+        )
+    }
 }
 
 /// The backward pass of [`layer_norm`]: `dx` from `dy`, and (when given)
@@ -282,44 +270,20 @@ pub(crate) fn layer_norm_backward(
         return Ok(());
     }
     let (pdy, px, pm, pr, pdx) = (dptr(dy), dptr(x), dptr(mean), dptr(rstd), dptr(dx));
-    let (s, f) = prepare(
-        g,
-        OP,
-        Module::Nn,
-        &kernels::typed_kernel("layer_norm_bwd", x.dtype),
-    )?;
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&pdy)
-        .arg(&px)
-        .arg(&pg)
-        .arg(&pm)
-        .arg(&pr)
-        .arg(&pdx)
-        .arg(&rows)
-        .arg(&cols);
+    let (s, f) = prepare(g, OP, &kernels::layer_norm_bwd(x.dtype))?;
+    let args = (pdy, px, pg, pm, pr, pdx, rows, cols);
+    let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
     // SAFETY: layer_norm_bwd_<dt>(const T*, const T*, const T*, const A*,
     // const A*, T*, i64, i64) on dense buffers of the checked sizes.
-    unsafe { l.run(g.blocks((rows as u64).min(g.sm_count as u64 * 32)))? };
+    unsafe { f.launch(OP, &s, cfg, &args)? };
     if pdg == 0 && pdb == 0 {
         return Ok(());
     }
-    let f = g.function(
-        OP,
-        Module::Nn,
-        &kernels::typed_kernel("layer_norm_bwd_params", x.dtype),
-    )?;
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&pdy)
-        .arg(&px)
-        .arg(&pm)
-        .arg(&pr)
-        .arg(&pdg)
-        .arg(&pdb)
-        .arg(&rows)
-        .arg(&cols);
+    let f = g.kernel(OP, &kernels::layer_norm_bwd_params(x.dtype))?;
+    let args = (pdy, px, pm, pr, pdg, pdb, rows, cols);
     // SAFETY: layer_norm_bwd_params_<dt>(const T*, const T*, const A*,
     // const A*, T*, T*, i64, i64); null outputs are skipped by the kernel.
-    unsafe { l.run(g.grid(cols)) }
+    unsafe { f.launch(OP, &s, g.grid(cols), &args) }
 }
 
 /// Dropout of dense `x` into `y` with drop probability `p`, writing the kept
@@ -364,24 +328,11 @@ pub(crate) fn dropout(
     if n == 0 {
         return Ok(0);
     }
-    let (s, f) = prepare(
-        g,
-        OP,
-        Module::Nn,
-        &kernels::typed_kernel("dropout", x.dtype),
-    )?;
-    let (px, py, pm) = (dptr(x), dptr(y), dptr(mask));
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&px)
-        .arg(&py)
-        .arg(&pm)
-        .arg(&n)
-        .arg(&p)
-        .arg(&seed)
-        .arg(&offset);
+    let (s, f) = prepare(g, OP, &kernels::dropout(x.dtype))?;
+    let args = (dptr(x), dptr(y), dptr(mask), n, p, seed, offset);
     let items = counters(n as usize, x.dtype, false);
     // SAFETY: dropout_<dt>(const T*, T*, u8*, i64, double, u64, u64).
-    unsafe { l.run(g.grid(items as i64))? };
+    unsafe { f.launch(OP, &s, g.grid(items as i64), &args)? };
     Ok(items)
 }
 
@@ -416,15 +367,8 @@ pub(crate) fn dropout_backward(dy: &Operand, mask: &Operand, dx: &Operand, p: f6
     if n == 0 {
         return Ok(());
     }
-    let (s, f) = prepare(
-        g,
-        OP,
-        Module::Nn,
-        &kernels::typed_kernel("dropout_bwd", dy.dtype),
-    )?;
-    let (pdy, pm, pdx) = (dptr(dy), dptr(mask), dptr(dx));
-    let mut l = Launch::new(OP, &s, &f);
-    l.arg(&pdy).arg(&pm).arg(&pdx).arg(&n).arg(&p);
+    let (s, f) = prepare(g, OP, &kernels::dropout_bwd(dy.dtype))?;
+    let args = (dptr(dy), dptr(mask), dptr(dx), n, p);
     // SAFETY: dropout_bwd_<dt>(const T*, const u8*, T*, i64, double).
-    unsafe { l.run(g.grid(n)) }
+    unsafe { f.launch(OP, &s, g.grid(n), &args) }
 }

@@ -6,8 +6,8 @@
 //! as for the CPU backend). Each takes operands with any strides.
 
 use super::device::gpu_of;
-use super::kernels::{self, Module};
-use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, Launch, MAX_RANK};
+use super::kernels;
+use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, MAX_RANK};
 use crate::backend::{Operand, ReduceOp, Reduction};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -164,33 +164,30 @@ pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand
             ),
         ));
     }
-    let (s, f) = prepare(
-        g,
-        name,
-        Module::Reduce,
-        &kernels::reduction_kernel(op, src.dtype),
-    )?;
     let group = group_for(n_red);
     let (po, pi) = (dptr(dst), dptr(src));
-    let (correction, take_sqrt) = match op {
-        Reduction::Var(c) => (c as i64, 0i32),
-        Reduction::Std(c) => (c as i64, 1i32),
-        _ => (0, 0),
-    };
-    let mut l = Launch::new(name, &s, &f);
-    l.arg(&geom)
-        .arg(&n_out)
-        .arg(&n_red)
-        .arg(&po)
-        .arg(&pi)
-        .arg(&group);
-    if matches!(op, Reduction::Var(_) | Reduction::Std(_)) {
-        l.arg(&correction).arg(&take_sqrt);
+    let cfg = g.groups(n_out, group);
+    match kernels::reduction(op, src.dtype) {
+        kernels::ReductionKernel::Plain(k) => {
+            let (s, f) = prepare(g, name, &k)?;
+            // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32),
+            // with the output dtype checked above; the geometry describes
+            // both layouts.
+            unsafe { f.launch(name, &s, cfg, &(geom, n_out, n_red, po, pi, group)) }
+        }
+        kernels::ReductionKernel::Var(k) => {
+            let (s, f) = prepare(g, name, &k)?;
+            let (correction, take_sqrt) = match op {
+                Reduction::Std(c) => (c as i64, 1i32),
+                Reduction::Var(c) => (c as i64, 0i32),
+                _ => (0, 0),
+            };
+            let args = (geom, n_out, n_red, po, pi, group, correction, take_sqrt);
+            // SAFETY: reduce_var_<dt>(RGeom, i64, i64, T*, const T*, i32, i64,
+            // i32), as above.
+            unsafe { f.launch(name, &s, cfg, &args) }
+        }
     }
-    // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32), plus
-    // (i64, i32) for reduce_var_<dt>, with the output dtype checked above;
-    // the geometry describes both layouts.
-    unsafe { l.run(g.groups(n_out, group)) }
 }
 
 /// Index of the largest (`max`) or smallest element of `src` along `dim`
@@ -227,24 +224,12 @@ pub(crate) fn arg_reduce(
             ),
         ));
     }
-    let (s, f) = prepare(
-        g,
-        name,
-        Module::Reduce,
-        &kernels::reduce_kernel(op, src.dtype),
-    )?;
+    let (s, f) = prepare(g, name, &kernels::reduce(op, src.dtype))?;
     let group = group_for(n_red);
-    let (po, pi) = (dptr(indices), dptr(src));
-    let mut l = Launch::new(name, &s, &f);
-    l.arg(&geom)
-        .arg(&n_out)
-        .arg(&n_red)
-        .arg(&po)
-        .arg(&pi)
-        .arg(&group);
+    let args = (geom, n_out, n_red, dptr(indices), dptr(src), group);
     // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32);
     // the geometry describes both layouts.
-    unsafe { l.run(g.groups(n_out, group))? };
+    unsafe { f.launch(name, &s, g.groups(n_out, group), &args)? };
     let Some(values) = values else {
         return Ok(());
     };
@@ -376,13 +361,11 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Re
     if rows == 0 || geom.dim_size == 0 {
         return Ok(());
     }
-    let (s, f) = prepare(g, op, Module::Softmax, &kernels::typed_kernel(op, dt))?;
+    let (s, f) = prepare(g, op, &kernels::softmax(dt, log))?;
     let group = group_for(geom.dim_size);
-    let (po, pi) = (dptr(dst), dptr(src));
-    let mut l = Launch::new(op, &s, &f);
-    l.arg(&geom).arg(&rows).arg(&po).arg(&pi).arg(&group);
+    let cfg = g.groups(rows, group);
     // SAFETY: [log_]softmax_<dt>(SGeom<2>, i64, T*, const T*, i32).
-    unsafe { l.run(g.groups(rows, group)) }
+    unsafe { f.launch(op, &s, cfg, &(geom, rows, dptr(dst), dptr(src), group)) }
 }
 
 /// The gradient of [`softmax`] (or log_softmax if `log`) along `dim`: from
@@ -415,16 +398,9 @@ pub(crate) fn softmax_backward(
     if rows == 0 || geom.dim_size == 0 {
         return Ok(());
     }
-    let (s, f) = prepare(g, op, Module::Softmax, &kernels::typed_kernel(op, dt))?;
+    let (s, f) = prepare(g, op, &kernels::softmax_bwd(dt, log))?;
     let group = group_for(geom.dim_size);
-    let (pdx, pdy, py) = (dptr(dx), dptr(dy), dptr(y));
-    let mut l = Launch::new(op, &s, &f);
-    l.arg(&geom)
-        .arg(&rows)
-        .arg(&pdx)
-        .arg(&pdy)
-        .arg(&py)
-        .arg(&group);
+    let args = (geom, rows, dptr(dx), dptr(dy), dptr(y), group);
     // SAFETY: [log_]softmax_bwd_<dt>(SGeom<3>, i64, T*, const T*, const T*, i32).
-    unsafe { l.run(g.groups(rows, group)) }
+    unsafe { f.launch(op, &s, g.groups(rows, group), &args) }
 }

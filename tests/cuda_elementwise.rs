@@ -1,0 +1,497 @@
+//! Elementwise ops on the CPU and on CUDA device 0, the same bodies on
+//! both (`on_both!`, tests/common/devices.rs): unary, binary (with
+//! broadcasting and type promotion), scalar, in-place, `where` and
+//! `masked_fill`, over contiguous and strided layouts and every dtype they
+//! take, against naive f64 references and, on CUDA, against the CPU.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::devices::{also_cpu, cast_ref, on_both, sample, tensor, tol, wrap};
+use common::{assert_close, read, ALL, FLOATS, NUMERIC};
+use tensorscope::{DType, Device, Error, Tensor};
+
+on_both!(
+    unary_ops,
+    binary_ops,
+    scalar_ops,
+    in_place_ops,
+    where_and_masked_fill,
+);
+
+fn unary_ref(name: &str, x: f64) -> f64 {
+    match name {
+        "neg" => -x,
+        "abs" => x.abs(),
+        "exp" => x.exp(),
+        "log" => x.ln(),
+        "sqrt" => x.sqrt(),
+        "rsqrt" => 1.0 / x.sqrt(),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "tanh" => x.tanh(),
+        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "relu" => x.max(0.0),
+        "gelu" => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        "floor" => x.floor(),
+        "round" => x.round_ties_even(),
+        "sign" => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        "reciprocal" => 1.0 / x,
+        "square" => x * x,
+        _ => unreachable!("{name}"),
+    }
+}
+
+/// erf to ~1e-15 (Taylor series for |x| < 3, 1 beyond, where |1 - erf| < 2.3e-5
+/// matters only at 1e-5 relative for gelu(x) ~ x; inputs stay below 4).
+fn erf(x: f64) -> f64 {
+    if x.abs() > 5.5 {
+        return x.signum();
+    }
+    // erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+    let mut sum = 0.0f64;
+    let mut term = x;
+    let mut n = 0.0;
+    while term.abs() > 1e-18 * sum.abs().max(1e-300) || n < 3.0 {
+        sum += term / (2.0 * n + 1.0);
+        n += 1.0;
+        term *= -x * x / n;
+        if n > 200.0 {
+            break;
+        }
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+type Unary = fn(&Tensor) -> tensorscope::Result<Tensor>;
+
+fn unary_ops(dev: Device) {
+    let ops: [(&str, Unary, bool); 17] = [
+        ("neg", Tensor::neg, false),
+        ("abs", Tensor::abs, false),
+        ("exp", Tensor::exp, true),
+        ("log", Tensor::log, true),
+        ("sqrt", Tensor::sqrt, true),
+        ("rsqrt", Tensor::rsqrt, true),
+        ("sin", Tensor::sin, true),
+        ("cos", Tensor::cos, true),
+        ("tanh", Tensor::tanh, true),
+        ("sigmoid", Tensor::sigmoid, true),
+        ("relu", Tensor::relu, false),
+        ("gelu", Tensor::gelu, true),
+        ("floor", Tensor::floor, false),
+        ("round", Tensor::round, false),
+        ("sign", Tensor::sign, false),
+        ("reciprocal", Tensor::reciprocal, true),
+        ("square", Tensor::square, false),
+    ];
+    for dt in NUMERIC {
+        for (name, f, float_only) in ops {
+            // Inputs: a transposed [4, 6] view (the strided kernel path);
+            // positive for log/sqrt/rsqrt, non-zero for reciprocal.
+            let mut v = sample(24, dt, 3);
+            if matches!(name, "log" | "sqrt" | "rsqrt" | "reciprocal") {
+                v.iter_mut()
+                    .for_each(|x| *x = x.abs() + if dt.is_float() { 0.25 } else { 1.0 });
+            }
+            if name == "neg" && dt == DType::U8 {
+                continue; // wrapping negation of u8 is checked below
+            }
+            let make = |d: Device| tensor(&v, &[6, 4], dt, d).t().unwrap();
+            let x = make(dev);
+            let y = f(&x).unwrap();
+            let out_dt = if float_only && !dt.is_float() {
+                DType::F32
+            } else {
+                dt
+            };
+            assert_eq!(y.dtype(), out_dt, "{name} {dt}");
+            assert_eq!(y.shape(), &[4, 6]);
+            let xv = read(&x);
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&e| cast_ref(unary_ref(name, e), out_dt))
+                .collect();
+            // The CPU's gelu uses an erf accurate to about 1e-7 (src/backend/cpu/num.rs).
+            let t = tol(out_dt).max(if name == "gelu" { 1e-6 } else { 0.0 });
+            assert_close(&read(&y), &want, t, &format!("{name} {dt}"));
+            also_cpu(
+                dev,
+                |d| f(&make(d)).unwrap(),
+                &y,
+                t,
+                &format!("{name} {dt}"),
+            );
+        }
+        // clamp with both, one, and no bounds.
+        let v = sample(24, dt, 4);
+        let x = tensor(&v, &[24], dt, dev);
+        let xv = read(&x);
+        for (lo, hi) in [
+            (Some(-1.0), Some(2.0)),
+            (None, Some(0.5)),
+            (Some(1.0), None),
+        ] {
+            let y = x.clamp(lo, hi).unwrap();
+            // As in PyTorch, an integer tensor clamped to a fractional bound
+            // computes (and returns) f32: the bound is not rounded.
+            let promoted = !dt.is_float() && [lo, hi].iter().flatten().any(|b| b.fract() != 0.0);
+            if promoted {
+                assert_eq!(y.dtype(), DType::F32, "clamp({lo:?}, {hi:?}) {dt} promotes");
+            }
+            let bound = |b: f64| if promoted { b } else { cast_ref(b, dt) };
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&e| {
+                    let l = lo.map(bound);
+                    let h = hi.map(bound);
+                    let e = if l.is_some_and(|l| e < l) {
+                        l.unwrap()
+                    } else {
+                        e
+                    };
+                    if h.is_some_and(|h| e > h) {
+                        h.unwrap()
+                    } else {
+                        e
+                    }
+                })
+                .collect();
+            assert_close(
+                &read(&y),
+                &want,
+                0.0,
+                &format!("clamp({lo:?}, {hi:?}) {dt}"),
+            );
+        }
+    }
+    // Wrapping integer negation and squares.
+    let x = tensor(&[0.0, 1.0, 200.0, 255.0], &[4], DType::U8, dev);
+    assert_eq!(read(&x.neg().unwrap()), vec![0.0, 255.0, 56.0, 1.0]);
+    assert_eq!(read(&x.square().unwrap()), vec![0.0, 1.0, 64.0, 1.0]);
+    let m = Tensor::from_slice(&[i32::MIN, -7, 46341], &[3], dev).unwrap();
+    assert_eq!(read(&m.abs().unwrap()), vec![i32::MIN as f64, 7.0, 46341.0]);
+    assert_eq!(
+        read(&m.square().unwrap())[2],
+        wrap(46341i128 * 46341, DType::I32)
+    );
+    // Special float values.
+    let s = tensor(
+        &[f64::NAN, f64::INFINITY, -0.0, 2.5, -2.5, 0.5],
+        &[6],
+        DType::F32,
+        dev,
+    );
+    let r = read(&s.relu().unwrap());
+    assert!(r[0].is_nan() && r[1] == f64::INFINITY && r[2] == 0.0);
+    assert_eq!(
+        read(&s.round().unwrap())[3..],
+        [2.0, -2.0, 0.0],
+        "round half to even"
+    );
+    assert!(read(&s.sign().unwrap())[0].is_nan());
+    // bool: floor/round are the identity; other ops are refused.
+    let b = Tensor::from_slice(&[true, false], &[2], dev).unwrap();
+    assert_eq!(read(&b.floor().unwrap()), vec![1.0, 0.0]);
+    let e = b.neg().unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { op: "neg", .. }), "{e:?}");
+}
+
+fn binary_ref(name: &str, a: f64, b: f64, dt: DType) -> f64 {
+    let int = !dt.is_float() && dt != DType::Bool;
+    let (ia, ib) = (a as i128, b as i128);
+    match name {
+        "div" if dt == DType::Bool => a / b,
+        "add" if dt == DType::Bool => ((a != 0.0) | (b != 0.0)) as u8 as f64,
+        "mul" | "minimum" if dt == DType::Bool => ((a != 0.0) & (b != 0.0)) as u8 as f64,
+        "maximum" if dt == DType::Bool => ((a != 0.0) | (b != 0.0)) as u8 as f64,
+        "add" if int => wrap(ia + ib, dt),
+        "sub" if int => wrap(ia - ib, dt),
+        "mul" if int => wrap(ia * ib, dt),
+        "pow" if int => wrap(ia.pow(ib as u32), dt),
+        "add" => a + b,
+        "sub" => a - b,
+        "mul" => a * b,
+        "div" => a / b,
+        "pow" => a.powf(b),
+        "maximum" => a.max(b),
+        "minimum" => a.min(b),
+        "eq" => (a == b) as u8 as f64,
+        "ne" => (a != b) as u8 as f64,
+        "lt" => (a < b) as u8 as f64,
+        "le" => (a <= b) as u8 as f64,
+        "gt" => (a > b) as u8 as f64,
+        "ge" => (a >= b) as u8 as f64,
+        _ => unreachable!("{name}"),
+    }
+}
+
+type Binary = fn(&Tensor, &Tensor) -> tensorscope::Result<Tensor>;
+
+const BINARY: [(&str, Binary); 13] = [
+    ("add", Tensor::add),
+    ("sub", Tensor::sub),
+    ("mul", Tensor::mul),
+    ("div", Tensor::div),
+    ("pow", Tensor::pow),
+    ("maximum", Tensor::maximum),
+    ("minimum", Tensor::minimum),
+    ("eq", Tensor::eq),
+    ("ne", Tensor::ne),
+    ("lt", Tensor::lt),
+    ("le", Tensor::le),
+    ("gt", Tensor::gt),
+    ("ge", Tensor::ge),
+];
+
+/// The dtype of binary op `name` on two `dt` operands: bool for the
+/// comparisons, f32 for `div` of integers, else `dt`.
+fn binary_out_dtype(name: &str, dt: DType) -> DType {
+    if matches!(name, "eq" | "ne" | "lt" | "le" | "gt" | "ge") {
+        DType::Bool
+    } else if name == "div" && !dt.is_float() {
+        DType::F32
+    } else {
+        dt
+    }
+}
+
+fn binary_ops(dev: Device) {
+    for dt in ALL {
+        for (name, f) in BINARY {
+            if dt == DType::Bool && matches!(name, "sub" | "pow") {
+                let b = Tensor::from_slice(&[true], &[1], dev).unwrap();
+                let e = f(&b, &b).unwrap_err();
+                assert!(
+                    matches!(e, Error::DTypeMismatch { op, .. } if op == name),
+                    "{name} on bool: {e:?}"
+                );
+                continue;
+            }
+            // a: [3, 1, 4]; b: a transposed [4, 5] seen as [5, 4]; out [3, 5, 4].
+            let av = sample(12, dt, 5);
+            let mut bv = sample(20, dt, 6);
+            if name == "pow" {
+                bv.iter_mut().for_each(|x| *x = (x.abs() % 4.0).floor());
+            }
+            if name == "div" && !dt.is_float() {
+                bv.iter_mut().for_each(|x| {
+                    if *x == 0.0 {
+                        *x = 3.0
+                    }
+                });
+            }
+            let make = |d: Device| {
+                (
+                    tensor(&av, &[3, 1, 4], dt, d),
+                    tensor(&bv, &[4, 5], dt, d).t().unwrap(),
+                )
+            };
+            let (a, b) = make(dev);
+            let y = f(&a, &b).unwrap();
+            assert_eq!(y.shape(), &[3, 5, 4], "{name} {dt}");
+            let out_dt = binary_out_dtype(name, dt);
+            assert_eq!(y.dtype(), out_dt, "{name} {dt}");
+            let (ah, bh) = (read(&a), read(&b));
+            let want: Vec<f64> = (0..60)
+                .map(|p| {
+                    let (i, j, k) = (p / 20, p / 4 % 5, p % 4);
+                    cast_ref(binary_ref(name, ah[i * 4 + k], bh[j * 4 + k], dt), out_dt)
+                })
+                .collect();
+            assert_close(&read(&y), &want, tol(out_dt), &format!("{name} {dt}"));
+            also_cpu(
+                dev,
+                |d| {
+                    let (a, b) = make(d);
+                    f(&a, &b).unwrap()
+                },
+                &y,
+                tol(out_dt),
+                &format!("{name} {dt}"),
+            );
+        }
+    }
+    // Promotion: i32 + f16 computes in f16; device mismatch is an error.
+    let a = tensor(&[1.0, 2.0], &[2], DType::I32, dev);
+    let b = tensor(&[0.5, 0.25], &[2], DType::F16, dev);
+    let y = a.add(&b).unwrap();
+    assert_eq!((y.dtype(), read(&y)), (DType::F16, vec![1.5, 2.25]));
+    if dev.is_cuda() {
+        let c = tensor(&[1.0, 2.0], &[2], DType::F16, Device::Cpu);
+        let e = b.add(&c).unwrap_err();
+        assert!(
+            matches!(e, Error::DeviceMismatch { op: "add", .. }),
+            "{e:?}"
+        );
+    }
+    let e = a
+        .add(&tensor(&[1.0, 2.0, 3.0], &[3], DType::I32, dev))
+        .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e:?}");
+}
+
+fn scalar_ops(dev: Device) {
+    type S = fn(&Tensor, f64) -> tensorscope::Result<Tensor>;
+    let ops: [(&str, S); 13] = [
+        ("add", Tensor::add_scalar),
+        ("sub", Tensor::sub_scalar),
+        ("mul", Tensor::mul_scalar),
+        ("div", Tensor::div_scalar),
+        ("pow", Tensor::pow_scalar),
+        ("maximum", Tensor::maximum_scalar),
+        ("minimum", Tensor::minimum_scalar),
+        ("eq", Tensor::eq_scalar),
+        ("ne", Tensor::ne_scalar),
+        ("lt", Tensor::lt_scalar),
+        ("le", Tensor::le_scalar),
+        ("gt", Tensor::gt_scalar),
+        ("ge", Tensor::ge_scalar),
+    ];
+    for dt in NUMERIC {
+        for (name, f) in ops {
+            let s = if name == "pow" { 2.0 } else { 3.0 };
+            let v = sample(24, dt, 7);
+            let make = |d: Device| tensor(&v, &[4, 6], dt, d).slice(1, 1, 6, 2).unwrap(); // [4, 3], stride 2
+            let x = make(dev);
+            let y = f(&x, s).unwrap();
+            let out_dt = binary_out_dtype(name, dt);
+            assert_eq!(y.dtype(), out_dt, "{name}_scalar {dt}");
+            let want: Vec<f64> = read(&x)
+                .iter()
+                .map(|&e| cast_ref(binary_ref(name, e, s, dt), out_dt))
+                .collect();
+            assert_close(
+                &read(&y),
+                &want,
+                tol(out_dt),
+                &format!("{name}_scalar {dt}"),
+            );
+            also_cpu(
+                dev,
+                |d| f(&make(d), s).unwrap(),
+                &y,
+                tol(out_dt),
+                &format!("{name}_scalar {dt}"),
+            );
+        }
+    }
+    // An integer tensor with a fractional scalar computes in f32.
+    let x = tensor(&[1.0, 2.0], &[2], DType::I64, dev);
+    let y = x.mul_scalar(0.5).unwrap();
+    assert_eq!((y.dtype(), read(&y)), (DType::F32, vec![0.5, 1.0]));
+    let b = Tensor::from_slice(&[true, false], &[2], dev).unwrap();
+    assert_eq!(read(&b.eq_scalar(1.0).unwrap()), vec![1.0, 0.0]);
+}
+
+fn in_place_ops(dev: Device) {
+    for dt in FLOATS {
+        let v = sample(24, dt, 8);
+        let mut x = tensor(&v, &[4, 6], dt, dev);
+        let xv = read(&x);
+        let ver = x.version();
+        {
+            // add_ into a stepped view, with a broadcast row.
+            let mut view = x.slice(1, 0, 6, 2).unwrap();
+            let row = tensor(&[1.0, 2.0, 3.0], &[3], dt, dev);
+            view.add_(&row).unwrap();
+        }
+        let want: Vec<f64> = (0..24)
+            .map(|i| {
+                if i % 2 == 0 {
+                    cast_ref(xv[i] + (i % 6 / 2 + 1) as f64, dt)
+                } else {
+                    xv[i]
+                }
+            })
+            .collect();
+        assert_close(&read(&x), &want, tol(dt), &format!("add_ {dt}"));
+        assert!(x.version() > ver, "in-place writes bump the version");
+        x.mul_scalar_(2.0).unwrap();
+        x.exp_().unwrap();
+        let want: Vec<f64> = want
+            .iter()
+            .map(|&e| cast_ref(cast_ref(e * 2.0, dt).exp(), dt))
+            .collect();
+        assert_close(
+            &read(&x),
+            &want,
+            2.0 * tol(dt),
+            &format!("mul_scalar_ then exp_ {dt}"),
+        );
+        // A write through an expanded view is refused.
+        let mut e = tensor(&[1.0], &[1], dt, dev).expand(&[4]).unwrap();
+        assert!(matches!(
+            e.fill_(0.0).unwrap_err(),
+            Error::InvalidInPlace { op: "fill_", .. }
+        ));
+    }
+    // An input overlapping the output with another layout reads the old values.
+    let mut x = tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::F32, dev);
+    let xt = x.t().unwrap();
+    x.add_(&xt).unwrap();
+    assert_eq!(read(&x), vec![2.0, 5.0, 5.0, 8.0]);
+}
+
+fn where_and_masked_fill(dev: Device) {
+    let cond_v = [1.0, 0.0, 0.0, 1.0];
+    let cond = tensor(&cond_v, &[4, 1], DType::Bool, dev); // broadcast along dim 1
+    for (da, db) in [
+        (DType::F32, DType::F32),
+        (DType::I32, DType::F16),
+        (DType::U8, DType::I64),
+        (DType::Bool, DType::Bool),
+    ] {
+        let av = sample(12, da, 9);
+        let bv = sample(3, db, 10);
+        let make = |d: Device| {
+            let a = tensor(&av, &[3, 4], da, d).t().unwrap(); // [4, 3] strided
+            let b = tensor(&bv, &[3], db, d);
+            let c = tensor(&cond_v, &[4, 1], DType::Bool, d);
+            Tensor::where_cond(&c, &a, &b).unwrap()
+        };
+        let y = make(dev);
+        let out_dt = da.promote(db);
+        assert_eq!((y.shape(), y.dtype()), (&[4usize, 3][..], out_dt));
+        let a = tensor(&av, &[3, 4], da, dev);
+        let (ah, bh) = (read(&a), read(&tensor(&bv, &[3], db, dev)));
+        let want: Vec<f64> = (0..12)
+            .map(|p| {
+                let (i, j) = (p / 3, p % 3);
+                cast_ref(
+                    if cond_v[i] != 0.0 {
+                        ah[j * 4 + i]
+                    } else {
+                        bh[j]
+                    },
+                    out_dt,
+                )
+            })
+            .collect();
+        assert_eq!(read(&y), want, "where {da} {db}");
+        also_cpu(dev, make, &y, 0.0, &format!("where {da} {db}"));
+    }
+    let e = Tensor::where_cond(&tensor(&[1.0], &[1], DType::F32, dev), &cond, &cond).unwrap_err();
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "where", .. }),
+        "{e:?}"
+    );
+    for dt in NUMERIC {
+        let v = sample(12, dt, 11);
+        let mut x = tensor(&v, &[4, 3], dt, dev);
+        let xv = read(&x);
+        x.masked_fill_(&cond, 7.0).unwrap();
+        let want: Vec<f64> = (0..12)
+            .map(|p| if cond_v[p / 3] != 0.0 { 7.0 } else { xv[p] })
+            .collect();
+        assert_eq!(read(&x), want, "masked_fill_ {dt}");
+    }
+}

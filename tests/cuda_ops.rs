@@ -1,0 +1,978 @@
+//! Reductions, arg-reductions, softmax, matmul and the index ops on the
+//! CPU and on CUDA device 0, the same bodies on both (`on_both!`,
+//! tests/common/devices.rs), over contiguous, permuted, stepped and
+//! expanded layouts, against naive f64 references and, on CUDA, against
+//! the CPU on the same layouts.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
+use common::{assert_close, read, ALL, FLOATS, NUMERIC};
+use tensorscope::{DType, Device, Error, Tensor};
+
+on_both!(
+    reductions,
+    arg_reductions,
+    softmax_family,
+    matmul_ranks,
+    index_ops,
+);
+
+// ------------------------------------------- reductions and softmax ---
+
+/// `f` over the elements of each output of a reduction of the row-major
+/// values `v` of `shape` over `dims` (the elements in row-major order of
+/// the reduced dimensions).
+fn reduce_ref(v: &[f64], shape: &[usize], dims: &[usize], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).collect();
+    let n_out: usize = kept.iter().map(|&d| shape[d]).product();
+    let mut groups = vec![Vec::new(); n_out];
+    for (i, &x) in v.iter().enumerate() {
+        let mut rem = i;
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = rem % shape[d];
+            rem /= shape[d];
+        }
+        let o = kept.iter().fold(0, |a, &d| a * shape[d] + idx[d]);
+        groups[o].push(x);
+    }
+    groups.iter().map(|g| f(g)).collect()
+}
+
+fn nan_max(g: &[f64], max: bool) -> f64 {
+    if g.iter().any(|x| x.is_nan()) {
+        return f64::NAN;
+    }
+    let it = g.iter().cloned();
+    if max {
+        it.fold(f64::NEG_INFINITY, f64::max)
+    } else {
+        it.fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// Index of the first NaN, else of the first extreme value.
+fn arg_ref(g: &[f64], max: bool) -> f64 {
+    if let Some(i) = g.iter().position(|x| x.is_nan()) {
+        return i as f64;
+    }
+    let m = nan_max(g, max);
+    g.iter().position(|&x| x == m).unwrap() as f64
+}
+
+fn var_ref(g: &[f64], correction: usize) -> f64 {
+    let n = g.len() as f64;
+    let mean = g.iter().sum::<f64>() / n;
+    let m2: f64 = g.iter().map(|x| (x - mean) * (x - mean)).sum();
+    m2 / (n - correction as f64).max(0.0)
+}
+
+fn lse_ref(g: &[f64]) -> f64 {
+    let m = g.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + g.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+}
+
+fn reductions(dev: Device) {
+    for dt in ALL {
+        let v = sample(240, dt, 21);
+        for li in 0..4 {
+            let (lname, x) = layout_456(&v, dt, dev, li);
+            let xv = read(&x);
+            let shape = x.shape().to_vec();
+            for dims in [vec![], vec![1], vec![0, 2], vec![2]] {
+                let idims: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+                let full: Vec<usize> = if dims.is_empty() {
+                    vec![0, 1, 2]
+                } else {
+                    dims.clone()
+                };
+                for keepdim in [false, true] {
+                    let what =
+                        |op: &str| format!("{op} {dt} {lname} dims {dims:?} keepdim {keepdim}");
+                    let check = |op: &str,
+                                 f: &dyn Fn(&Tensor) -> tensorscope::Result<Tensor>,
+                                 want: Vec<f64>,
+                                 want_dt: DType,
+                                 tol: f64| {
+                        let got = f(&x).unwrap();
+                        let mut want_shape: Vec<usize> = Vec::new();
+                        for (d, &s) in shape.iter().enumerate() {
+                            if !full.contains(&d) {
+                                want_shape.push(s);
+                            } else if keepdim {
+                                want_shape.push(1);
+                            }
+                        }
+                        assert_eq!(got.shape(), want_shape.as_slice(), "{}", what(op));
+                        assert_eq!(got.dtype(), want_dt, "{}", what(op));
+                        assert_eq!(got.device(), dev);
+                        assert_close(&read(&got), &want, tol, &what(op));
+                        also_cpu(
+                            dev,
+                            |d| f(&layout_456(&v, dt, d, li).1).unwrap(),
+                            &got,
+                            tol,
+                            &what(op),
+                        );
+                    };
+                    let int_out = if dt.is_float() { dt } else { DType::I64 };
+                    let sum: Vec<f64> = reduce_ref(&xv, &shape, &full, |g| g.iter().sum())
+                        .into_iter()
+                        .map(|s| if dt.is_float() { cast_ref(s, dt) } else { s })
+                        .collect();
+                    check("sum", &|t| t.sum(&idims, keepdim), sum, int_out, tol(dt));
+                    for max in [true, false] {
+                        let want = reduce_ref(&xv, &shape, &full, |g| nan_max(g, max));
+                        let f = |t: &Tensor| {
+                            if max {
+                                t.max(&idims, keepdim)
+                            } else {
+                                t.min(&idims, keepdim)
+                            }
+                        };
+                        check(if max { "max" } else { "min" }, &f, want, dt, 0.0);
+                    }
+                    if full == [1] {
+                        // Products of 5 elements: no overflow anywhere.
+                        let p: Vec<f64> = reduce_ref(&xv, &shape, &full, |g| g.iter().product())
+                            .into_iter()
+                            .map(|s| if dt.is_float() { cast_ref(s, dt) } else { s })
+                            .collect();
+                        check("prod", &|t| t.prod(&idims, keepdim), p, int_out, tol(dt));
+                    }
+                    if !dt.is_float() {
+                        continue;
+                    }
+                    let r = |f: &dyn Fn(&[f64]) -> f64| -> Vec<f64> {
+                        reduce_ref(&xv, &shape, &full, f)
+                            .into_iter()
+                            .map(|s| cast_ref(s, dt))
+                            .collect()
+                    };
+                    let n = full.iter().map(|&d| shape[d]).product::<usize>() as f64;
+                    check(
+                        "mean",
+                        &|t| t.mean(&idims, keepdim),
+                        r(&|g| g.iter().sum::<f64>() / n),
+                        dt,
+                        tol(dt),
+                    );
+                    for c in [0, 1] {
+                        check(
+                            "var",
+                            &|t| t.var(&idims, c, keepdim),
+                            r(&|g| var_ref(g, c)),
+                            dt,
+                            4.0 * tol(dt),
+                        );
+                        check(
+                            "std",
+                            &|t| t.std(&idims, c, keepdim),
+                            r(&|g| var_ref(g, c).sqrt()),
+                            dt,
+                            4.0 * tol(dt),
+                        );
+                    }
+                    check(
+                        "logsumexp",
+                        &|t| t.logsumexp(&idims, keepdim),
+                        r(&lse_ref),
+                        dt,
+                        2.0 * tol(dt),
+                    );
+                }
+            }
+        }
+    }
+    // Special values: NaN propagates through max/min/sum, logsumexp of
+    // -inf rows is -inf and of +inf is +inf; empty reductions.
+    let inf = f64::INFINITY;
+    let sv = [1.0, f64::NAN, 3.0, -inf, -inf, -inf, 2.0, inf, 5.0];
+    for dt in FLOATS {
+        let x = tensor(&sv, &[3, 3], dt, dev);
+        let got = read(&x.max(&[1], false).unwrap());
+        assert!(
+            got[0].is_nan() && got[1] == -inf && got[2] == inf,
+            "max {dt}: {got:?}"
+        );
+        let got = read(&x.logsumexp(&[1], false).unwrap());
+        assert!(
+            got[0].is_nan() && got[1] == -inf && got[2] == inf,
+            "lse {dt}: {got:?}"
+        );
+        let e = tensor::<f64>(&[], &[0, 3], dt, dev);
+        assert_eq!(read(&e.sum(&[0], false).unwrap()), vec![0.0; 3]);
+        assert_eq!(read(&e.prod(&[0], false).unwrap()), vec![1.0; 3]);
+        assert!(read(&e.mean(&[0], false).unwrap())
+            .iter()
+            .all(|x| x.is_nan()));
+        assert_eq!(read(&e.logsumexp(&[0], false).unwrap()), vec![-inf; 3]);
+        let err = e.max(&[0], false).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { op: "max", .. }),
+            "{err:?}"
+        );
+        let err = x.var(&[5], 1, false).unwrap_err();
+        assert!(
+            matches!(err, Error::DimOutOfRange { op: "var", .. }),
+            "{err:?}"
+        );
+    }
+    // A long reduction (one block per output) and a large one (many outputs).
+    let n = 100_000;
+    let big: Vec<f64> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f64 / 8.0 - 60.0)
+        .collect();
+    let x = tensor(&big, &[n], DType::F32, dev);
+    let s = x.sum_all().unwrap().item::<f64>().unwrap();
+    let want: f64 = big.iter().sum();
+    assert!(
+        (s - want).abs() <= 1e-5 * want.abs().max(1.0),
+        "sum of {n}: {s} vs {want}"
+    );
+    let xv = x.var(&[0], 1, false).unwrap().item::<f64>().unwrap();
+    let wv = var_ref(&big, 1);
+    assert!((xv - wv).abs() <= 1e-4 * wv, "var of {n}: {xv} vs {wv}");
+    let m = tensor(&big, &[1000, 100], DType::F64, dev);
+    let got = read(&m.sum(&[0], false).unwrap());
+    let want: Vec<f64> = (0..100)
+        .map(|j| (0..1000).map(|i| big[i * 100 + j]).sum())
+        .collect();
+    assert_close(&got, &want, 1e-12, "sum over dim 0 of [1000, 100]");
+    // Integer wrapping: a sum of i64 that overflows wraps as on the CPU.
+    let w = Tensor::from_slice(&[i64::MAX, 1, 1], &[3], dev).unwrap();
+    assert_eq!(w.sum_all().unwrap().item::<i64>().unwrap(), i64::MIN + 1);
+    // Integers cannot take a mean.
+    let e = tensor(&[1.0], &[1], DType::I32, dev)
+        .mean(&[], false)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "mean", .. }),
+        "{e:?}"
+    );
+}
+
+fn arg_reductions(dev: Device) {
+    for dt in ALL {
+        // Few distinct values: many ties, the first must win.
+        let mut v = sample(240, dt, 22);
+        if dt.is_float() {
+            v[7] = f64::NAN;
+            v[50] = f64::NAN;
+            v[53] = f64::NAN;
+        }
+        for li in 0..4 {
+            let (lname, x) = layout_456(&v, dt, dev, li);
+            let xv = read(&x);
+            let shape = x.shape().to_vec();
+            for dim in 0..3 {
+                for keepdim in [false, true] {
+                    for max in [true, false] {
+                        let what = format!(
+                            "arg{} {dt} {lname} dim {dim} keepdim {keepdim}",
+                            if max { "max" } else { "min" }
+                        );
+                        let want_i = reduce_ref(&xv, &shape, &[dim], |g| arg_ref(g, max));
+                        let want_v = reduce_ref(&xv, &shape, &[dim], |g| nan_max(g, max));
+                        let f = |t: &Tensor| {
+                            if max {
+                                t.argmax(dim as isize, keepdim).unwrap()
+                            } else {
+                                t.argmin(dim as isize, keepdim).unwrap()
+                            }
+                        };
+                        let i = f(&x);
+                        assert_eq!(i.dtype(), DType::I64);
+                        assert_eq!(i.rank(), if keepdim { 3 } else { 2 });
+                        assert_eq!(read(&i), want_i, "{what}");
+                        also_cpu(dev, |d| f(&layout_456(&v, dt, d, li).1), &i, 0.0, &what);
+                        let g = |t: &Tensor| {
+                            if max {
+                                t.max_dim(dim as isize, keepdim).unwrap()
+                            } else {
+                                t.min_dim(dim as isize, keepdim).unwrap()
+                            }
+                        };
+                        let (mv, mi) = g(&x);
+                        assert_eq!(mv.dtype(), dt);
+                        assert_eq!(mv.shape(), mi.shape());
+                        assert_eq!(read(&mi), want_i, "{what} (max_dim indices)");
+                        assert_close(&read(&mv), &want_v, 0.0, &format!("{what} (values)"));
+                        also_cpu(dev, |d| g(&layout_456(&v, dt, d, li).1).0, &mv, 0.0, &what);
+                    }
+                }
+            }
+        }
+    }
+    let e = tensor::<f64>(&[], &[2, 0], DType::F32, dev)
+        .argmax(1, false)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "argmax", .. }),
+        "{e:?}"
+    );
+    // A long row (a whole block per output).
+    let n = 5000;
+    let v: Vec<f64> = (0..n).map(|i| ((i * 37) % 1001) as f64).collect();
+    let x = tensor(&v, &[1, n], DType::F32, dev);
+    let want = v.iter().position(|&e| e == 1000.0).unwrap() as i64;
+    assert_eq!(
+        x.argmax(1, false).unwrap().to_vec::<i64>().unwrap(),
+        vec![want]
+    );
+}
+
+fn softmax_family(dev: Device) {
+    for dt in FLOATS {
+        let v = sample(240, dt, 23);
+        for li in 0..4 {
+            let (lname, x) = layout_456(&v, dt, dev, li);
+            let xv = read(&x);
+            let shape = x.shape().to_vec();
+            for dim in 0..3 {
+                for log in [false, true] {
+                    let what = format!(
+                        "{} {dt} {lname} dim {dim}",
+                        if log { "log_softmax" } else { "softmax" }
+                    );
+                    let f = |t: &Tensor| {
+                        if log {
+                            t.log_softmax(dim as isize).unwrap()
+                        } else {
+                            t.softmax(dim as isize).unwrap()
+                        }
+                    };
+                    let y = f(&x);
+                    assert_eq!((y.shape(), y.dtype()), (shape.as_slice(), dt));
+                    // The reference, element by element in row-major order.
+                    let lse = reduce_ref(&xv, &shape, &[dim], lse_ref);
+                    let want: Vec<f64> = (0..xv.len())
+                        .map(|i| {
+                            let mut rem = i;
+                            let mut idx = [0usize; 3];
+                            for d in (0..3).rev() {
+                                idx[d] = rem % shape[d];
+                                rem /= shape[d];
+                            }
+                            let o = (0..3)
+                                .filter(|&d| d != dim)
+                                .fold(0, |a, d| a * shape[d] + idx[d]);
+                            let l = xv[i] - lse[o];
+                            cast_ref(if log { l } else { l.exp() }, dt)
+                        })
+                        .collect();
+                    assert_close(&read(&y), &want, 4.0 * tol(dt), &what);
+                    also_cpu(
+                        dev,
+                        |d| f(&layout_456(&v, dt, d, li).1),
+                        &y,
+                        4.0 * tol(dt),
+                        &what,
+                    );
+                }
+            }
+        }
+        // A long row (block-wide groups), with -inf entries and huge values.
+        let n = 3000;
+        let mut v: Vec<f64> = (0..n).map(|i| (i % 17) as f64 / 4.0 + 1000.0).collect();
+        v[5] = f64::NEG_INFINITY;
+        let x = tensor(&v, &[1, n], dt, dev);
+        let y = x.softmax(1).unwrap();
+        let yv = read(&y);
+        assert_eq!(yv[5], 0.0);
+        let s: f64 = yv.iter().sum();
+        assert!(
+            (s - 1.0).abs() < 100.0 * tol(dt),
+            "softmax {dt} of a long row sums to {s}"
+        );
+        also_cpu(
+            dev,
+            |d| x.to_device(d).unwrap().softmax(1).unwrap(),
+            &y,
+            4.0 * tol(dt),
+            &format!("long softmax {dt}"),
+        );
+    }
+    let e = tensor(&[1.0], &[1], DType::I64, dev)
+        .softmax(0)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "softmax", .. }),
+        "{e:?}"
+    );
+}
+
+// --------------------------------------------------------------- matmul ---
+
+/// The naive batched product of row-major `a` `[.., m, k]` and `b`
+/// `[.., k, n]` (batches already equal), in f64 or wrapped to `dt`.
+fn matmul_ref(
+    a: &[f64],
+    b: &[f64],
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    dt: DType,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(batch * m * n);
+    for p in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                if dt.is_float() {
+                    let s: f64 = (0..k)
+                        .map(|l| a[(p * m + i) * k + l] * b[(p * k + l) * n + j])
+                        .sum();
+                    out.push(cast_ref(s, dt));
+                } else {
+                    let s: i128 = (0..k)
+                        .map(|l| a[(p * m + i) * k + l] as i128 * b[(p * k + l) * n + j] as i128)
+                        .sum();
+                    out.push(wrap(s, dt));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn matmul_ranks(dev: Device) {
+    let (m, k, n) = (5, 7, 3);
+    for dt in NUMERIC {
+        // Products of sample values are exact in every float type; the
+        // sums are rounded once in the dtype (f16/bf16 accumulate in f32).
+        let tl = 2.0 * tol(dt);
+        let av = sample(4 * m * k, dt, 24);
+        let bv = sample(4 * k * n, dt, 25);
+        let run = |what: &str, f: &dyn Fn(Device) -> Tensor, want: Vec<f64>, shape: &[usize]| {
+            let got = f(dev);
+            assert_eq!(got.shape(), shape, "{what} {dt}");
+            assert_eq!(got.dtype(), dt);
+            assert_close(&read(&got), &want, tl, &format!("{what} {dt}"));
+            also_cpu(dev, f, &got, tl, &format!("{what} {dt}"));
+        };
+        // [k] x [k]: a dot product.
+        run(
+            "dot",
+            &|d| {
+                tensor(&av[..k], &[k], dt, d)
+                    .matmul(&tensor(&bv[..k], &[k], dt, d))
+                    .unwrap()
+            },
+            matmul_ref(&av[..k], &bv[..k], 1, 1, k, 1, dt),
+            &[],
+        );
+        // [m, k] x [k, n], with a transposed A and a stepped B.
+        let want = matmul_ref(&av, &bv, 1, m, k, n, dt);
+        run(
+            "2-D",
+            &|d| {
+                tensor(&av[..m * k], &[m, k], dt, d)
+                    .matmul(&tensor(&bv[..k * n], &[k, n], dt, d))
+                    .unwrap()
+            },
+            want.clone(),
+            &[m, n],
+        );
+        let at: Vec<f64> = (0..m * k).map(|p| av[(p % m) * k + p / m]).collect(); // [k, m]
+        let b2: Vec<f64> = bv[..k * n].iter().flat_map(|&x| [x, 9.0]).collect(); // [k, n, 2]
+        run(
+            "2-D transposed and stepped",
+            &|d| {
+                let a = tensor(&at, &[k, m], dt, d).t().unwrap();
+                let b = tensor(&b2, &[k, n, 2], dt, d).select(2, 0).unwrap();
+                a.matmul(&b).unwrap()
+            },
+            want.clone(),
+            &[m, n],
+        );
+        // [k] x [2, k, n] and [2, m, k] x [k].
+        let want_vb: Vec<f64> = (0..2)
+            .flat_map(|p| matmul_ref(&av[..k], &bv[p * k * n..], 1, 1, k, n, dt))
+            .collect();
+        run(
+            "vector x batch",
+            &|d| {
+                tensor(&av[..k], &[k], dt, d)
+                    .matmul(&tensor(&bv[..2 * k * n], &[2, k, n], dt, d))
+                    .unwrap()
+            },
+            want_vb,
+            &[2, n],
+        );
+        let want_bv: Vec<f64> = (0..2)
+            .flat_map(|p| matmul_ref(&av[p * m * k..], &bv[..k], 1, m, k, 1, dt))
+            .collect();
+        run(
+            "batch x vector",
+            &|d| {
+                tensor(&av[..2 * m * k], &[2, m, k], dt, d)
+                    .matmul(&tensor(&bv[..k], &[k], dt, d))
+                    .unwrap()
+            },
+            want_bv,
+            &[2, m],
+        );
+        // [2, 1, m, k] x [3, k, n] -> [2, 3, m, n]: broadcast batch dims.
+        let want_bc: Vec<f64> = (0..2)
+            .flat_map(|p| (0..3).map(move |q| (p, q)))
+            .flat_map(|(p, q)| matmul_ref(&av[p * m * k..], &bv[q * k * n..], 1, m, k, n, dt))
+            .collect();
+        run(
+            "broadcast batches",
+            &|d| {
+                let a = tensor(&av[..2 * m * k], &[2, 1, m, k], dt, d);
+                let b = tensor(&bv[..3 * k * n], &[3, k, n], dt, d);
+                a.matmul(&b).unwrap()
+            },
+            want_bc,
+            &[2, 3, m, n],
+        );
+        // matmul_out into a transposed output.
+        let out_t = Tensor::zeros(&[n, m], dt, dev).unwrap();
+        let mut out = out_t.t().unwrap();
+        tensor(&av[..m * k], &[m, k], dt, dev)
+            .matmul_out(&tensor(&bv[..k * n], &[k, n], dt, dev), &mut out)
+            .unwrap();
+        assert_close(
+            &read(&out),
+            &want,
+            tl,
+            &format!("matmul_out transposed {dt}"),
+        );
+        assert_eq!(
+            read(&out_t)[1],
+            read(&out)[n],
+            "the output's storage is column-major"
+        );
+    }
+    // Batch dimensions that do not merge into one stride: a permuted [3, 2, m, k].
+    let dt = DType::F32;
+    let av = sample(6 * m * k, dt, 26);
+    let bv = sample(k * n, dt, 27);
+    let f = |d: Device| {
+        let a = tensor(&av, &[2, 3, m, k], dt, d)
+            .permute(&[1, 0, 2, 3])
+            .unwrap();
+        a.matmul(&tensor(&bv, &[k, n], dt, d)).unwrap()
+    };
+    let got = f(dev);
+    let want: Vec<f64> = (0..3)
+        .flat_map(|p| (0..2).map(move |q| (p, q)))
+        .flat_map(|(p, q)| matmul_ref(&av[(q * 3 + p) * m * k..], &bv, 1, m, k, n, dt))
+        .collect();
+    assert_close(&read(&got), &want, tol(dt), "matmul of a permuted batch");
+    also_cpu(dev, f, &got, tol(dt), "matmul of a permuted batch");
+    // A larger product.
+    let (m, k, n) = (64, 300, 48);
+    let av = sample(m * k, dt, 28);
+    let bv = sample(k * n, dt, 29);
+    let f = |d: Device| {
+        tensor(&av, &[m, k], dt, d)
+            .matmul(&tensor(&bv, &[k, n], dt, d))
+            .unwrap()
+    };
+    let got = f(dev);
+    assert_close(
+        &read(&got),
+        &matmul_ref(&av, &bv, 1, m, k, n, dt),
+        1e-5,
+        "matmul 64x300x48",
+    );
+    let e = tensor(&[1.0; 6], &[2, 3], dt, dev)
+        .matmul(&tensor(&[1.0; 6], &[2, 3], dt, dev))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "matmul", .. }),
+        "{e:?}"
+    );
+}
+
+// ---------------------------------------------------------------- index ---
+
+fn index_ops(dev: Device) {
+    for dt in ALL {
+        let v = sample(240, dt, 31);
+        for it in [DType::I64, DType::I32] {
+            for li in 0..4 {
+                let (lname, x) = layout_456(&v, dt, dev, li);
+                let xv = read(&x);
+                let at = |i: usize, j: usize, k: usize| xv[(i * 5 + j) * 6 + k];
+                let what = |op: &str| format!("{op} {dt} index {it} {lname}");
+                // index_select along each dim, with repeats.
+                let sel = [3i64, 0, 3, 1];
+                for dim in 0..3 {
+                    let f = |d: Device| {
+                        layout_456(&v, dt, d, li)
+                            .1
+                            .index_select(dim, &tensor(&sel, &[4], it, d))
+                            .unwrap()
+                    };
+                    let y = f(dev);
+                    let mut shape = [4usize, 5, 6];
+                    shape[dim as usize] = 4;
+                    let want: Vec<f64> = (0..shape.iter().product::<usize>())
+                        .map(|p| {
+                            let (i, j, k) = (
+                                p / (shape[1] * shape[2]),
+                                p / shape[2] % shape[1],
+                                p % shape[2],
+                            );
+                            match dim {
+                                0 => at(sel[i] as usize, j, k),
+                                1 => at(i, sel[j] as usize, k),
+                                _ => at(i, j, sel[k] as usize),
+                            }
+                        })
+                        .collect();
+                    assert_eq!(read(&y), want, "{} dim {dim}", what("index_select"));
+                    also_cpu(dev, f, &y, 0.0, &what("index_select"));
+                }
+                // gather along dim 1 with a [4, 3, 6] index, read transposed.
+                let gi: Vec<i64> = (0..72).map(|p| ((p * 7) % 5) as i64).collect();
+                let f = |d: Device| {
+                    let i = tensor(&gi, &[6, 3, 4], it, d).permute(&[2, 1, 0]).unwrap();
+                    layout_456(&v, dt, d, li).1.gather(1, &i).unwrap()
+                };
+                let y = f(dev);
+                let want: Vec<f64> = (0..72)
+                    .map(|p| {
+                        let (i, j, k) = (p / 18, p / 6 % 3, p % 6);
+                        at(i, gi[(k * 3 + j) * 4 + i] as usize, k)
+                    })
+                    .collect();
+                assert_eq!(read(&y), want, "{}", what("gather"));
+                also_cpu(dev, f, &y, 0.0, &what("gather"));
+                // Fancy indexing with a 2-D index and negative entries.
+                let fi = [-1i64, 0, 2, -4];
+                let f = |d: Device| {
+                    layout_456(&v, dt, d, li)
+                        .1
+                        .index(&tensor(&fi, &[2, 2], it, d))
+                        .unwrap()
+                };
+                let y = f(dev);
+                assert_eq!(y.shape(), &[2, 2, 5, 6]);
+                let want: Vec<f64> = (0..120)
+                    .map(|p| at(fi[p / 30].rem_euclid(4) as usize, p / 6 % 5, p % 6))
+                    .collect();
+                assert_eq!(read(&y), want, "{}", what("index"));
+                also_cpu(dev, f, &y, 0.0, &what("index"));
+            }
+            // In place: scatter_ (distinct targets), scatter_value_,
+            // scatter_add_ (repeats), index_copy_, index_add_, index_fill_,
+            // each into a stepped view of a [4, 10, 6] tensor.
+            let base: Vec<f64> = sample(240, dt, 32);
+            let wrapped = |x: f64| {
+                if dt.is_float() {
+                    cast_ref(x, dt)
+                } else {
+                    cast_ref(wrap(x as i128, dt), dt)
+                }
+            };
+            let dst = |d: Device| tensor(&base, &[4, 10, 6], dt, d);
+            let view_at = |b: &[f64], i: usize, j: usize, k: usize| b[(i * 10 + 2 * j + 1) * 6 + k];
+            let src_v = sample(120, dt, 33);
+            let src = |d: Device| {
+                tensor(&src_v, &[5, 4, 6], dt, d)
+                    .permute(&[1, 0, 2])
+                    .unwrap()
+            }; // [4, 5, 6]
+            let sv = |i: usize, j: usize, k: usize| {
+                read(&tensor(&src_v, &[5, 4, 6], dt, Device::Cpu))[(j * 4 + i) * 6 + k]
+            };
+            let srch: Vec<f64> = (0..120).map(|p| sv(p / 30, p / 6 % 5, p % 6)).collect();
+            let bh = read(&tensor(&base, &[4, 10, 6], dt, Device::Cpu));
+            type Body<'a> = &'a dyn Fn(&mut Tensor, Device);
+            let run = |op: &str, body: Body, want: &dyn Fn(usize, usize, usize) -> f64| {
+                let go = |d: Device| {
+                    let full = dst(d);
+                    let mut view = full.slice(1, 1, 10, 2).unwrap();
+                    body(&mut view, d);
+                    full
+                };
+                let got = go(dev);
+                let want: Vec<f64> = (0..240)
+                    .map(|p| {
+                        let (i, r, k) = (p / 60, p / 6 % 10, p % 6);
+                        if r % 2 == 1 {
+                            want(i, r / 2, k)
+                        } else {
+                            bh[p]
+                        }
+                    })
+                    .collect();
+                assert_close(
+                    &read(&got),
+                    &want,
+                    tol(dt),
+                    &format!("{op} {dt} index {it}"),
+                );
+                also_cpu(dev, go, &got, tol(dt), &format!("{op} {dt} index {it}"));
+            };
+            // scatter_ along dim 1: a permutation per (i, k) column.
+            let perm = |i: usize, k: usize, j: usize| (j + i + k) % 5;
+            let si: Vec<i64> = (0..120)
+                .map(|p| perm(p / 30, p % 6, p / 6 % 5) as i64)
+                .collect();
+            run(
+                "scatter_",
+                &|t, d| {
+                    t.scatter_(1, &tensor(&si, &[4, 5, 6], it, d), &src(d))
+                        .unwrap();
+                },
+                &|i, j, k| {
+                    let jj = (0..5).find(|&jj| perm(i, k, jj) == j).unwrap();
+                    srch[(i * 5 + jj) * 6 + k]
+                },
+            );
+            // scatter_value_ along dim 2 with a [4, 5, 2] index.
+            let vi: Vec<i64> = (0..40).map(|p| [1, 4][p % 2]).collect();
+            run(
+                "scatter_value_",
+                &|t, d| {
+                    t.scatter_value_(2, &tensor(&vi, &[4, 5, 2], it, d), 3.0)
+                        .unwrap();
+                },
+                &|i, j, k| {
+                    if k == 1 || k == 4 {
+                        cast_ref(3.0, dt)
+                    } else {
+                        view_at(&bh, i, j, k)
+                    }
+                },
+            );
+            // index_fill_ along dim 0 with a negative index.
+            let fill = [-1i64, 1];
+            run(
+                "index_fill_",
+                &|t, d| {
+                    t.index_fill_(0, &tensor(&fill, &[2], it, d), -2.0).unwrap();
+                },
+                &|i, j, k| {
+                    if i == 3 || i == 1 {
+                        cast_ref(-2.0, dt)
+                    } else {
+                        view_at(&bh, i, j, k)
+                    }
+                },
+            );
+            // index_copy_ along dim 1: rows 4, 0, 2 get rows 0, 1, 2 of a [4, 3, 6] source.
+            let ci = [4i64, 0, 2];
+            run(
+                "index_copy_",
+                &|t, d| {
+                    let s = src(d).narrow(1, 0, 3).unwrap();
+                    t.index_copy_(1, &tensor(&ci, &[3], it, d), &s).unwrap();
+                },
+                &|i, j, k| match ci.iter().position(|&c| c as usize == j) {
+                    Some(r) => srch[(i * 5 + r) * 6 + k],
+                    None => view_at(&bh, i, j, k),
+                },
+            );
+            if dt == DType::Bool {
+                let mut t = dst(dev);
+                let e = t
+                    .scatter_add_(
+                        1,
+                        &tensor(&[0], &[1, 1, 1], it, dev),
+                        &tensor(&[1.0], &[1, 1, 1], dt, dev),
+                    )
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        Error::DTypeMismatch {
+                            op: "scatter_add_",
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+                continue;
+            }
+            // scatter_add_ along dim 1 with repeated targets, index_add_ along dim 2.
+            let ai: Vec<i64> = (0..120).map(|p| ((p / 6 % 5) % 2) as i64 * 3).collect();
+            run(
+                "scatter_add_",
+                &|t, d| {
+                    t.scatter_add_(1, &tensor(&ai, &[4, 5, 6], it, d), &src(d))
+                        .unwrap();
+                },
+                &|i, j, k| {
+                    let add: f64 = (0..5)
+                        .filter(|&jj| (jj % 2) * 3 == j)
+                        .map(|jj| srch[(i * 5 + jj) * 6 + k])
+                        .sum();
+                    wrapped(view_at(&bh, i, j, k) + add)
+                },
+            );
+            let xi = [5i64, 0, 5];
+            run(
+                "index_add_",
+                &|t, d| {
+                    let s = src(d).narrow(2, 0, 3).unwrap();
+                    t.index_add_(2, &tensor(&xi, &[3], it, d), &s).unwrap();
+                },
+                &|i, j, k| {
+                    let add: f64 = (0..3)
+                        .filter(|&c| xi[c] as usize == k)
+                        .map(|c| srch[(i * 5 + j) * 6 + c])
+                        .sum();
+                    wrapped(view_at(&bh, i, j, k) + add)
+                },
+            );
+        }
+        // masked_select with a broadcast mask over a transposed source.
+        let v = sample(24, dt, 34);
+        let mv = [true, false, true, true, false, false];
+        let f = |d: Device| {
+            let x = tensor(&v, &[6, 4], dt, d).t().unwrap(); // [4, 6]
+            let m = Tensor::from_slice(&mv, &[6], d).unwrap();
+            x.masked_select(&m).unwrap()
+        };
+        let y = f(dev);
+        let xh = read(&tensor(&v, &[6, 4], dt, Device::Cpu));
+        let want: Vec<f64> = (0..24)
+            .filter(|p| mv[p % 6])
+            .map(|p| xh[(p % 6) * 4 + p / 6])
+            .collect();
+        assert_eq!(read(&y), want, "masked_select {dt}");
+        also_cpu(dev, f, &y, 0.0, &format!("masked_select {dt}"));
+        // x[bool mask] over the leading dims.
+        let lm = [false, true, true, false];
+        let f = |d: Device| {
+            tensor(&v, &[4, 6], dt, d)
+                .index(&Tensor::from_slice(&lm, &[4], d).unwrap())
+                .unwrap()
+        };
+        let y = f(dev);
+        assert_eq!(y.shape(), &[2, 6]);
+        assert_eq!(read(&y), [&xh[6..18]].concat(), "bool index {dt}");
+    }
+    // A long mask (many chunks) keeps row-major order.
+    let n = 100_003;
+    let xs: Vec<i64> = (0..n as i64).collect();
+    let m: Vec<bool> = (0..n).map(|i| i % 3 == 0 || i % 7 == 1).collect();
+    let x = Tensor::from_slice(&xs, &[n], dev).unwrap();
+    let sel = x
+        .masked_select(&Tensor::from_slice(&m, &[n], dev).unwrap())
+        .unwrap();
+    let want: Vec<i64> = xs.iter().copied().filter(|&i| m[i as usize]).collect();
+    assert_eq!(sel.to_vec::<i64>().unwrap(), want);
+    // Bad indices: an error naming the op, the index, the dim and its size,
+    // and nothing written.
+    let x = tensor(&sample(24, DType::F32, 35), &[4, 6], DType::F32, dev);
+    let before = read(&x);
+    let e = x
+        .index_select(1, &tensor(&[0, 6], &[2], DType::I64, dev))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index_select",
+            index: 6,
+            dim: 1,
+            size: 6
+        }
+    );
+    let e = x
+        .index_select(0, &tensor(&[-1], &[1], DType::I32, dev))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index_select",
+            index: -1,
+            dim: 0,
+            size: 4
+        }
+    );
+    let e = x
+        .index(&tensor(&[1, -5], &[2], DType::I64, dev))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index",
+            index: -5,
+            dim: 0,
+            size: 4
+        }
+    );
+    let mut y = x.deep_clone().unwrap();
+    let si = tensor(&[0, 1, 2, 9, 0, 1], &[1, 6], DType::I64, dev);
+    let e = y
+        .scatter_(0, &si, &tensor(&[5.0; 6], &[1, 6], DType::F32, dev))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "scatter_",
+            index: 9,
+            dim: 0,
+            size: 4
+        }
+    );
+    assert_eq!(read(&y), before, "a failed scatter_ writes nothing");
+    let e = y
+        .index_fill_(1, &tensor(&[2, -7], &[2], DType::I64, dev), 1.0)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index_fill_",
+            index: -7,
+            dim: 1,
+            size: 6
+        }
+    );
+    let e = y
+        .index_add_(
+            0,
+            &tensor(&[4], &[1], DType::I32, dev),
+            &tensor(&[1.0; 6], &[1, 6], DType::F32, dev),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange {
+            op: "index_add_",
+            index: 4,
+            dim: 0,
+            size: 4
+        }
+    );
+    assert_eq!(read(&y), before, "failed index ops write nothing");
+    let e = x
+        .index_select(0, &tensor(&[0.0], &[1], DType::F32, dev))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "index_select",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = x
+        .masked_select(&tensor(&[1.0], &[1], DType::F32, dev))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_select",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}

@@ -18,28 +18,53 @@ pub struct Layout {
     offset: usize,
 }
 
-// By hand: `SmallVec::from_slice` copies the inline elements in one go, where
-// the derived `clone` pushes them one by one (every op clones layouts).
+// By hand: every op clones layouts, and both the derived `clone` (a push per
+// element) and `SmallVec::from_slice` (a `memcpy` call) cost more than
+// filling the inline buffer directly.
 impl Clone for Layout {
     #[inline]
     fn clone(&self) -> Self {
         Layout {
-            shape: Dims::from_slice(&self.shape),
-            strides: Dims::from_slice(&self.strides),
+            shape: dims_from(&self.shape),
+            strides: dims_from(&self.strides),
             offset: self.offset,
         }
     }
 }
 
+/// Inline capacity of [`Dims`].
+const INLINE: usize = 6;
+
+/// `s` as [`Dims`]: up to [`INLINE`] elements, a fixed-size copy with no loop
+/// and no call.
+#[inline]
+pub(crate) fn dims_from(s: &[usize]) -> Dims {
+    if s.len() > INLINE {
+        return Dims::from_slice(s);
+    }
+    let buf: [usize; INLINE] = std::array::from_fn(|i| s.get(i).copied().unwrap_or(0));
+    Dims::from_buf_and_len(buf, s.len())
+}
+
 /// Row-major (C-order) strides for `shape`.
+#[inline]
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
-    let mut strides: Dims = smallvec::smallvec![0; shape.len()];
+    if shape.len() > INLINE {
+        let mut strides: Dims = smallvec::smallvec![0; shape.len()];
+        let mut acc = 1usize;
+        for i in (0..shape.len()).rev() {
+            strides[i] = acc;
+            acc = acc.saturating_mul(shape[i].max(1));
+        }
+        return strides;
+    }
+    let mut buf = [0usize; INLINE];
     let mut acc = 1usize;
     for i in (0..shape.len()).rev() {
-        strides[i] = acc;
+        buf[i] = acc;
         acc = acc.saturating_mul(shape[i].max(1));
     }
-    strides
+    Dims::from_buf_and_len(buf, shape.len())
 }
 
 /// Normalizes a possibly negative dimension index (`-1` is the last).
@@ -69,6 +94,9 @@ pub fn numel(shape: &[usize]) -> usize {
 
 /// NumPy/PyTorch broadcasting of two shapes.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
+    if a == b {
+        return Ok(dims_from(a)); // the common case
+    }
     let rank = a.len().max(b.len());
     let mut out: Dims = smallvec::smallvec![0; rank];
     for i in 0..rank {
@@ -144,9 +172,10 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
 
 impl Layout {
     /// A contiguous row-major layout at offset 0.
+    #[inline]
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
-            shape: Dims::from_slice(shape),
+            shape: dims_from(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -427,10 +456,15 @@ impl Layout {
     }
 
     /// Broadcasts to a concrete shape (used by binary ops).
+    #[inline]
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
         if self.shape.as_slice() == shape {
             return Ok(self.clone()); // the common case: nothing to broadcast
         }
+        self.broadcast_expand(shape)
+    }
+
+    fn broadcast_expand(&self, shape: &[usize]) -> Result<Layout> {
         let s: SmallVec<[isize; 6]> = shape.iter().map(|&d| d as isize).collect();
         self.expand(&s)
     }

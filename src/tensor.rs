@@ -133,6 +133,27 @@ impl Tensor {
         ))
     }
 
+    /// `true` when this handle is provably the only way to reach its
+    /// storage: no other handle to this tensor (no alias, no autograd edge,
+    /// no weak reference) and no other tensor over its storage (no view).
+    /// Through `&mut self` no other borrow of this handle exists either, so
+    /// nothing else, on any thread, can read or write the storage until this
+    /// borrow ends: a kernel may write it without taking the storage's lock.
+    /// A fresh op result is always exclusive.
+    #[inline]
+    pub(crate) fn is_exclusive(&mut self) -> bool {
+        // Counts can only grow through a handle, and every handle is counted.
+        // The acquire fence orders the uses through handles dropped before
+        // these loads (their release decrements) before our writes.
+        let unique = Arc::strong_count(&self.inner) == 1
+            && Arc::weak_count(&self.inner) == 0
+            && self.inner.storage.ref_count() == 1;
+        if unique {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        unique
+    }
+
     pub(crate) fn storage(&self) -> &Storage {
         &self.inner.storage
     }

@@ -240,6 +240,7 @@ impl ClassList {
             }
         }
     }
+    #[inline]
     fn is_empty(&self) -> bool {
         match self {
             ClassList::Vec(v) => v.is_empty(),
@@ -283,6 +284,7 @@ impl SizeClasses {
         Some(w * 64 + self.words[w].trailing_zeros() as usize)
     }
 
+    #[inline]
     fn mark(&mut self, c: usize, nonempty: bool) {
         let (w, b) = (c / 64, c % 64);
         if nonempty {
@@ -312,15 +314,18 @@ impl FreeSet {
             .map(|(_, c)| c)
     }
 
+    #[inline]
     fn stream_mut(&mut self, stream: u64) -> &mut SizeClasses {
-        let i = match self.classes.iter().position(|(s, _)| *s == stream) {
-            Some(i) => i,
-            None => {
-                self.classes.push((stream, SizeClasses::new()));
-                self.classes.len() - 1
-            }
-        };
-        &mut self.classes[i].1
+        match self.classes.iter().position(|(s, _)| *s == stream) {
+            Some(i) => &mut self.classes[i].1,
+            None => self.add_stream(stream),
+        }
+    }
+
+    #[cold]
+    fn add_stream(&mut self, stream: u64) -> &mut SizeClasses {
+        self.classes.push((stream, SizeClasses::new()));
+        &mut self.classes.last_mut().expect("just pushed").1
     }
 
     /// The first key at or above `(stream, size)` on `stream`.
@@ -412,6 +417,7 @@ impl FreeSet {
 }
 
 impl Inner {
+    #[inline]
     fn pool_set(&mut self, pool: Pool) -> &mut FreeSet {
         match pool {
             Pool::Small => &mut self.small,
@@ -419,22 +425,28 @@ impl Inner {
         }
     }
 
-    fn key(&self, id: u32) -> Key {
-        let b = &self.blocks[id as usize];
-        (b.stream, b.size, b.addr, id)
-    }
-
+    #[inline]
     fn is_split(&self, id: u32) -> bool {
         let b = &self.blocks[id as usize];
         b.prev != NONE || b.next != NONE
     }
 
+    /// The pool key of a block, its pool, and whether its segment is split.
+    #[inline]
+    fn entry(&self, id: u32) -> (Key, Pool, bool) {
+        let b = &self.blocks[id as usize];
+        (
+            (b.stream, b.size, b.addr, id),
+            b.pool,
+            b.prev != NONE || b.next != NONE,
+        )
+    }
+
     /// Puts a free block in its pool, keeping the inactive-split statistics.
     #[inline]
     fn pool_insert(&mut self, id: u32) {
-        let key = self.key(id);
-        let pool = self.blocks[id as usize].pool;
-        if self.is_split(id) {
+        let (key, pool, split) = self.entry(id);
+        if split {
             self.stats.inactive_split.add(pool, 1);
             self.stats.inactive_split_bytes.add(pool, key.1 as i64);
         }
@@ -443,9 +455,8 @@ impl Inner {
 
     #[inline]
     fn pool_remove(&mut self, id: u32) {
-        let key = self.key(id);
-        let pool = self.blocks[id as usize].pool;
-        if self.is_split(id) {
+        let (key, pool, split) = self.entry(id);
+        if split {
             self.stats.inactive_split.sub(pool, 1);
             self.stats.inactive_split_bytes.sub(pool, key.1 as i64);
         }
@@ -453,6 +464,7 @@ impl Inner {
         debug_assert!(removed);
     }
 
+    #[inline]
     fn new_block(&mut self, info: BlockInfo) -> u32 {
         if let Some(id) = self.free_ids.pop() {
             self.blocks[id as usize] = info;
@@ -463,12 +475,14 @@ impl Inner {
         }
     }
 
+    #[inline]
     fn retire_block(&mut self, id: u32) {
         self.blocks[id as usize].live = false;
         self.free_ids.push(id);
     }
 
     /// Takes the best fit from the pool, on the same stream, out of the pool.
+    #[inline]
     fn take_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
         let key = self.pool_set(pool).take_first_fit(stream, size)?;
         if self.is_split(key.3) {
@@ -508,6 +522,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
     }
 
+    #[inline]
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while the lock is held cannot leave the books half-written
         // (no user code runs under it), so poisoning is ignored.

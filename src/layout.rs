@@ -42,8 +42,24 @@ pub(crate) fn dims_from(s: &[usize]) -> Dims {
     if s.len() > INLINE {
         return Dims::from_slice(s);
     }
-    let buf: [usize; INLINE] = std::array::from_fn(|i| s.get(i).copied().unwrap_or(0));
+    let mut buf = [0usize; INLINE];
+    // One fixed-size copy per length: a few moves, no loop, no call.
+    match s.len() {
+        0 => {}
+        1 => buf[..1].copy_from_slice(s),
+        2 => buf[..2].copy_from_slice(s),
+        3 => buf[..3].copy_from_slice(s),
+        4 => buf[..4].copy_from_slice(s),
+        5 => buf[..5].copy_from_slice(s),
+        _ => buf.copy_from_slice(s),
+    }
     Dims::from_buf_and_len(buf, s.len())
+}
+
+/// `a == b` for short shapes, without the `memcmp` call of slice equality.
+#[inline]
+pub(crate) fn dims_eq(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// Row-major (C-order) strides for `shape`.
@@ -88,13 +104,14 @@ pub fn normalize_dim_inclusive(op: &'static str, dim: isize, rank: usize) -> Res
 }
 
 /// Product of a shape (1 for rank 0).
+#[inline]
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// NumPy/PyTorch broadcasting of two shapes.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
-    if a == b {
+    if dims_eq(a, b) {
         return Ok(dims_from(a)); // the common case
     }
     let rank = a.len().max(b.len());
@@ -192,28 +209,34 @@ impl Layout {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
     /// The strides, in elements.
+    #[inline]
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
     /// The offset of element `[0, 0, ...]` in the storage, in elements.
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
     /// `true` when the elements are laid out row-major with no gaps (dimensions
     /// of size 1 may have any stride, as in PyTorch).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1usize;
         for i in (0..self.shape.len()).rev() {
@@ -458,7 +481,7 @@ impl Layout {
     /// Broadcasts to a concrete shape (used by binary ops).
     #[inline]
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
-        if self.shape.as_slice() == shape {
+        if dims_eq(&self.shape, shape) {
             return Ok(self.clone()); // the common case: nothing to broadcast
         }
         self.broadcast_expand(shape)

@@ -15,6 +15,8 @@ use crate::alloc::{allocator, Block};
 use crate::error::Result;
 use crate::Device;
 use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -84,10 +86,64 @@ impl Drop for Storage {
             }
             fence(Ordering::Acquire);
         }
-        // SAFETY: this was the last handle; the pointer came from
-        // `Box::into_raw` in `Storage::new` and is freed once.
+        // SAFETY: this was the last handle: the contents are dropped once
+        // (returning the block to the allocator) and nothing reads them again.
+        unsafe { std::ptr::drop_in_place(self.0.as_ptr()) };
+        spare_put(self.0.cast());
+    }
+}
+
+/// Most storages live for one op: their `StorageInner` allocations are kept
+/// per thread for the next storage (a push and a pop, instead of `malloc`
+/// and `free`). At most this many per thread.
+const SPARE_MAX: usize = 32;
+
+thread_local! {
+    /// Freed, uninitialised `StorageInner` allocations (from `Box`).
+    static SPARE: RefCell<Vec<Spare>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An allocation for a `StorageInner`, from `Box::new_uninit`.
+struct Spare(NonNull<MaybeUninit<StorageInner>>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        // SAFETY: the allocation came from `Box::new_uninit` and holds no
+        // value; this frees the memory only.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
+}
+
+/// An allocation for a `StorageInner`: a spare one, or a new one.
+#[inline]
+fn spare_take() -> NonNull<MaybeUninit<StorageInner>> {
+    let spare = SPARE
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut v| v.pop()))
+        .ok()
+        .flatten();
+    match spare {
+        Some(s) => {
+            let p = s.0;
+            std::mem::forget(s);
+            p
+        }
+        None => NonNull::from(Box::leak(Box::<StorageInner>::new_uninit())),
+    }
+}
+
+/// Keeps (or frees) the allocation of a dropped `StorageInner`.
+#[inline]
+fn spare_put(p: NonNull<MaybeUninit<StorageInner>>) {
+    let s = Spare(p);
+    // During thread exit (no thread-local any more) or when full, `s` is
+    // dropped here: the memory is freed.
+    let _ = SPARE.try_with(move |v| {
+        if let Ok(mut v) = v.try_borrow_mut() {
+            if v.len() < SPARE_MAX {
+                v.push(s);
+            }
+        }
+    });
 }
 
 impl Storage {
@@ -100,17 +156,21 @@ impl Storage {
                 allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
             (b.addr, b.size, Some(BlockId(b)))
         };
-        let inner = Box::new(StorageInner {
-            refs: AtomicUsize::new(1),
-            device,
-            addr,
-            nbytes,
-            block_bytes,
-            block,
-            lock: RwLock::new(()),
-            version: AtomicU64::new(0),
-        });
-        Ok(Storage(NonNull::from(Box::leak(inner))))
+        let p = spare_take();
+        // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
+        unsafe {
+            p.as_ptr().write(MaybeUninit::new(StorageInner {
+                refs: AtomicUsize::new(1),
+                device,
+                addr,
+                nbytes,
+                block_bytes,
+                block,
+                lock: RwLock::new(()),
+                version: AtomicU64::new(0),
+            }))
+        };
+        Ok(Storage(p.cast()))
     }
 
     #[inline]
@@ -177,7 +237,31 @@ pub(crate) struct Locks<'a> {
 /// Locks every distinct storage once, in address order; a storage that is
 /// both read and written is locked exclusively. Poisoning is ignored: a kernel
 /// panic cannot leave a storage in a state worse than partly written.
+#[inline]
 pub(crate) fn lock<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'a> {
+    let mut guards = SmallVec::new();
+    // The usual cases of ops whose output needs no lock (a fresh result).
+    match (reads, writes) {
+        ([], []) => {}
+        ([r], []) => guards.push(Guard::Read(read_lock(r))),
+        ([a, b], []) => {
+            let (a, b) = if a.id() <= b.id() { (a, b) } else { (b, a) };
+            guards.push(Guard::Read(read_lock(a)));
+            if !a.same(b) {
+                guards.push(Guard::Read(read_lock(b)));
+            }
+        }
+        _ => return lock_sorted(reads, writes),
+    }
+    Locks { _guards: guards }
+}
+
+#[inline]
+fn read_lock(s: &Storage) -> RwLockReadGuard<'_, ()> {
+    s.inner().lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_sorted<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'a> {
     // (id, read, storage), writes first, then a stable insertion sort by id
     // (there are rarely more than four): among equal ids a write comes first.
     // On the stack up to 8 operands.
@@ -214,7 +298,7 @@ pub(crate) fn lock<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'
         last = id;
         let lock = &s.expect("filled above").inner().lock;
         guards.push(if read {
-            Guard::Read(lock.read().unwrap_or_else(|e| e.into_inner()))
+            Guard::Read(read_lock(s.expect("filled above")))
         } else {
             Guard::Write(lock.write().unwrap_or_else(|e| e.into_inner()))
         });

@@ -98,6 +98,11 @@ struct Inner {
     /// but which are still in use by another stream: no longer allocated,
     /// still active, not reusable until [`CachingAllocator::free`].
     deferred: std::collections::HashSet<u32>,
+    /// `false` until the first [`CachingAllocator::end_allocation`]: until
+    /// then every block is active exactly while it is allocated, so the
+    /// `active*` statistics are the `allocation*` ones (the same adds and
+    /// subtractions in the same order) and are not kept twice.
+    active_kept: bool,
 }
 
 /// A caching allocator over a [`SegmentSource`].
@@ -481,6 +486,16 @@ impl Inner {
         self.free_ids.push(id);
     }
 
+    /// Starts keeping the `active*` statistics apart from the `allocation*`
+    /// ones (which they equal until now).
+    fn keep_active(&mut self) {
+        if !self.active_kept {
+            self.active_kept = true;
+            self.stats.active = self.stats.allocation;
+            self.stats.active_bytes = self.stats.allocated_bytes;
+        }
+    }
+
     /// Takes the best fit from the pool, on the same stream, out of the pool.
     #[inline]
     fn take_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
@@ -591,10 +606,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
         };
         let st = &mut inner.stats;
         st.allocation.add(pool, 1);
-        st.active.add(pool, 1);
         st.allocated_bytes.add(pool, size as i64);
-        st.active_bytes.add(pool, size as i64);
         st.requested_bytes.add(pool, bytes as i64);
+        if inner.active_kept {
+            let st = &mut inner.stats;
+            st.active.add(pool, 1);
+            st.active_bytes.add(pool, size as i64);
+        }
         Ok(Block { addr, size, id })
     }
 
@@ -675,8 +693,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
         }
-        st.active.sub(pool, 1);
-        st.active_bytes.sub(pool, size as i64);
+        if inner.active_kept {
+            let st = &mut inner.stats;
+            st.active.sub(pool, 1);
+            st.active_bytes.sub(pool, size as i64);
+        }
         // Merge with the previous block, then the next, if free.
         let mut id = id;
         let prev = inner.blocks[id as usize].prev;
@@ -718,6 +739,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let b = &inner.blocks[block.id as usize];
         debug_assert!(b.live && b.allocated && b.addr == block.addr);
         let (pool, size, requested) = (b.pool, b.size, b.requested);
+        inner.keep_active();
         if inner.deferred.insert(block.id) {
             let st = &mut inner.stats;
             st.allocation.sub(pool, 1);
@@ -739,6 +761,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
         // One lock, so the snapshot is consistent.
         let inner = self.lock();
         let mut s = inner.stats.clone();
+        if !inner.active_kept {
+            s.active = s.allocation;
+            s.active_bytes = s.allocated_bytes;
+        }
         s.limit = inner.limit;
         s
     }

@@ -18,28 +18,69 @@ pub struct Layout {
     offset: usize,
 }
 
-// By hand: `SmallVec::from_slice` copies the inline elements in one go, where
-// the derived `clone` pushes them one by one (every op clones layouts).
+// By hand: every op clones layouts, and both the derived `clone` (a push per
+// element) and `SmallVec::from_slice` (a `memcpy` call) cost more than
+// filling the inline buffer directly.
 impl Clone for Layout {
     #[inline]
     fn clone(&self) -> Self {
         Layout {
-            shape: Dims::from_slice(&self.shape),
-            strides: Dims::from_slice(&self.strides),
+            shape: dims_from(&self.shape),
+            strides: dims_from(&self.strides),
             offset: self.offset,
         }
     }
 }
 
+/// Inline capacity of [`Dims`].
+const INLINE: usize = 6;
+
+/// `s` as [`Dims`]: up to [`INLINE`] elements, a fixed-size copy with no loop
+/// and no call.
+#[inline]
+pub(crate) fn dims_from(s: &[usize]) -> Dims {
+    if s.len() > INLINE {
+        return Dims::from_slice(s);
+    }
+    let mut buf = [0usize; INLINE];
+    // One fixed-size copy per length: a few moves, no loop, no call.
+    match s.len() {
+        0 => {}
+        1 => buf[..1].copy_from_slice(s),
+        2 => buf[..2].copy_from_slice(s),
+        3 => buf[..3].copy_from_slice(s),
+        4 => buf[..4].copy_from_slice(s),
+        5 => buf[..5].copy_from_slice(s),
+        _ => buf.copy_from_slice(s),
+    }
+    Dims::from_buf_and_len(buf, s.len())
+}
+
+/// `a == b` for short shapes, without the `memcmp` call of slice equality.
+#[inline]
+pub(crate) fn dims_eq(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Row-major (C-order) strides for `shape`.
+#[inline]
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
-    let mut strides: Dims = smallvec::smallvec![0; shape.len()];
+    if shape.len() > INLINE {
+        let mut strides: Dims = smallvec::smallvec![0; shape.len()];
+        let mut acc = 1usize;
+        for i in (0..shape.len()).rev() {
+            strides[i] = acc;
+            acc = acc.saturating_mul(shape[i].max(1));
+        }
+        return strides;
+    }
+    let mut buf = [0usize; INLINE];
     let mut acc = 1usize;
     for i in (0..shape.len()).rev() {
-        strides[i] = acc;
+        buf[i] = acc;
         acc = acc.saturating_mul(shape[i].max(1));
     }
-    strides
+    Dims::from_buf_and_len(buf, shape.len())
 }
 
 /// Normalizes a possibly negative dimension index (`-1` is the last).
@@ -63,12 +104,16 @@ pub fn normalize_dim_inclusive(op: &'static str, dim: isize, rank: usize) -> Res
 }
 
 /// Product of a shape (1 for rank 0).
+#[inline]
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// NumPy/PyTorch broadcasting of two shapes.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
+    if dims_eq(a, b) {
+        return Ok(dims_from(a)); // the common case
+    }
     let rank = a.len().max(b.len());
     let mut out: Dims = smallvec::smallvec![0; rank];
     for i in 0..rank {
@@ -144,9 +189,10 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
 
 impl Layout {
     /// A contiguous row-major layout at offset 0.
+    #[inline]
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
-            shape: Dims::from_slice(shape),
+            shape: dims_from(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -163,28 +209,34 @@ impl Layout {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
     /// The strides, in elements.
+    #[inline]
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
     /// The offset of element `[0, 0, ...]` in the storage, in elements.
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
     /// `true` when the elements are laid out row-major with no gaps (dimensions
     /// of size 1 may have any stride, as in PyTorch).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1usize;
         for i in (0..self.shape.len()).rev() {
@@ -427,10 +479,15 @@ impl Layout {
     }
 
     /// Broadcasts to a concrete shape (used by binary ops).
+    #[inline]
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
-        if self.shape.as_slice() == shape {
+        if dims_eq(&self.shape, shape) {
             return Ok(self.clone()); // the common case: nothing to broadcast
         }
+        self.broadcast_expand(shape)
+    }
+
+    fn broadcast_expand(&self, shape: &[usize]) -> Result<Layout> {
         let s: SmallVec<[isize; 6]> = shape.iter().map(|&d| d as isize).collect();
         self.expand(&s)
     }

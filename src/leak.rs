@@ -32,13 +32,78 @@
 
 use crate::Device;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// CUDA ordinals with a counter of their own; higher ordinals share the last one.
 const CUDA_SLOTS: usize = 16;
+const SLOTS: usize = 1 + CUDA_SLOTS;
 
-/// Live tensors (implementations) per device: `[cpu, cuda:0, ..., cuda:15+]`.
-static LIVE: [AtomicUsize; 1 + CUDA_SLOTS] = [const { AtomicUsize::new(0) }; 1 + CUDA_SLOTS];
+/// Live-tensor counters per device, `[cpu, cuda:0, ..., cuda:15+]`: tensors
+/// made minus tensors dropped. A tensor made on one thread and dropped on
+/// another counts +1 in one set and -1 in another; only the sum means
+/// anything.
+struct Counts([AtomicIsize; SLOTS]);
+
+impl Counts {
+    const fn new() -> Counts {
+        Counts([const { AtomicIsize::new(0) }; SLOTS])
+    }
+}
+
+/// The counters of every running thread that has made or dropped a tensor.
+/// Each thread writes only its own set, with plain loads and stores (no
+/// atomic read-modify-write, no shared cache line: making and dropping a
+/// tensor is a few instructions); readers sum every set under this lock.
+static THREADS: Mutex<Vec<Arc<Counts>>> = Mutex::new(Vec::new());
+
+/// Counts of threads that have exited, and of changes made while a thread's
+/// own set was unavailable (during its thread-local destructors).
+static RETIRED: Counts = Counts::new();
+
+/// A thread's set, registered in [`THREADS`] on first use and folded into
+/// [`RETIRED`] when the thread exits.
+struct Local(Arc<Counts>);
+
+impl Local {
+    fn register() -> Local {
+        let c = Arc::new(Counts::new());
+        threads().push(Arc::clone(&c));
+        Local(c)
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // Under the lock, so a reader sees these counts exactly once.
+        let mut all = threads();
+        for (r, c) in RETIRED.0.iter().zip(&self.0 .0) {
+            r.fetch_add(c.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        all.retain(|c| !Arc::ptr_eq(c, &self.0));
+    }
+}
+
+thread_local! {
+    static LOCAL: Local = Local::register();
+}
+
+fn threads() -> std::sync::MutexGuard<'static, Vec<Arc<Counts>>> {
+    THREADS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds `d` to this thread's counter of `slot`.
+#[inline]
+fn bump(slot: usize, d: isize) {
+    let done = LOCAL.try_with(|l| {
+        // Only this thread writes its set: load + store is exact.
+        let c = &l.0 .0[slot];
+        c.store(c.load(Ordering::Relaxed) + d, Ordering::Relaxed);
+    });
+    if done.is_err() {
+        RETIRED.0[slot].fetch_add(d, Ordering::Relaxed);
+    }
+}
 
 /// Tensors held by open scopes, all threads.
 pub(crate) static SCOPED: AtomicUsize = AtomicUsize::new(0);
@@ -51,23 +116,38 @@ fn slot(device: Device) -> usize {
 }
 
 /// Called when a tensor implementation is made.
+#[inline]
 pub(crate) fn tensor_created(device: Device) {
-    LIVE[slot(device)].fetch_add(1, Ordering::Relaxed);
+    bump(slot(device), 1);
 }
 
 /// Called when a tensor implementation is dropped.
+#[inline]
 pub(crate) fn tensor_dropped(device: Device) {
-    LIVE[slot(device)].fetch_sub(1, Ordering::Relaxed);
+    bump(slot(device), -1);
+}
+
+/// Live tensors per slot: every thread's counters and the retired ones.
+fn live() -> [usize; SLOTS] {
+    let all = threads();
+    let mut sum = [0isize; SLOTS];
+    for c in all.iter().map(|c| &**c).chain(std::iter::once(&RETIRED)) {
+        for (s, v) in sum.iter_mut().zip(&c.0) {
+            *s += v.load(Ordering::Relaxed);
+        }
+    }
+    // Negative only transiently, while other threads make and drop tensors.
+    sum.map(|s| s.max(0) as usize)
 }
 
 /// Tensors alive now, on every device.
 pub fn live_tensors() -> usize {
-    LIVE.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    live().iter().sum()
 }
 
 /// Tensors alive now on `device` (CUDA ordinals of 15 and above share one counter).
 pub fn live_tensors_on(device: Device) -> usize {
-    LIVE[slot(device)].load(Ordering::Relaxed)
+    live()[slot(device)]
 }
 
 /// Bytes held by live tensors on `device`: the allocator's
@@ -91,10 +171,11 @@ pub fn live_scoped_tensors() -> usize {
 /// is not zero.
 fn devices() -> Vec<Device> {
     let n = crate::backend::cuda::device_count();
+    let live = live();
     let mut out = vec![Device::Cpu];
     out.extend((0..n.max(CUDA_SLOTS)).filter_map(|i| {
         let d = Device::Cuda(i);
-        (i < n || (i < CUDA_SLOTS && LIVE[slot(d)].load(Ordering::Relaxed) > 0)).then_some(d)
+        (i < n || (i < CUDA_SLOTS && live[slot(d)] > 0)).then_some(d)
     }));
     out
 }

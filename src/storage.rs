@@ -15,10 +15,15 @@ use crate::alloc::{allocator, Block};
 use crate::error::Result;
 use crate::Device;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(crate) struct StorageInner {
+    /// Handles ([`Storage`]s) to this storage.
+    refs: AtomicUsize,
     device: Device,
     /// First byte; for an empty storage, a dangling aligned address.
     addr: usize,
@@ -33,84 +38,182 @@ pub(crate) struct StorageInner {
 
 struct BlockId(Block);
 
-/// Live storages and their bytes, per device kind (index 0: CPU, 1: CUDA).
-pub(crate) static LIVE_STORAGES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-fn dev_index(d: Device) -> usize {
-    usize::from(d.is_cuda())
-}
-
 /// A refcounted handle to one storage. Cloning it is internal only: the public
 /// handle is [`Tensor`](crate::Tensor), which is never implicitly duplicated.
-#[derive(Clone)]
-pub(crate) struct Storage(Arc<StorageInner>);
+///
+/// An `Arc` without weak references, by hand: dropping the last handle of a
+/// storage that was never shared (every op result until it is viewed)
+/// touches no atomic read-modify-write, where an `Arc` takes two (strong and
+/// weak counts).
+pub(crate) struct Storage(NonNull<StorageInner>);
+
+// SAFETY: a `Storage` is a shared reference to a `StorageInner`, which is
+// `Send + Sync` (plain data, atomics and a lock): it is `Send` and `Sync`
+// exactly as `Arc<StorageInner>` would be.
+unsafe impl Send for Storage {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Storage {}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<StorageInner>();
+};
+
+impl Clone for Storage {
+    #[inline]
+    fn clone(&self) -> Storage {
+        // Relaxed, as in `Arc::clone`: a new handle is made from an existing
+        // one, which keeps the storage alive meanwhile.
+        let old = self.inner().refs.fetch_add(1, Ordering::Relaxed);
+        if old > isize::MAX as usize {
+            std::process::abort(); // as `Arc`: a count this high is a leak loop
+        }
+        Storage(self.0)
+    }
+}
+
+impl Drop for Storage {
+    #[inline]
+    fn drop(&mut self) {
+        let refs = &self.inner().refs;
+        // The last handle needs no decrement: no other handle exists and none
+        // can appear (making one takes a handle). The acquire load orders
+        // every earlier use through handles dropped since (their release
+        // decrement) before the free below.
+        if refs.load(Ordering::Acquire) != 1 {
+            if refs.fetch_sub(1, Ordering::Release) != 1 {
+                return;
+            }
+            fence(Ordering::Acquire);
+        }
+        // SAFETY: this was the last handle: the contents are dropped once
+        // (returning the block to the allocator) and nothing reads them again.
+        unsafe { std::ptr::drop_in_place(self.0.as_ptr()) };
+        spare_put(self.0.cast());
+    }
+}
+
+/// Most storages live for one op: their `StorageInner` allocations are kept
+/// per thread for the next storage (a push and a pop, instead of `malloc`
+/// and `free`). At most this many per thread.
+const SPARE_MAX: usize = 32;
+
+thread_local! {
+    /// Freed, uninitialised `StorageInner` allocations (from `Box`).
+    static SPARE: RefCell<Vec<Spare>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An allocation for a `StorageInner`, from `Box::new_uninit`.
+struct Spare(NonNull<MaybeUninit<StorageInner>>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        // SAFETY: the allocation came from `Box::new_uninit` and holds no
+        // value; this frees the memory only.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// An allocation for a `StorageInner`: a spare one, or a new one.
+#[inline]
+fn spare_take() -> NonNull<MaybeUninit<StorageInner>> {
+    let spare = SPARE
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut v| v.pop()))
+        .ok()
+        .flatten();
+    match spare {
+        Some(s) => {
+            let p = s.0;
+            std::mem::forget(s);
+            p
+        }
+        None => NonNull::from(Box::leak(Box::<StorageInner>::new_uninit())),
+    }
+}
+
+/// Keeps (or frees) the allocation of a dropped `StorageInner`.
+#[inline]
+fn spare_put(p: NonNull<MaybeUninit<StorageInner>>) {
+    let s = Spare(p);
+    // During thread exit (no thread-local any more) or when full, `s` is
+    // dropped here: the memory is freed.
+    let _ = SPARE.try_with(move |v| {
+        if let Ok(mut v) = v.try_borrow_mut() {
+            if v.len() < SPARE_MAX {
+                v.push(s);
+            }
+        }
+    });
+}
 
 impl Storage {
     /// Allocates `nbytes` uninitialised bytes on `device`.
     pub(crate) fn new(device: Device, nbytes: usize) -> Result<Storage> {
-        let (addr, block, block_bytes) = if nbytes == 0 {
-            (64usize, None, 0)
+        let (addr, block_bytes, block) = if nbytes == 0 {
+            (64usize, 0, None)
         } else {
             let b =
                 allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
-            (
-                b.addr,
-                Some(BlockId(Block {
-                    addr: b.addr,
-                    size: b.size,
-                    id: b.id,
-                })),
-                b.size,
-            )
+            (b.addr, b.size, Some(BlockId(b)))
         };
-        LIVE_STORAGES[dev_index(device)].fetch_add(1, Ordering::Relaxed);
-        Ok(Storage(Arc::new(StorageInner {
-            device,
-            addr,
-            nbytes,
-            block_bytes,
-            block,
-            lock: RwLock::new(()),
-            version: AtomicU64::new(0),
-        })))
+        let p = spare_take();
+        // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
+        unsafe {
+            p.as_ptr().write(MaybeUninit::new(StorageInner {
+                refs: AtomicUsize::new(1),
+                device,
+                addr,
+                nbytes,
+                block_bytes,
+                block,
+                lock: RwLock::new(()),
+                version: AtomicU64::new(0),
+            }))
+        };
+        Ok(Storage(p.cast()))
+    }
+
+    #[inline]
+    fn inner(&self) -> &StorageInner {
+        // SAFETY: the pointee lives while any handle does.
+        unsafe { self.0.as_ref() }
     }
 
     pub(crate) fn device(&self) -> Device {
-        self.0.device
+        self.inner().device
     }
     /// Address of the first byte.
     pub(crate) fn addr(&self) -> usize {
-        self.0.addr
+        self.inner().addr
     }
     pub(crate) fn nbytes(&self) -> usize {
-        self.0.nbytes
+        self.inner().nbytes
     }
     /// Bytes charged to the allocator for this storage.
     pub(crate) fn block_bytes(&self) -> usize {
-        self.0.block_bytes
+        self.inner().block_bytes
     }
     pub(crate) fn same(&self, other: &Storage) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.0 == other.0
     }
     /// Number of handles (tensors and internal references) to this storage.
     pub(crate) fn ref_count(&self) -> usize {
-        Arc::strong_count(&self.0)
+        self.inner().refs.load(Ordering::Acquire)
     }
     pub(crate) fn version(&self) -> u64 {
-        self.0.version.load(Ordering::Acquire)
+        self.inner().version.load(Ordering::Acquire)
     }
     pub(crate) fn bump_version(&self) {
-        self.0.version.fetch_add(1, Ordering::AcqRel);
+        self.inner().version.fetch_add(1, Ordering::AcqRel);
     }
     /// Identity for hashing / ordering (the inner allocation's address).
     pub(crate) fn id(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
+        self.0.as_ptr() as usize
     }
 }
 
 impl Drop for StorageInner {
     fn drop(&mut self) {
-        LIVE_STORAGES[dev_index(self.device)].fetch_sub(1, Ordering::Relaxed);
         if let Some(BlockId(b)) = self.block.take() {
             // The device's allocator existed when the block was allocated.
             if let Ok(a) = allocator(self.device) {
@@ -134,12 +237,51 @@ pub(crate) struct Locks<'a> {
 /// Locks every distinct storage once, in address order; a storage that is
 /// both read and written is locked exclusively. Poisoning is ignored: a kernel
 /// panic cannot leave a storage in a state worse than partly written.
+#[inline]
 pub(crate) fn lock<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'a> {
-    // (id, write, storage), writes first, then a stable insertion sort by id
+    let mut guards = SmallVec::new();
+    // The usual cases of ops whose output needs no lock (a fresh result).
+    match (reads, writes) {
+        ([], []) => {}
+        ([r], []) => guards.push(Guard::Read(read_lock(r))),
+        ([a, b], []) => {
+            let (a, b) = if a.id() <= b.id() { (a, b) } else { (b, a) };
+            guards.push(Guard::Read(read_lock(a)));
+            if !a.same(b) {
+                guards.push(Guard::Read(read_lock(b)));
+            }
+        }
+        _ => return lock_sorted(reads, writes),
+    }
+    Locks { _guards: guards }
+}
+
+#[inline]
+fn read_lock(s: &Storage) -> RwLockReadGuard<'_, ()> {
+    s.inner().lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_sorted<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'a> {
+    // (id, read, storage), writes first, then a stable insertion sort by id
     // (there are rarely more than four): among equal ids a write comes first.
-    let mut all: SmallVec<[(usize, bool, &'a Storage); 6]> = SmallVec::new();
-    all.extend(writes.iter().map(|s| (s.id(), true, *s)));
-    all.extend(reads.iter().map(|s| (s.id(), false, *s)));
+    // On the stack up to 8 operands.
+    let n = reads.len() + writes.len();
+    let mut buf: [(usize, bool, Option<&'a Storage>); 8] = [(0, false, None); 8];
+    let mut heap = Vec::new();
+    let all: &mut [(usize, bool, Option<&'a Storage>)] = if n <= buf.len() {
+        &mut buf[..n]
+    } else {
+        heap.resize(n, (0, false, None));
+        &mut heap
+    };
+    for (slot, (s, read)) in all.iter_mut().zip(
+        writes
+            .iter()
+            .map(|s| (*s, false))
+            .chain(reads.iter().map(|s| (*s, true))),
+    ) {
+        *slot = (s.id(), read, Some(s));
+    }
     for i in 1..all.len() {
         let mut j = i;
         while j > 0 && all[j - 1].0 > all[j].0 {
@@ -149,15 +291,16 @@ pub(crate) fn lock<'a>(reads: &[&'a Storage], writes: &[&'a Storage]) -> Locks<'
     }
     let mut guards = SmallVec::new();
     let mut last = 0usize;
-    for (id, w, s) in all {
+    for &(id, read, s) in all.iter() {
         if id == last {
             continue; // already locked (writes sort first, so exclusively if needed)
         }
         last = id;
-        guards.push(if w {
-            Guard::Write(s.0.lock.write().unwrap_or_else(|e| e.into_inner()))
+        let lock = &s.expect("filled above").inner().lock;
+        guards.push(if read {
+            Guard::Read(read_lock(s.expect("filled above")))
         } else {
-            Guard::Read(s.0.lock.read().unwrap_or_else(|e| e.into_inner()))
+            Guard::Write(lock.write().unwrap_or_else(|e| e.into_inner()))
         });
     }
     Locks { _guards: guards }

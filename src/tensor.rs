@@ -4,6 +4,7 @@ use crate::error::{bail, Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device, Element};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// An owned handle to a tensor: a [`Layout`] over a refcounted storage.
@@ -34,7 +35,94 @@ use std::sync::Arc;
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub struct Tensor {
-    pub(crate) inner: Arc<TensorImpl>,
+    /// Taken by `Tensor`'s `Drop`, which recycles the allocation of an
+    /// implementation no one else holds (see [`impl_pool`]).
+    pub(crate) inner: ManuallyDrop<Arc<TensorImpl>>,
+}
+
+impl Drop for Tensor {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `self.inner` is not used again.
+        impl_pool::release(unsafe { ManuallyDrop::take(&mut self.inner) });
+    }
+}
+
+/// Recycled `Arc<TensorImpl>` allocations, per thread.
+///
+/// Most tensors are op results that live for one statement and have one
+/// handle. When such a handle is dropped, its implementation is dropped in
+/// place and the `Arc`'s allocation (counts included, still strong 1 / no
+/// weak) is kept for the next tensor made on this thread: no `free` and no
+/// atomic decrements now, no `malloc` later. A shared implementation (an
+/// alias, an autograd edge, a weak reference) is released as any `Arc`.
+mod impl_pool {
+    use super::TensorImpl;
+    use std::cell::RefCell;
+    use std::mem::MaybeUninit;
+    use std::sync::atomic::{fence, Ordering};
+    use std::sync::Arc;
+
+    /// Spare allocations kept per thread at most.
+    const MAX: usize = 32;
+
+    thread_local! {
+        /// Unique `Arc`s whose value has been dropped.
+        static SPARE: RefCell<Vec<Arc<MaybeUninit<TensorImpl>>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Drops the caller's handle to `arc`; its allocation is kept when it
+    /// was the only one.
+    #[inline]
+    pub(super) fn release(arc: Arc<TensorImpl>) {
+        // Unique: no other `Arc` and no `Weak`, and none can appear (making
+        // one takes a handle, and this is the last). The fence orders the
+        // uses through handles released before (their release decrements)
+        // before the drop below, as `Arc`'s own drop does.
+        if Arc::strong_count(&arc) != 1 || Arc::weak_count(&arc) != 0 {
+            drop(arc);
+            return;
+        }
+        fence(Ordering::Acquire);
+        let raw = Arc::into_raw(arc).cast_mut();
+        // SAFETY: this is the only reference to the value, which is dropped
+        // once and never read again (as in `Arc::get_mut` + `drop_in_place`).
+        unsafe { std::ptr::drop_in_place(raw) };
+        // SAFETY: `raw` comes from `Arc::into_raw`, and `MaybeUninit<T>` has
+        // the size and alignment of `T` (`Arc::from_raw`'s requirement).
+        let spare = unsafe { Arc::from_raw(raw.cast_const().cast::<MaybeUninit<TensorImpl>>()) };
+        // When full, or during thread exit, `spare` is dropped: freed (a
+        // `MaybeUninit` drops nothing).
+        let _ = SPARE.try_with(move |s| {
+            if let Ok(mut v) = s.try_borrow_mut() {
+                if v.len() < MAX {
+                    v.push(spare);
+                }
+            }
+        });
+    }
+
+    /// `Arc::new(value)`, in a spare allocation when there is one.
+    #[inline]
+    pub(super) fn new(value: TensorImpl) -> Arc<TensorImpl> {
+        let spare = SPARE
+            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut v| v.pop()))
+            .ok()
+            .flatten();
+        match spare {
+            Some(u) => {
+                let raw = Arc::into_raw(u).cast_mut();
+                // SAFETY: a spare `Arc` is unique (checked when it was
+                // released; it has been in this thread's list since) and
+                // holds no value: writing one is the only access.
+                unsafe {
+                    raw.write(MaybeUninit::new(value));
+                    Arc::from_raw(raw.cast_const().cast::<TensorImpl>())
+                }
+            }
+            None => Arc::new(value),
+        }
+    }
 }
 
 pub(crate) struct TensorImpl {
@@ -65,13 +153,13 @@ impl Tensor {
         crate::leak::tensor_created(storage.device());
         let inference = crate::autograd::is_inference_mode();
         Tensor {
-            inner: Arc::new(TensorImpl {
+            inner: ManuallyDrop::new(impl_pool::new(TensorImpl {
                 storage,
                 layout,
                 dtype,
                 autograd: None,
                 inference,
-            }),
+            })),
         }
     }
 
@@ -133,6 +221,27 @@ impl Tensor {
         ))
     }
 
+    /// `true` when this handle is provably the only way to reach its
+    /// storage: no other handle to this tensor (no alias, no autograd edge,
+    /// no weak reference) and no other tensor over its storage (no view).
+    /// Through `&mut self` no other borrow of this handle exists either, so
+    /// nothing else, on any thread, can read or write the storage until this
+    /// borrow ends: a kernel may write it without taking the storage's lock.
+    /// A fresh op result is always exclusive.
+    #[inline]
+    pub(crate) fn is_exclusive(&mut self) -> bool {
+        // Counts can only grow through a handle, and every handle is counted.
+        // The acquire fence orders the uses through handles dropped before
+        // these loads (their release decrements) before our writes.
+        let unique = Arc::strong_count(&self.inner) == 1
+            && Arc::weak_count(&self.inner) == 0
+            && self.inner.storage.ref_count() == 1;
+        if unique {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        unique
+    }
+
     pub(crate) fn storage(&self) -> &Storage {
         &self.inner.storage
     }
@@ -143,7 +252,7 @@ impl Tensor {
     /// that would otherwise return its input.
     pub fn alias(&self) -> Tensor {
         Tensor {
-            inner: Arc::clone(&self.inner),
+            inner: ManuallyDrop::new(Arc::clone(&self.inner)),
         }
     }
 

@@ -98,6 +98,11 @@ struct Inner {
     /// but which are still in use by another stream: no longer allocated,
     /// still active, not reusable until [`CachingAllocator::free`].
     deferred: std::collections::HashSet<u32>,
+    /// `false` until the first [`CachingAllocator::end_allocation`]: until
+    /// then every block is active exactly while it is allocated, so the
+    /// `active*` statistics are the `allocation*` ones (the same adds and
+    /// subtractions in the same order) and are not kept twice.
+    active_kept: bool,
 }
 
 /// A caching allocator over a [`SegmentSource`].
@@ -240,6 +245,7 @@ impl ClassList {
             }
         }
     }
+    #[inline]
     fn is_empty(&self) -> bool {
         match self {
             ClassList::Vec(v) => v.is_empty(),
@@ -283,6 +289,7 @@ impl SizeClasses {
         Some(w * 64 + self.words[w].trailing_zeros() as usize)
     }
 
+    #[inline]
     fn mark(&mut self, c: usize, nonempty: bool) {
         let (w, b) = (c / 64, c % 64);
         if nonempty {
@@ -312,15 +319,18 @@ impl FreeSet {
             .map(|(_, c)| c)
     }
 
+    #[inline]
     fn stream_mut(&mut self, stream: u64) -> &mut SizeClasses {
-        let i = match self.classes.iter().position(|(s, _)| *s == stream) {
-            Some(i) => i,
-            None => {
-                self.classes.push((stream, SizeClasses::new()));
-                self.classes.len() - 1
-            }
-        };
-        &mut self.classes[i].1
+        match self.classes.iter().position(|(s, _)| *s == stream) {
+            Some(i) => &mut self.classes[i].1,
+            None => self.add_stream(stream),
+        }
+    }
+
+    #[cold]
+    fn add_stream(&mut self, stream: u64) -> &mut SizeClasses {
+        self.classes.push((stream, SizeClasses::new()));
+        &mut self.classes.last_mut().expect("just pushed").1
     }
 
     /// The first key at or above `(stream, size)` on `stream`.
@@ -412,6 +422,7 @@ impl FreeSet {
 }
 
 impl Inner {
+    #[inline]
     fn pool_set(&mut self, pool: Pool) -> &mut FreeSet {
         match pool {
             Pool::Small => &mut self.small,
@@ -419,22 +430,28 @@ impl Inner {
         }
     }
 
-    fn key(&self, id: u32) -> Key {
-        let b = &self.blocks[id as usize];
-        (b.stream, b.size, b.addr, id)
-    }
-
+    #[inline]
     fn is_split(&self, id: u32) -> bool {
         let b = &self.blocks[id as usize];
         b.prev != NONE || b.next != NONE
     }
 
+    /// The pool key of a block, its pool, and whether its segment is split.
+    #[inline]
+    fn entry(&self, id: u32) -> (Key, Pool, bool) {
+        let b = &self.blocks[id as usize];
+        (
+            (b.stream, b.size, b.addr, id),
+            b.pool,
+            b.prev != NONE || b.next != NONE,
+        )
+    }
+
     /// Puts a free block in its pool, keeping the inactive-split statistics.
     #[inline]
     fn pool_insert(&mut self, id: u32) {
-        let key = self.key(id);
-        let pool = self.blocks[id as usize].pool;
-        if self.is_split(id) {
+        let (key, pool, split) = self.entry(id);
+        if split {
             self.stats.inactive_split.add(pool, 1);
             self.stats.inactive_split_bytes.add(pool, key.1 as i64);
         }
@@ -443,9 +460,8 @@ impl Inner {
 
     #[inline]
     fn pool_remove(&mut self, id: u32) {
-        let key = self.key(id);
-        let pool = self.blocks[id as usize].pool;
-        if self.is_split(id) {
+        let (key, pool, split) = self.entry(id);
+        if split {
             self.stats.inactive_split.sub(pool, 1);
             self.stats.inactive_split_bytes.sub(pool, key.1 as i64);
         }
@@ -453,6 +469,7 @@ impl Inner {
         debug_assert!(removed);
     }
 
+    #[inline]
     fn new_block(&mut self, info: BlockInfo) -> u32 {
         if let Some(id) = self.free_ids.pop() {
             self.blocks[id as usize] = info;
@@ -463,12 +480,24 @@ impl Inner {
         }
     }
 
+    #[inline]
     fn retire_block(&mut self, id: u32) {
         self.blocks[id as usize].live = false;
         self.free_ids.push(id);
     }
 
+    /// Starts keeping the `active*` statistics apart from the `allocation*`
+    /// ones (which they equal until now).
+    fn keep_active(&mut self) {
+        if !self.active_kept {
+            self.active_kept = true;
+            self.stats.active = self.stats.allocation;
+            self.stats.active_bytes = self.stats.allocated_bytes;
+        }
+    }
+
     /// Takes the best fit from the pool, on the same stream, out of the pool.
+    #[inline]
     fn take_free(&mut self, pool: Pool, stream: u64, size: usize) -> Option<u32> {
         let key = self.pool_set(pool).take_first_fit(stream, size)?;
         if self.is_split(key.3) {
@@ -508,6 +537,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
     }
 
+    #[inline]
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while the lock is held cannot leave the books half-written
         // (no user code runs under it), so poisoning is ignored.
@@ -576,10 +606,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
         };
         let st = &mut inner.stats;
         st.allocation.add(pool, 1);
-        st.active.add(pool, 1);
         st.allocated_bytes.add(pool, size as i64);
-        st.active_bytes.add(pool, size as i64);
         st.requested_bytes.add(pool, bytes as i64);
+        if inner.active_kept {
+            let st = &mut inner.stats;
+            st.active.add(pool, 1);
+            st.active_bytes.add(pool, size as i64);
+        }
         Ok(Block { addr, size, id })
     }
 
@@ -660,8 +693,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
         }
-        st.active.sub(pool, 1);
-        st.active_bytes.sub(pool, size as i64);
+        if inner.active_kept {
+            let st = &mut inner.stats;
+            st.active.sub(pool, 1);
+            st.active_bytes.sub(pool, size as i64);
+        }
         // Merge with the previous block, then the next, if free.
         let mut id = id;
         let prev = inner.blocks[id as usize].prev;
@@ -703,6 +739,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let b = &inner.blocks[block.id as usize];
         debug_assert!(b.live && b.allocated && b.addr == block.addr);
         let (pool, size, requested) = (b.pool, b.size, b.requested);
+        inner.keep_active();
         if inner.deferred.insert(block.id) {
             let st = &mut inner.stats;
             st.allocation.sub(pool, 1);
@@ -724,6 +761,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
         // One lock, so the snapshot is consistent.
         let inner = self.lock();
         let mut s = inner.stats.clone();
+        if !inner.active_kept {
+            s.active = s.allocation;
+            s.active_bytes = s.allocated_bytes;
+        }
         s.limit = inner.limit;
         s
     }

@@ -27,11 +27,13 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     fn add(&mut self, v: i64) {
         self.current += v;
         self.allocated += v as u64;
         self.peak = self.peak.max(self.current);
     }
+    #[inline]
     fn sub(&mut self, v: i64) {
         self.current -= v;
         self.freed += v as u64;
@@ -50,14 +52,17 @@ pub struct StatTriple {
 }
 
 impl StatTriple {
+    #[inline]
     pub(crate) fn add(&mut self, pool: Pool, v: i64) {
         self.all.add(v);
         self.pool(pool).add(v);
     }
+    #[inline]
     pub(crate) fn sub(&mut self, pool: Pool, v: i64) {
         self.all.sub(v);
         self.pool(pool).sub(v);
     }
+    #[inline]
     fn pool(&mut self, pool: Pool) -> &mut Stat {
         match pool {
             Pool::Small => &mut self.small,

@@ -224,8 +224,20 @@ pub(crate) fn fill(dst: &Operand, value: f64) -> Result<()> {
 
 /// `dst = op(src)`, same dtype.
 pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) -> Result<()> {
+    unary_locking(op, src, dst, true)
+}
+
+/// [`unary`] into `out`, written without its storage lock when the caller
+/// holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
+pub(crate) fn unary_into(op: UnaryOp, src: &Operand, out: &mut Tensor) -> Result<()> {
+    let lock_dst = !out.is_exclusive();
+    unary_locking(op, src, &Operand::of(out), lock_dst)
+}
+
+fn unary_locking(op: UnaryOp, src: &Operand, dst: &Operand, lock_dst: bool) -> Result<()> {
     let d = device_of(op.name(), &[src, dst])?;
-    let _l = lock(&[src.storage], &[dst.storage]);
+    let w = [dst.storage];
+    let _l = lock(&[src.storage], if lock_dst { &w } else { &[] });
     match d {
         Device::Cpu => {
             cpu::unary(op, src, dst);
@@ -237,8 +249,26 @@ pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) -> Result<()> {
 
 /// `dst = op(a, b)`; `a` and `b` share a dtype and are broadcast to `dst`'s shape.
 pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    binary_locking(op, a, b, dst, true)
+}
+
+/// [`binary`] into `out`, written without its storage lock when the caller
+/// holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
+pub(crate) fn binary_into(op: BinaryOp, a: &Operand, b: &Operand, out: &mut Tensor) -> Result<()> {
+    let lock_dst = !out.is_exclusive();
+    binary_locking(op, a, b, &Operand::of(out), lock_dst)
+}
+
+fn binary_locking(
+    op: BinaryOp,
+    a: &Operand,
+    b: &Operand,
+    dst: &Operand,
+    lock_dst: bool,
+) -> Result<()> {
     let d = device_of(op.name(), &[a, b, dst])?;
-    let _l = lock(&[a.storage, b.storage], &[dst.storage]);
+    let w = [dst.storage];
+    let _l = lock(&[a.storage, b.storage], if lock_dst { &w } else { &[] });
     match d {
         Device::Cpu => {
             cpu::binary(op, a, b, dst);
@@ -250,8 +280,31 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> R
 
 /// `dst = op(a, scalar)`, the scalar converted to `a`'s dtype.
 pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operand) -> Result<()> {
+    binary_scalar_locking(op, a, scalar, dst, true)
+}
+
+/// [`binary_scalar`] into `out`, written without its storage lock when the
+/// caller holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
+pub(crate) fn binary_scalar_into(
+    op: BinaryOp,
+    a: &Operand,
+    scalar: f64,
+    out: &mut Tensor,
+) -> Result<()> {
+    let lock_dst = !out.is_exclusive();
+    binary_scalar_locking(op, a, scalar, &Operand::of(out), lock_dst)
+}
+
+fn binary_scalar_locking(
+    op: BinaryOp,
+    a: &Operand,
+    scalar: f64,
+    dst: &Operand,
+    lock_dst: bool,
+) -> Result<()> {
     let d = device_of(op.name(), &[a, dst])?;
-    let _l = lock(&[a.storage], &[dst.storage]);
+    let w = [dst.storage];
+    let _l = lock(&[a.storage], if lock_dst { &w } else { &[] });
     match d {
         Device::Cpu => {
             cpu::binary_scalar(op, a, scalar, dst);

@@ -177,23 +177,30 @@ impl Tensor {
             &cb
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let out = Tensor::alloc(&shape, out_dt, self.device())?;
-        backend::binary(
+        let mut out = Tensor::alloc(&shape, out_dt, self.device())?;
+        backend::binary_into(
             op,
             &Operand::with(a, a.layout().broadcast_to(&shape)?),
             &Operand::with(b, b.layout().broadcast_to(&shape)?),
-            &Operand::of(&out),
+            &mut out,
         )?;
         crate::autograd::formulas::binary(op, a, b, out)
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
-        let a = as_dtype(self, dt)?;
+        // Borrow the operand when it already has the compute dtype (no new handle).
+        let ca;
+        let a = if self.dtype() == dt {
+            self
+        } else {
+            ca = as_dtype(self, dt)?;
+            &ca
+        };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
-        backend::binary_scalar(op, &Operand::of(&a), s, &Operand::of(&out))?;
-        crate::autograd::formulas::binary_scalar(op, &a, s, out)
+        let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+        backend::binary_scalar_into(op, &Operand::of(a), s, &mut out)?;
+        crate::autograd::formulas::binary_scalar(op, a, s, out)
     }
 
     /// Writes `op(self, other)` into `out`, which must have the broadcast
@@ -276,20 +283,23 @@ impl Tensor {
     }
 
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
-        let src = self.unary_input(op)?;
-        let out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
-        backend::unary(op, &Operand::of(&src), &Operand::of(&out))?;
-        crate::autograd::formulas::unary(op, &src, out)
+        // Borrow the input when it already has the compute dtype (no new handle).
+        let converted = self.unary_input(op)?;
+        let src = converted.as_ref().unwrap_or(self);
+        let mut out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
+        backend::unary_into(op, &Operand::of(src), &mut out)?;
+        crate::autograd::formulas::unary(op, src, out)
     }
 
-    /// The input converted to the dtype `op` computes in.
-    fn unary_input(&self, op: UnaryOp) -> Result<Tensor> {
+    /// The input converted to the dtype `op` computes in, or `None` when it
+    /// already has it.
+    fn unary_input(&self, op: UnaryOp) -> Result<Option<Tensor>> {
         match self.dtype() {
             DType::Bool if !matches!(op, UnaryOp::Floor | UnaryOp::Round) => {
                 bail!(Error::dtype(op.name(), "a numeric dtype", DType::Bool))
             }
-            d if op.needs_float() && !d.is_float() => self.to_dtype(DType::F32),
-            _ => Ok(self.alias()),
+            d if op.needs_float() && !d.is_float() => self.to_dtype(DType::F32).map(Some),
+            _ => Ok(None),
         }
     }
 

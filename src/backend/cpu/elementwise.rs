@@ -2,7 +2,7 @@
 
 use super::num::{erf, erf_f64, erf_precise, gelu, round_even, Flt, Num};
 use super::ptr;
-use super::strided::{Plan, SendPtr};
+use super::strided::{par_runs, SendPtr};
 use crate::backend::{BinaryOp, Operand, UnaryOp};
 use crate::{with_dtype, with_float_dtype, with_numeric_dtype, DType, Element};
 
@@ -15,8 +15,7 @@ use crate::{with_dtype, with_float_dtype, with_numeric_dtype, DType, Element};
 unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let po = SendPtr(ptr::<O>(out.storage));
-    let plan = Plan::new([&out.layout, &a.layout]);
-    plan.par_runs(|o, len, s| unsafe {
+    par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
         let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
         if s == [1, 1] {
             for i in 0..len {
@@ -50,8 +49,7 @@ unsafe fn map2<A: Copy, B: Copy, O>(
     let pa = SendPtr(ptr::<A>(a.storage));
     let pb = SendPtr(ptr::<B>(b.storage));
     let po = SendPtr(ptr::<O>(out.storage));
-    let plan = Plan::new([&out.layout, &a.layout, &b.layout]);
-    plan.par_runs(|o, len, s| unsafe {
+    par_runs([&out.layout, &a.layout, &b.layout], |o, len, s| unsafe {
         let (po, pa, pb) = (
             po.get().add(o[0]),
             pa.get().add(o[1]) as *const A,
@@ -138,9 +136,8 @@ pub(crate) fn fill(dst: &Operand, value: f64) {
     with_dtype!(dst.dtype, T => {
         let v = T::from_f64(value);
         let p = SendPtr(ptr::<T>(dst.storage));
-        let plan = Plan::new([&dst.layout]);
         // SAFETY: the layout fits the storage; the caller holds the write lock.
-        plan.par_runs(|o, len, s| unsafe {
+        par_runs([&dst.layout], |o, len, s| unsafe {
             let p = p.get().add(o[0]);
             for i in 0..len {
                 p.add(i * s[0]).write(v);
@@ -345,9 +342,8 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
         let pa = SendPtr(ptr::<T>(a.storage));
         let pb = SendPtr(ptr::<T>(b.storage));
         let po = SendPtr(ptr::<T>(dst.storage));
-        let plan = Plan::new([&dst.layout, &cond.layout, &a.layout, &b.layout]);
         // SAFETY: dtypes match; the caller holds the locks.
-        plan.par_runs(|o, len, s| unsafe {
+        par_runs([&dst.layout, &cond.layout, &a.layout, &b.layout], |o, len, s| unsafe {
             for i in 0..len {
                 let c = pc.get().add(o[1] + i * s[1]).read() != 0;
                 let v = if c { pa.get().add(o[2] + i * s[2]).read() } else { pb.get().add(o[3] + i * s[3]).read() };

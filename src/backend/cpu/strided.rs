@@ -70,6 +70,25 @@ pub(crate) fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
     POOL.as_ref().filter(|p| p.current_num_threads() > 1)
 }
 
+/// Runs `f` over every run of `layouts` (one shape), as
+/// [`Plan::par_runs`] does. Small operands that are all contiguous (most
+/// tiny ops) skip the plan: one run with unit strides, on this thread.
+#[inline]
+pub(crate) fn par_runs<const N: usize>(
+    layouts: [&Layout; N],
+    f: impl Fn([usize; N], usize, [usize; N]) + Sync,
+) {
+    let n = layouts[0].numel();
+    if n < 2 * PAR_CHUNK && layouts.iter().all(|l| l.is_contiguous()) {
+        debug_assert!(layouts.iter().all(|l| l.shape() == layouts[0].shape()));
+        if n > 0 {
+            f(layouts.map(|l| l.offset()), n, [1; N]);
+        }
+        return;
+    }
+    Plan::new(layouts).par_runs(f)
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Plan<const N: usize> {
     shape: Dims,

@@ -283,6 +283,32 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
     }
 }
 
+/// Batched `dst += a @ b` (layouts as for `matmul`); CPU only.
+pub(crate) fn matmul_acc(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of("matmul", &[a, b, dst])?;
+    let _l = lock(&[a.storage, b.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::matmul::matmul_acc(a, b, dst);
+            Ok(())
+        }
+        d => Err(unavailable("matmul", d)),
+    }
+}
+
+/// ReLU's backward `dst = y <= 0 ? 0 : g` (one float dtype); CPU only.
+pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of("relu_backward", &[g, y, dst])?;
+    let _l = lock(&[g.storage, y.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::fused::relu_backward(g, y, dst);
+            Ok(())
+        }
+        d => Err(unavailable("relu_backward", d)),
+    }
+}
+
 mod index;
 mod reduce;
 #[allow(unused_imports)]

@@ -78,12 +78,14 @@ unsafe fn gemm_one<T: 'static + Copy>(
     b: *const T,
     one: T,
     zero: T,
+    acc: bool,
     par: Parallelism,
 ) {
-    // dst := alpha * dst + beta * lhs * rhs, with read_dst = false.
+    // dst := alpha * dst + beta * lhs * rhs; dst is read only when `acc`.
+    let alpha = if acc { one } else { zero };
     unsafe {
         gemm::gemm(
-            g.m, g.n, g.k, d, g.d.1, g.d.0, false, a, g.a.1, g.a.0, b, g.b.1, g.b.0, zero, one,
+            g.m, g.n, g.k, d, g.d.1, g.d.0, acc, a, g.a.1, g.a.0, b, g.b.1, g.b.0, alpha, one,
             false, false, false, par,
         )
     }
@@ -97,6 +99,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
     pb: SendPtr<T>,
     one: T,
     zero: T,
+    acc: bool,
 ) {
     let big = g.m * g.n * g.k >= PAR_FLOPS;
     let par = if big {
@@ -116,6 +119,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
                 pb.get().add(o[2]),
                 one,
                 zero,
+                acc,
                 par,
             )
         }
@@ -123,7 +127,14 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
 }
 
 /// bf16: convert one matrix pair to f32, multiply with gemm, round back.
-fn bf16_batched(g: &Geom, plan: &Plan<3>, pd: SendPtr<bf16>, pa: SendPtr<bf16>, pb: SendPtr<bf16>) {
+fn bf16_batched(
+    g: &Geom,
+    plan: &Plan<3>,
+    pd: SendPtr<bf16>,
+    pa: SendPtr<bf16>,
+    pb: SendPtr<bf16>,
+    acc: bool,
+) {
     let big = g.m * g.n * g.k >= PAR_FLOPS;
     let par = if big {
         Parallelism::Rayon(rayon::current_num_threads())
@@ -158,11 +169,21 @@ fn bf16_batched(g: &Geom, plan: &Plan<3>, pd: SendPtr<bf16>, pa: SendPtr<bf16>, 
                         .to_f32();
                 }
             }
-            gemm_one(&gf, c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), 1f32, 0f32, par);
+            gemm_one(
+                &gf,
+                c.as_mut_ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                1f32,
+                0f32,
+                false,
+                par,
+            );
             for i in 0..m {
                 for j in 0..n {
-                    pd.offset(i as isize * g.d.0 + j as isize * g.d.1)
-                        .write(bf16::from_f32(c[i * n + j]));
+                    let d = pd.offset(i as isize * g.d.0 + j as isize * g.d.1);
+                    let old = if acc { d.read().to_f32() } else { 0.0 };
+                    d.write(bf16::from_f32(old + c[i * n + j]));
                 }
             }
         }
@@ -170,7 +191,14 @@ fn bf16_batched(g: &Geom, plan: &Plan<3>, pd: SendPtr<bf16>, pa: SendPtr<bf16>, 
 }
 
 /// Integers: a wrapping triple loop (rows of dst in parallel when large).
-fn int_batched<T: Num>(g: &Geom, plan: &Plan<3>, pd: SendPtr<T>, pa: SendPtr<T>, pb: SendPtr<T>) {
+fn int_batched<T: Num>(
+    g: &Geom,
+    plan: &Plan<3>,
+    pd: SendPtr<T>,
+    pa: SendPtr<T>,
+    pb: SendPtr<T>,
+    acc: bool,
+) {
     let big = g.m * g.n * g.k >= PAR_FLOPS;
     for_each_batch(plan, !big, |o| {
         let row = |i: usize| {
@@ -178,8 +206,10 @@ fn int_batched<T: Num>(g: &Geom, plan: &Plan<3>, pd: SendPtr<T>, pa: SendPtr<T>,
             unsafe {
                 let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
                 let d = pd.offset(i as isize * g.d.0);
-                for j in 0..g.n {
-                    d.offset(j as isize * g.d.1).write(T::zero());
+                if !acc {
+                    for j in 0..g.n {
+                        d.offset(j as isize * g.d.1).write(T::zero());
+                    }
                 }
                 for p in 0..g.k {
                     let aip = pa.offset(i as isize * g.a.0 + p as isize * g.a.1).read();
@@ -201,6 +231,16 @@ fn int_batched<T: Num>(g: &Geom, plan: &Plan<3>, pd: SendPtr<T>, pa: SendPtr<T>,
 
 /// Batched `dst = a @ b` (see the dispatch function for the layouts).
 pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
+    matmul_impl(a, b, dst, false)
+}
+
+/// Batched `dst += a @ b`: gemm reads `dst` in its epilogue, so a bias
+/// broadcast into `dst` beforehand costs no extra pass (`Linear`).
+pub(crate) fn matmul_acc(a: &Operand, b: &Operand, dst: &Operand) {
+    matmul_impl(a, b, dst, true)
+}
+
+fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
     let r = dst.layout.rank();
     debug_assert!(r >= 2 && a.layout.rank() == r && b.layout.rank() == r);
     let st = |l: &Layout| (l.strides()[r - 2] as isize, l.strides()[r - 1] as isize);
@@ -217,7 +257,9 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
         return;
     }
     if g.k == 0 {
-        super::fill(dst, 0.0);
+        if !acc {
+            super::fill(dst, 0.0);
+        }
         return;
     }
     macro_rules! ptrs {
@@ -232,31 +274,31 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
     match dst.dtype {
         DType::F32 => {
             let (d, a, b) = ptrs!(f32);
-            gemm_batched(&g, &plan, d, a, b, 1f32, 0f32)
+            gemm_batched(&g, &plan, d, a, b, 1f32, 0f32, acc)
         }
         DType::F64 => {
             let (d, a, b) = ptrs!(f64);
-            gemm_batched(&g, &plan, d, a, b, 1f64, 0f64)
+            gemm_batched(&g, &plan, d, a, b, 1f64, 0f64, acc)
         }
         DType::F16 => {
             let (d, a, b) = ptrs!(f16);
-            gemm_batched(&g, &plan, d, a, b, f16::ONE, f16::ZERO)
+            gemm_batched(&g, &plan, d, a, b, f16::ONE, f16::ZERO, acc)
         }
         DType::BF16 => {
             let (d, a, b) = ptrs!(bf16);
-            bf16_batched(&g, &plan, d, a, b)
+            bf16_batched(&g, &plan, d, a, b, acc)
         }
         DType::I64 => {
             let (d, a, b) = ptrs!(i64);
-            int_batched(&g, &plan, d, a, b)
+            int_batched(&g, &plan, d, a, b, acc)
         }
         DType::I32 => {
             let (d, a, b) = ptrs!(i32);
-            int_batched(&g, &plan, d, a, b)
+            int_batched(&g, &plan, d, a, b, acc)
         }
         DType::U8 => {
             let (d, a, b) = ptrs!(u8);
-            int_batched(&g, &plan, d, a, b)
+            int_batched(&g, &plan, d, a, b, acc)
         }
         DType::Bool => unreachable!("matmul on bool: the op layer refuses it"),
     }

@@ -577,6 +577,13 @@ fn gradcheck_linear() {
     gradcheck("linear, input without grad", &[w.alias(), b.alias()], |t| {
         plain.linear(&t[0], Some(&t[1]))
     });
+    // m and n >= 16: the CPU's column-major scratch route.
+    let xl = leaf_t(17, 3, 48);
+    let wl = leaf(&[16, 3], 49);
+    let bl = leaf(&[16], 50);
+    gradcheck("linear large", &[xl.alias(), wl.alias(), bl.alias()], |t| {
+        t[0].linear(&t[1], Some(&t[2]))
+    });
     // The result feeds another op: the node's gradient input is a real tensor.
     gradcheck(
         "linear then tanh",

@@ -503,11 +503,21 @@ fn linear_matches_a_naive_reference() {
         check_linear(&format!("{dt} k = 0"), &xk, &wk, Some(&b));
         check_linear(&format!("{dt} k = 0, no bias"), &xk, &wk, None);
     }
-    // Large enough for gemm's parallel path.
-    let x = tensor(&[64, 96], 44, DType::F32);
-    let w = tensor(&[80, 96], 45, DType::F32);
-    let b = tensor(&[80], 46, DType::F32);
-    check_linear("f32 large", &x, &w, Some(&b));
+    // Large enough for the column-major scratch route (m, n >= 16) and
+    // gemm's parallel path, with strided operands and a strided bias.
+    for dt in [DType::F32, DType::F64] {
+        let x = tensor(&[64, 96], 44, dt);
+        let w = tensor(&[80, 96], 45, dt);
+        let b = tensor(&[80], 46, dt);
+        check_linear(&format!("{dt} large"), &x, &w, Some(&b));
+        check_linear(&format!("{dt} large, no bias"), &x, &w, None);
+        let xt = tensor(&[96, 40], 47, dt).t().unwrap();
+        let wt = tensor(&[96, 33], 48, dt).t().unwrap();
+        let bs = tensor(&[99], 49, dt).slice(0, 0, 99, 3).unwrap();
+        check_linear(&format!("{dt} large strided"), &xt, &wt, Some(&bs));
+        let x3 = tensor(&[3, 17, 96], 50, dt);
+        check_linear(&format!("{dt} large rank 3"), &x3, &w, Some(&b));
+    }
 }
 
 #[test]

@@ -283,16 +283,26 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
     }
 }
 
-/// Batched `dst += a @ b` (layouts as for `matmul`); CPU only.
-pub(crate) fn matmul_acc(a: &Operand, b: &Operand, dst: &Operand) -> Result<()> {
-    let d = device_of("matmul", &[a, b, dst])?;
-    let _l = lock(&[a.storage, b.storage], &[dst.storage]);
+/// `dst = x @ wt (+ bias)`: `x: [m, k]`, `wt: [k, n]`, a bias broadcast to
+/// `[m, n]`, a fresh `dst: [m, n]` (Linear's forward); CPU only.
+pub(crate) fn linear(
+    x: &Operand,
+    wt: &Operand,
+    bias: Option<&Operand>,
+    dst: &Operand,
+) -> Result<()> {
+    let mut ops = vec![x, wt, dst];
+    ops.extend(bias);
+    let d = device_of("linear", &ops)?;
+    let mut reads = vec![x.storage, wt.storage];
+    reads.extend(bias.map(|b| b.storage));
+    let _l = lock(&reads, &[dst.storage]);
     match d {
         Device::Cpu => {
-            cpu::matmul::matmul_acc(a, b, dst);
+            cpu::matmul::linear(x, wt, bias, dst);
             Ok(())
         }
-        d => Err(unavailable("matmul", d)),
+        d => Err(unavailable("linear", d)),
     }
 }
 

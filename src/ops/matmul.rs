@@ -145,10 +145,12 @@ impl Tensor {
     /// `self: [.., in]`, `weight: [out, in]`, `bias: [out]`, result
     /// `[.., out]`. One dtype (no promotion) and one device for all.
     ///
-    /// On the CPU the bias is broadcast into the output first and the
-    /// product accumulated onto it by the same gemm call (no separate add
-    /// pass), and autograd records one node whose weight gradient comes out
-    /// dense in the weight's layout.
+    /// On the CPU, f32/f64 products are computed in the layout gemm runs
+    /// fastest for a row-major `[out, in]` weight and written out by one pass
+    /// that also adds the bias; other dtypes get the bias broadcast into the
+    /// output and the product accumulated onto it by the same gemm call.
+    /// Either way there is no separate bias pass, and autograd records one
+    /// node whose weight gradient comes out dense in the weight's layout.
     ///
     /// ```
     /// # use tensorscope::{Tensor, DType, Device};
@@ -223,14 +225,11 @@ impl Tensor {
         let m = self.shape()[0];
         let out = Tensor::alloc(&[m, n], self.dtype(), self.device())?;
         let wt = Operand::with(weight, weight.layout().transpose(0, 1)?);
-        match bias {
-            Some(b) => {
-                let bb = Operand::with(b, b.layout().broadcast_to(&[m, n])?);
-                backend::copy(&bb, &Operand::of(&out))?;
-                backend::matmul_acc(&Operand::of(self), &wt, &Operand::of(&out))?;
-            }
-            None => backend::matmul(&Operand::of(self), &wt, &Operand::of(&out))?,
-        }
+        let bb = match bias {
+            Some(b) => Some(Operand::with(b, b.layout().broadcast_to(&[m, n])?)),
+            None => None,
+        };
+        backend::linear(&Operand::of(self), &wt, bb.as_ref(), &Operand::of(&out))?;
         crate::autograd::formulas_more::linear(self, weight, bias, out)
     }
 

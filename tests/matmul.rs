@@ -423,11 +423,7 @@ fn naive_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (Vec<usize>, Vec<
     let (xv, wv) = (x.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap());
     let bv = b.map(|b| b.to_vec::<f64>().unwrap());
     let (n, k) = (w.shape()[0], w.shape()[1]);
-    let m = if k == 0 {
-        x.shape()[..x.rank() - 1].iter().product()
-    } else {
-        xv.len() / k
-    };
+    let m: usize = x.shape()[..x.rank() - 1].iter().product();
     let mut out = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {

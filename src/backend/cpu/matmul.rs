@@ -76,8 +76,7 @@ unsafe fn gemm_one<T: 'static + Copy>(
     d: *mut T,
     a: *const T,
     b: *const T,
-    one: T,
-    zero: T,
+    (one, zero): (T, T),
     acc: bool,
     par: Parallelism,
 ) {
@@ -97,8 +96,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
     pd: SendPtr<T>,
     pa: SendPtr<T>,
     pb: SendPtr<T>,
-    one: T,
-    zero: T,
+    units: (T, T),
     acc: bool,
 ) {
     let big = g.m * g.n * g.k >= PAR_FLOPS;
@@ -117,8 +115,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
                 pd.get().add(o[0]),
                 pa.get().add(o[1]),
                 pb.get().add(o[2]),
-                one,
-                zero,
+                units,
                 acc,
                 par,
             )
@@ -174,8 +171,7 @@ fn bf16_batched(
                 c.as_mut_ptr(),
                 a.as_ptr(),
                 b.as_ptr(),
-                1f32,
-                0f32,
+                (1f32, 0f32),
                 false,
                 par,
             );
@@ -274,15 +270,15 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
     match dst.dtype {
         DType::F32 => {
             let (d, a, b) = ptrs!(f32);
-            gemm_batched(&g, &plan, d, a, b, 1f32, 0f32, acc)
+            gemm_batched(&g, &plan, d, a, b, (1f32, 0f32), acc)
         }
         DType::F64 => {
             let (d, a, b) = ptrs!(f64);
-            gemm_batched(&g, &plan, d, a, b, 1f64, 0f64, acc)
+            gemm_batched(&g, &plan, d, a, b, (1f64, 0f64), acc)
         }
         DType::F16 => {
             let (d, a, b) = ptrs!(f16);
-            gemm_batched(&g, &plan, d, a, b, f16::ONE, f16::ZERO, acc)
+            gemm_batched(&g, &plan, d, a, b, (f16::ONE, f16::ZERO), acc)
         }
         DType::BF16 => {
             let (d, a, b) = ptrs!(bf16);
@@ -375,7 +371,7 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
             unsafe {
                 let px = ptr::<$t>(x.storage).add(x.layout.offset());
                 let pw = ptr::<$t>(wt.storage).add(wt.layout.offset());
-                gemm_one(&g, s, px, pw, $one, $zero, false, par);
+                gemm_one(&g, s, px, pw, ($one, $zero), false, par);
                 let pb = bias.map(|(st, off, inc)| (ptr::<$t>(st).add(off) as *const $t, inc));
                 let pd = ptr::<$t>(dst.storage).add(dst.layout.offset());
                 transpose_into(s, m, n, pb, pd, st(&dst.layout));

@@ -815,3 +815,146 @@ fn masked_scatter_forward_gradcheck_and_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn gradcheck_linear() {
+    let _l = lock();
+    let x = leaf_t(5, 4, 41); // transposed storage
+    let w = leaf(&[3, 4], 42);
+    let b = leaf(&[3], 43);
+    gradcheck("linear", &[x.alias(), w.alias(), b.alias()], |t| {
+        t[0].linear(&t[1], Some(&t[2]))
+    });
+    gradcheck("linear without bias", &[x.alias(), w.alias()], |t| {
+        t[0].linear(&t[1], None)
+    });
+    // A transposed weight leaf and an expanded bias.
+    let wt = leaf_t(3, 4, 44);
+    let b1 = leaf(&[1], 45);
+    gradcheck(
+        "linear strided",
+        &[x.alias(), wt.alias(), b1.alias()],
+        |t| t[0].linear(&t[1], Some(&t[2].expand(&[3])?)),
+    );
+    // Rank 3 and rank 1 inputs.
+    let x3 = leaf(&[2, 5, 4], 46);
+    gradcheck("linear rank 3", &[x3.alias(), w.alias(), b.alias()], |t| {
+        t[0].linear(&t[1], Some(&t[2]))
+    });
+    let x1 = leaf(&[4], 47);
+    gradcheck("linear rank 1", &[x1.alias(), w.alias(), b.alias()], |t| {
+        t[0].linear(&t[1], Some(&t[2]))
+    });
+    // Only the parameters require grad (a plain input, as in a first layer).
+    let plain = x.detach();
+    gradcheck("linear, input without grad", &[w.alias(), b.alias()], |t| {
+        plain.linear(&t[0], Some(&t[1]))
+    });
+    // m and n >= 16: the CPU's column-major scratch route.
+    let xl = leaf_t(17, 3, 48);
+    let wl = leaf(&[16, 3], 49);
+    let bl = leaf(&[16], 50);
+    gradcheck("linear large", &[xl.alias(), wl.alias(), bl.alias()], |t| {
+        t[0].linear(&t[1], Some(&t[2]))
+    });
+    // The result feeds another op: the node's gradient input is a real tensor.
+    gradcheck(
+        "linear then tanh",
+        &[x.alias(), w.alias(), b.alias()],
+        |t| t[0].linear(&t[1], Some(&t[2]))?.tanh(),
+    );
+}
+
+/// A weight used transposed (`x @ w.t()`, and `Linear`) gets a dense
+/// gradient in its own layout, equal to `g^T x`, with no copy needed.
+#[test]
+fn weight_gradients_are_dense_in_the_weights_layout() {
+    use tensorscope::nn::{cross_entropy, Linear, Module, ReLU, Sequential};
+    let _l = lock();
+    let x = leaf(&[6, 4], 51).detach();
+    let w = leaf(&[3, 4], 52);
+    let g = leaf(&[6, 3], 53).detach();
+    x.matmul(&w.t().unwrap())
+        .unwrap()
+        .backward_with(&g, false)
+        .unwrap();
+    let gw = w.grad().unwrap();
+    assert!(gw.is_contiguous(), "strides {:?}", gw.strides());
+    let (xv, gv, got) = (
+        x.to_vec::<f64>().unwrap(),
+        g.to_vec::<f64>().unwrap(),
+        gw.to_vec::<f64>().unwrap(),
+    );
+    for j in 0..3 {
+        for p in 0..4 {
+            let want: f64 = (0..6).map(|i| gv[i * 3 + j] * xv[i * 4 + p]).sum();
+            assert!((got[j * 4 + p] - want).abs() < 1e-12, "[{j}, {p}]");
+        }
+    }
+    // The same for a transposed lhs: (w.t() @ x) with w: [4, 3] dense.
+    let w2 = leaf(&[4, 3], 54);
+    let x2 = leaf(&[4, 5], 55).detach();
+    w2.t()
+        .unwrap()
+        .matmul(&x2)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(w2.grad().unwrap().is_contiguous());
+    // Every parameter of an MLP, f32, through Sequential.
+    let mut net = Sequential::new();
+    net.add(Linear::new(8, 16).unwrap())
+        .add(ReLU)
+        .add(Linear::new(16, 4).unwrap());
+    let xin = Tensor::randn(&[5, 8], DType::F32, CPU).unwrap();
+    let y = Tensor::from_slice(&[0i64, 1, 2, 3, 0], &[5], CPU).unwrap();
+    cross_entropy(&net.forward(&xin).unwrap(), &y)
+        .unwrap()
+        .backward()
+        .unwrap();
+    for (name, p) in net.named_parameters() {
+        let g = p.grad().unwrap();
+        assert_eq!(g.shape(), p.shape(), "{name}");
+        assert_eq!(g.strides(), p.strides(), "{name}");
+        assert!(g.is_contiguous(), "{name}");
+    }
+}
+
+/// ReLU's fused backward against a longhand reference: f32, a gradient that
+/// is an expanded (stride 0) view, zeros and a NaN in the input (0 where the
+/// output is <= 0, else the gradient; a NaN output passes it on).
+#[test]
+fn relu_backward_matches_a_reference() {
+    let _l = lock();
+    let vals = [-1.5f32, 0.0, 2.0, f32::NAN, -0.0, 3.5, 0.25, -7.0];
+    let x = Tensor::from_slice(&vals, &[2, 4], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let grow = Tensor::from_slice(&[1.0f32, -2.0, 3.0, 4.0], &[1, 4], CPU).unwrap();
+    let g = grow.expand(&[2, 4]).unwrap();
+    x.relu().unwrap().backward_with(&g, false).unwrap();
+    let got = x.grad().unwrap().to_vec::<f32>().unwrap();
+    let gv = [1.0f32, -2.0, 3.0, 4.0];
+    for (i, &v) in vals.iter().enumerate() {
+        let want = if v <= 0.0 { 0.0 } else { gv[i % 4] };
+        assert_eq!(got[i].to_bits(), want.to_bits(), "element {i} (x = {v})");
+    }
+    // f64 on a transposed input, through a second op.
+    let a = leaf_t(4, 3, 56);
+    a.relu()
+        .unwrap()
+        .mul_scalar(2.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let av = a.to_vec::<f64>().unwrap();
+    let ga = a.grad().unwrap().to_vec::<f64>().unwrap();
+    for (i, (&v, &d)) in av.iter().zip(&ga).enumerate() {
+        assert_eq!(d, if v > 0.0 { 2.0 } else { 0.0 }, "element {i}");
+    }
+}

@@ -417,3 +417,149 @@ fn bad_inputs_are_errors_naming_the_op_and_shapes() {
         "nothing was written"
     );
 }
+
+/// `x @ w^T + b` on row-major f64 data, longhand: (shape, values).
+fn naive_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (Vec<usize>, Vec<f64>) {
+    let (xv, wv) = (x.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap());
+    let bv = b.map(|b| b.to_vec::<f64>().unwrap());
+    let (n, k) = (w.shape()[0], w.shape()[1]);
+    let m: usize = x.shape()[..x.rank() - 1].iter().product();
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = bv.as_ref().map_or(0.0, |b| b[j]);
+            for p in 0..k {
+                acc += xv[i * k + p] * wv[j * k + p];
+            }
+            out[i * n + j] = acc;
+        }
+    }
+    let mut shape = x.shape()[..x.rank() - 1].to_vec();
+    shape.push(n);
+    (shape, out)
+}
+
+fn check_linear(what: &str, x: &Tensor, w: &Tensor, b: Option<&Tensor>) {
+    let got = x.linear(w, b).unwrap();
+    let (shape, want) = naive_linear(x, w, b);
+    assert_eq!(got.shape(), shape.as_slice(), "{what}: shape");
+    assert_eq!(got.dtype(), x.dtype(), "{what}: dtype");
+    let dt = x.dtype();
+    for (i, (&x, &w)) in got.to_vec::<f64>().unwrap().iter().zip(&want).enumerate() {
+        let w = match dt {
+            DType::U8 => (w as i64 as u8) as f64,
+            DType::I32 => (w as i64 as i32) as f64,
+            DType::F16 => tensorscope::f16::from_f64(w).to_f64(),
+            DType::BF16 => tensorscope::bf16::from_f64(w).to_f64(),
+            DType::F32 => w as f32 as f64,
+            _ => w,
+        };
+        let tol = match dt {
+            DType::F16 => 2e-3 * w.abs().max(8.0),
+            DType::BF16 => 8e-3 * w.abs().max(8.0),
+            DType::F32 => 1e-6 * w.abs().max(1.0),
+            _ => 0.0,
+        };
+        assert!(
+            (x - w).abs() <= tol,
+            "{what}: element {i}: got {x}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn linear_matches_a_naive_reference() {
+    let _g = lock();
+    for dt in DTYPES {
+        let x = tensor(&[5, 4], 31, dt);
+        let w = tensor(&[3, 4], 32, dt);
+        let b = tensor(&[3], 33, dt);
+        check_linear(&format!("{dt} dense"), &x, &w, Some(&b));
+        check_linear(&format!("{dt} no bias"), &x, &w, None);
+        // Transposed input and weight, a step-sliced bias.
+        let xt = tensor(&[4, 5], 34, dt).t().unwrap();
+        let wt = tensor(&[4, 3], 35, dt).t().unwrap();
+        let bs = tensor(&[6], 36, dt).slice(0, 0, 6, 2).unwrap();
+        assert!(!xt.is_contiguous() && !wt.is_contiguous() && !bs.is_contiguous());
+        check_linear(&format!("{dt} strided"), &xt, &wt, Some(&bs));
+        // Expanded input rows and an expanded bias (stride 0).
+        let xe = tensor(&[1, 4], 37, dt).expand(&[6, 4]).unwrap();
+        let be = tensor(&[1], 38, dt).expand(&[3]).unwrap();
+        check_linear(&format!("{dt} expanded"), &xe, &w, Some(&be));
+        // Rank 3 (a permuted batch) and rank 1 inputs.
+        let x3 = tensor(&[5, 2, 4], 39, dt).permute(&[1, 0, 2]).unwrap();
+        check_linear(&format!("{dt} rank 3"), &x3, &w, Some(&b));
+        let x1 = tensor(&[4], 40, dt);
+        check_linear(&format!("{dt} rank 1"), &x1, &w, Some(&b));
+        // Empty batch, and in_features = 0 (the output is the bias).
+        let x0 = tensor(&[0, 4], 41, dt);
+        check_linear(&format!("{dt} empty batch"), &x0, &w, Some(&b));
+        let xk = tensor(&[5, 0], 42, dt);
+        let wk = tensor(&[3, 0], 43, dt);
+        check_linear(&format!("{dt} k = 0"), &xk, &wk, Some(&b));
+        check_linear(&format!("{dt} k = 0, no bias"), &xk, &wk, None);
+    }
+    // Large enough for the column-major scratch route (m, n >= 16) and
+    // gemm's parallel path, with strided operands and a strided bias.
+    for dt in [DType::F32, DType::F64] {
+        let x = tensor(&[64, 96], 44, dt);
+        let w = tensor(&[80, 96], 45, dt);
+        let b = tensor(&[80], 46, dt);
+        check_linear(&format!("{dt} large"), &x, &w, Some(&b));
+        check_linear(&format!("{dt} large, no bias"), &x, &w, None);
+        let xt = tensor(&[96, 40], 47, dt).t().unwrap();
+        let wt = tensor(&[96, 33], 48, dt).t().unwrap();
+        let bs = tensor(&[99], 49, dt).slice(0, 0, 99, 3).unwrap();
+        check_linear(&format!("{dt} large strided"), &xt, &wt, Some(&bs));
+        let x3 = tensor(&[3, 17, 96], 50, dt);
+        check_linear(&format!("{dt} large rank 3"), &x3, &w, Some(&b));
+    }
+}
+
+#[test]
+fn linear_bad_inputs_are_errors_naming_the_op() {
+    let _g = lock();
+    let x = Tensor::ones(&[2, 3], DType::F32, CPU).unwrap();
+    let w = Tensor::ones(&[4, 3], DType::F32, CPU).unwrap();
+    let b = Tensor::ones(&[4], DType::F32, CPU).unwrap();
+    let shape_err = |r: tensorscope::Result<Tensor>, needle: &str| {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, Error::ShapeMismatch { op: "linear", .. }),
+            "{e:?}"
+        );
+        assert!(is_op(&e, "linear") && e.to_string().contains(needle), "{e}");
+    };
+    // in_features differ; weight of rank 1; rank-0 input.
+    shape_err(x.linear(&w.t().unwrap(), None), "[2, 3]");
+    shape_err(x.linear(&b, None), "[4]");
+    shape_err(
+        Tensor::scalar(1.0f32, CPU).unwrap().linear(&w, None),
+        "[4, 3]",
+    );
+    // A bias of the wrong shape.
+    let b2 = Tensor::ones(&[3], DType::F32, CPU).unwrap();
+    shape_err(x.linear(&w, Some(&b2)), "bias");
+    let b3 = Tensor::ones(&[1, 4], DType::F32, CPU).unwrap();
+    shape_err(x.linear(&w, Some(&b3)), "[1, 4]");
+    // Dtypes: no promotion; bool refused.
+    let w64 = w.to_dtype(DType::F64).unwrap();
+    let b64 = b.to_dtype(DType::F64).unwrap();
+    for e in [
+        x.linear(&w64, None).unwrap_err(),
+        x.linear(&w, Some(&b64)).unwrap_err(),
+    ] {
+        assert!(
+            matches!(e, Error::DTypeMismatch { op: "linear", .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("float64"), "{e}");
+    }
+    let xb = x.to_dtype(DType::Bool).unwrap();
+    let wb = w.to_dtype(DType::Bool).unwrap();
+    let e = xb.linear(&wb, None).unwrap_err();
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "linear", .. }),
+        "{e:?}"
+    );
+}

@@ -327,6 +327,50 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
     }
 }
 
+/// `dst = x @ wt (+ bias)`: `x: [m, k]`, `wt: [k, n]`, a bias broadcast to
+/// `[m, n]`, a fresh `dst: [m, n]` (Linear's forward); CPU only.
+pub(crate) fn linear(
+    x: &Operand,
+    wt: &Operand,
+    bias: Option<&Operand>,
+    dst: &Operand,
+) -> Result<()> {
+    let mut ops = vec![x, wt, dst];
+    ops.extend(bias);
+    let d = device_of("linear", &ops)?;
+    let mut reads = vec![x.storage, wt.storage];
+    reads.extend(bias.map(|b| b.storage));
+    let _l = lock(&reads, &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::matmul::linear(x, wt, bias, dst);
+            Ok(())
+        }
+        device => Err(Error::DeviceUnavailable {
+            op: "linear",
+            device,
+            reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
+        }),
+    }
+}
+
+/// ReLU's backward `dst = y <= 0 ? 0 : g` (one float dtype); CPU only.
+pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<()> {
+    let d = device_of("relu_backward", &[g, y, dst])?;
+    let _l = lock(&[g.storage, y.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::fused::relu_backward(g, y, dst);
+            Ok(())
+        }
+        device => Err(Error::DeviceUnavailable {
+            op: "relu_backward",
+            device,
+            reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
+        }),
+    }
+}
+
 mod index;
 mod random;
 mod reduce;

@@ -1,7 +1,6 @@
 //! `Linear`: `y = x W^T + b`.
 
 use super::{init, Module};
-use crate::autograd::needs_grad;
 use crate::error::{bail, Error, Result};
 use crate::{DType, Device, Tensor};
 
@@ -11,9 +10,10 @@ use crate::{DType, Device, Tensor};
 /// Initialised as PyTorch does: both weight and bias uniform in
 /// `[-1/sqrt(in), 1/sqrt(in))` (`kaiming_uniform_(a = sqrt(5))`).
 ///
-/// When no graph is recorded (no input requires grad, or grad mode is off)
-/// the bias is added in place into the fresh matmul result, so a forward
-/// allocates one output and nothing else.
+/// The forward is [`Tensor::linear`]: on the CPU the bias is broadcast into
+/// the output and the product accumulated onto it in one gemm call, so a
+/// forward allocates one output and makes no separate bias pass; in
+/// training it records one node (PyTorch's `AddmmBackward`).
 ///
 /// ```
 /// use tensorscope::nn::{Linear, Module};
@@ -87,15 +87,7 @@ impl Module for Linear {
                 )
             ));
         }
-        let mut y = x.matmul(&self.weight.t()?)?;
-        if let Some(b) = &self.bias {
-            if needs_grad(&[x, &self.weight, b]) {
-                y = y.add(b)?;
-            } else {
-                y.add_(b)?;
-            }
-        }
-        Ok(y)
+        x.linear(&self.weight, self.bias.as_ref())
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {

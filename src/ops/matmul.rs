@@ -141,6 +141,98 @@ impl Tensor {
         crate::autograd::formulas_more::matmul(self, other, out)
     }
 
+    /// `self @ weight^T + bias`, PyTorch's `torch.nn.functional.linear`:
+    /// `self: [.., in]`, `weight: [out, in]`, `bias: [out]`, result
+    /// `[.., out]`. One dtype (no promotion) and one device for all.
+    ///
+    /// On the CPU, f32/f64 products are computed in the layout gemm runs
+    /// fastest for a row-major `[out, in]` weight and written out by one pass
+    /// that also adds the bias; other dtypes get the bias broadcast into the
+    /// output and the product accumulated onto it by the same gemm call.
+    /// Either way there is no separate bias pass, and autograd records one
+    /// node whose weight gradient comes out dense in the weight's layout.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, DType, Device};
+    /// let x = Tensor::ones(&[2, 3], DType::F32, Device::Cpu)?;
+    /// let w = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.view(&[2, 3])?;
+    /// let b = Tensor::from_slice(&[10.0f32, 20.0], &[2], Device::Cpu)?;
+    /// let y = x.linear(&w, Some(&b))?; // [2, 3] x [3, 2] + [2]
+    /// assert_eq!(y.to_vec::<f32>()?, vec![13.0, 32.0, 13.0, 32.0]);
+    /// assert!(x.linear(&w.t()?, None).is_err()); // in_features 3 vs 2
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let op = "linear";
+        let r = self.rank();
+        if weight.rank() != 2 || r == 0 || self.shape()[r - 1] != weight.shape()[1] {
+            bail!(Error::shape(
+                op,
+                self.shape(),
+                weight.shape(),
+                "weight must be [out_features, in_features] with in_features the input's last dimension"
+            ));
+        }
+        let (n, k) = (weight.shape()[0], weight.shape()[1]);
+        let same_dtype = |t: &Tensor, what: &str| -> Result<()> {
+            if t.dtype() != self.dtype() {
+                bail!(Error::dtype(
+                    op,
+                    format!(
+                        "{} for the {what}, like the input (linear does not promote dtypes)",
+                        self.dtype()
+                    ),
+                    t.dtype()
+                ));
+            }
+            Ok(())
+        };
+        self.same_device(op, weight)?;
+        same_dtype(weight, "weight")?;
+        if let Some(b) = bias {
+            if b.shape() != [n] {
+                bail!(Error::shape(
+                    op,
+                    b.shape(),
+                    weight.shape(),
+                    format!("the bias must have shape [{n}] (out_features of the weight)")
+                ));
+            }
+            self.same_device(op, b)?;
+            same_dtype(b, "bias")?;
+        }
+        if self.dtype() == DType::Bool {
+            bail!(Error::dtype(op, "a numeric dtype", DType::Bool));
+        }
+        if r != 2 {
+            // [.., k] -> [m, k] and back (a view when the input allows it).
+            let lead = &self.shape()[..r - 1];
+            let m: usize = lead.iter().product();
+            let y = self
+                .reshape(&[m as isize, k as isize])?
+                .linear(weight, bias)?;
+            let mut shape: Vec<isize> = lead.iter().map(|&d| d as isize).collect();
+            shape.push(n as isize);
+            return y.reshape(&shape);
+        }
+        if !self.device().is_cpu() {
+            let y = self.matmul(&weight.t()?)?;
+            return match bias {
+                Some(b) => y.add(b),
+                None => Ok(y),
+            };
+        }
+        let m = self.shape()[0];
+        let out = Tensor::alloc(&[m, n], self.dtype(), self.device())?;
+        let wt = Operand::with(weight, weight.layout().transpose(0, 1)?);
+        let bb = match bias {
+            Some(b) => Some(Operand::with(b, b.layout().broadcast_to(&[m, n])?)),
+            None => None,
+        };
+        backend::linear(&Operand::of(self), &wt, bb.as_ref(), &Operand::of(&out))?;
+        crate::autograd::formulas_more::linear(self, weight, bias, out)
+    }
+
     /// [`matmul`](Tensor::matmul) written into `out`, which must have exactly
     /// the result's shape and dtype, live on the operands' device, not be an
     /// expanded view, and not share storage with either operand. Allocates no

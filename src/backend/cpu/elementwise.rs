@@ -12,7 +12,7 @@ use crate::{with_dtype, with_float_dtype, with_numeric_dtype, DType, Element};
 /// Storages are CPU storages of the operands' dtypes, locked by the caller,
 /// and every layout fits its storage.
 #[inline]
-unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
+pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let po = SendPtr(ptr::<O>(out.storage));
     par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
@@ -40,7 +40,7 @@ unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync
 /// # Safety
 /// As for [`map1`].
 #[inline]
-unsafe fn map2<A: Copy, B: Copy, O>(
+pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
     a: &Operand,
     b: &Operand,
     out: &Operand,
@@ -191,9 +191,9 @@ fn generic_unary<T: Num>(op: UnaryOp, src: &Operand, dst: &Operand) {
         match op {
             UnaryOp::Neg => map1::<T, T>(src, dst, |x| x.neg()),
             UnaryOp::Abs => map1::<T, T>(src, dst, |x| x.abs()),
-            UnaryOp::Relu => {
-                map1::<T, T>(src, dst, |x| if x.is_nan() || x > zero { x } else { zero })
-            }
+            // One compare and a select (NaN <= 0 is false: NaN passes
+            // through); `move` keeps `zero` in a register so it vectorizes.
+            UnaryOp::Relu => map1::<T, T>(src, dst, move |x| if x <= zero { zero } else { x }),
             UnaryOp::Square => map1::<T, T>(src, dst, |x| x.mul(x)),
             UnaryOp::Floor | UnaryOp::Round => map1::<T, T>(src, dst, |x| x),
             UnaryOp::Sign => map1::<T, T>(src, dst, |x| {

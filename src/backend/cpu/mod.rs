@@ -6,6 +6,7 @@
 //! be the same memory.
 
 pub(crate) mod elementwise;
+pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod num;

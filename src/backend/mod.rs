@@ -284,6 +284,7 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
 }
 
 mod index;
+pub(crate) mod optim;
 mod reduce;
 #[allow(unused_imports)]
 pub(crate) use index::*;

@@ -9,6 +9,7 @@ pub(crate) mod elementwise;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod num;
+pub(crate) mod optim;
 pub(crate) mod reduce;
 pub(crate) mod strided;
 

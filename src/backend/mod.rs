@@ -372,6 +372,7 @@ pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<(
 }
 
 mod index;
+pub(crate) mod optim;
 mod random;
 mod reduce;
 #[allow(unused_imports)]

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{check_grad, check_range, check_state, zeros_for, Optimizer};
+use super::{check_grad, check_range, check_state, writable_with_grad, zeros_for, Optimizer};
+use crate::backend::optim::{adam_step, AdamHyper};
+use crate::backend::Operand;
 use crate::error::Result;
 use crate::nn::Module;
 use crate::Tensor;
@@ -20,18 +22,26 @@ pub struct AdamConfig {
     /// Adam: L2 penalty added to the gradient. AdamW: decoupled decay
     /// (`p *= 1 - lr * weight_decay`).
     pub weight_decay: f64,
+    /// AMSGrad: divide by the running maximum of the second moment (one
+    /// more state buffer per parameter).
+    pub amsgrad: bool,
+    /// Maximize the objective (step along `+grad`).
+    pub maximize: bool,
 }
 
 impl Default for AdamConfig {
     /// PyTorch's `Adam` defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no
-    /// weight decay. ([`AdamW::new`] does not change `weight_decay`; PyTorch's
-    /// AdamW default is 0.01: use [`AdamConfig::adamw_default`].)
+    /// weight decay, no amsgrad, minimize. ([`AdamW::new`] does not change
+    /// `weight_decay`; PyTorch's AdamW default is 0.01: use
+    /// [`AdamConfig::adamw_default`].)
     fn default() -> Self {
         AdamConfig {
             lr: 1e-3,
             betas: (0.9, 0.999),
             eps: 1e-8,
             weight_decay: 0.0,
+            amsgrad: false,
+            maximize: false,
         }
     }
 }
@@ -50,16 +60,38 @@ struct AdamState {
     step: u64,
     m: Tensor,
     v: Tensor,
-    d: Tensor,
-    tmp: Tensor,
+    /// The running maximum of `v` (amsgrad only).
+    vmax: Option<Tensor>,
 }
 
-/// Adam, exactly PyTorch's `torch.optim.Adam` (without amsgrad):
+/// Adam, exactly PyTorch's `torch.optim.Adam` (single-tensor form):
 ///
 /// ```text
-/// t += 1;  g = grad + weight_decay * p
-/// m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g
-/// p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+/// t += 1;  g = maximize ? -grad : grad;  g = g + weight_decay * p
+/// m = lerp(m, g, 1 - b1);  v = b2 * v + (1 - b2) * g * g
+/// vhat = amsgrad ? (vmax = max(vmax, v)) : v
+/// p = p - lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps)
+/// ```
+///
+/// Each parameter is updated by one fused pass that reads `p`, its
+/// gradient, `m` and `v` once and writes `p`, `m` and `v`, computed in f32
+/// for f32/f16/bf16 parameters (the state has the parameter's dtype, as in
+/// PyTorch) and in f64 for f64.
+///
+/// ```
+/// use tensorscope::nn::{Linear, Module};
+/// use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+/// use tensorscope::{DType, Device, Tensor};
+///
+/// let mut model = Linear::new(4, 2)?;
+/// let mut opt = Adam::new(AdamConfig { lr: 1e-2, amsgrad: true, ..Default::default() })?;
+/// let x = Tensor::ones(&[3, 4], DType::F32, Device::Cpu)?;
+/// for _ in 0..3 {
+///     opt.zero_grad(&model);
+///     model.forward(&x)?.square()?.mean_all()?.backward()?;
+///     opt.step(&mut model)?;
+/// }
+/// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub struct Adam {
     cfg: AdamConfig,
@@ -110,53 +142,47 @@ impl Adam {
         for (name, p) in model.named_parameters_mut() {
             let Some(g) = p.grad() else { continue };
             check_grad(op, &name, p, &g)?;
+            let g = writable_with_grad(op, p, g)?;
             if !self.state.contains_key(&name) {
                 let st = AdamState {
                     step: 0,
                     m: zeros_for(p)?,
                     v: zeros_for(p)?,
-                    d: zeros_for(p)?,
-                    tmp: zeros_for(p)?,
+                    vmax: if c.amsgrad { Some(zeros_for(p)?) } else { None },
                 };
                 self.state.insert(name.clone(), st);
             }
             let st = self.state.get_mut(&name).expect("inserted above");
             check_state(op, &name, p, &st.m)?;
             st.step += 1;
-            st.d.copy_(&g)?;
-            if c.weight_decay != 0.0 {
-                if self.decoupled {
-                    p.mul_scalar_(1.0 - c.lr * c.weight_decay)?;
-                } else {
-                    st.tmp.copy_(p)?;
-                    st.tmp.mul_scalar_(c.weight_decay)?;
-                    st.d.add_(&st.tmp)?;
-                }
+            let t = st.step as f64;
+            let h = AdamHyper {
+                lr: c.lr,
+                beta1: b1,
+                beta2: b2,
+                eps: c.eps,
+                weight_decay: c.weight_decay,
+                decoupled: self.decoupled,
+                maximize: c.maximize,
+                bias_correction1: 1.0 - b1.powf(t),
+                bias_correction2: 1.0 - b2.powf(t),
+            };
+            let vmax = st.vmax.as_ref().map(Operand::of);
+            adam_step(
+                op,
+                &Operand::of(p),
+                &Operand::of(&g),
+                &Operand::of(&st.m),
+                &Operand::of(&st.v),
+                vmax.as_ref(),
+                &h,
+            )?;
+            p.storage().bump_version();
+            st.m.storage().bump_version();
+            st.v.storage().bump_version();
+            if let Some(x) = &st.vmax {
+                x.storage().bump_version();
             }
-            // m = b1 * m + (1 - b1) * g
-            st.m.mul_scalar_(b1)?;
-            st.tmp.copy_(&st.d)?;
-            st.tmp.mul_scalar_(1.0 - b1)?;
-            st.m.add_(&st.tmp)?;
-            // v = b2 * v + (1 - b2) * g * g
-            st.v.mul_scalar_(b2)?;
-            st.tmp.copy_(&st.d)?;
-            st.tmp.mul_(&st.d)?;
-            st.tmp.mul_scalar_(1.0 - b2)?;
-            st.v.add_(&st.tmp)?;
-            let t = st.step as i32;
-            let bc1 = 1.0 - b1.powi(t);
-            let bc2_sqrt = (1.0 - b2.powi(t)).sqrt();
-            // denom = sqrt(v) / sqrt(bc2) + eps
-            st.tmp.copy_(&st.v)?;
-            st.tmp.sqrt_()?;
-            st.tmp.div_scalar_(bc2_sqrt)?;
-            st.tmp.add_scalar_(c.eps)?;
-            // p -= lr / bc1 * m / denom
-            st.d.copy_(&st.m)?;
-            st.d.div_(&st.tmp)?;
-            st.d.mul_scalar_(c.lr / bc1)?;
-            p.sub_(&st.d)?;
         }
         Ok(())
     }

@@ -2,10 +2,11 @@
 //!
 //! An [`Optimizer`] takes the model by `&mut` for the length of a step, so no
 //! other borrow of a parameter can be alive while the update runs. State
-//! (momentum buffers, Adam's moments, and one or two scratch buffers per
-//! parameter) is keyed by parameter name and allocated on the first step
-//! only; every later step updates in place under `no_grad` and allocates
-//! nothing from the device allocator.
+//! (momentum buffers, Adam's moments) is keyed by parameter name and
+//! allocated on the first step only; every later step updates in place under
+//! `no_grad` and allocates nothing from the device allocator. Each
+//! parameter's update is one fused pass (`backend::optim`): the parameter,
+//! its gradient and its state are read once and written once.
 //!
 //! ```
 //! use tensorscope::nn::Module;
@@ -104,6 +105,19 @@ pub(crate) fn check_grad(op: &'static str, name: &str, p: &Tensor, g: &Tensor) -
         bail!(Error::dtype(op, "a float parameter", p.dtype()));
     }
     Ok(())
+}
+
+/// Checks that `p` can be written in place and returns the gradient ready to
+/// be read while `p` is written: `g` itself, or (only if it shares `p`'s
+/// storage through another layout, which no autograd-made gradient does) a
+/// copy of it.
+pub(crate) fn writable_with_grad(op: &'static str, p: &Tensor, g: Tensor) -> Result<Tensor> {
+    p.check_writable(op)?;
+    if p.shares_storage(&g) && p.layout() != g.layout() {
+        g.deep_clone()
+    } else {
+        Ok(g)
+    }
 }
 
 /// Checks a hyper-parameter: finite and inside `[lo, hi)` (or `[lo, hi]`).

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{check_grad, check_range, check_state, zeros_for, Optimizer};
+use super::{check_grad, check_range, check_state, writable_with_grad, zeros_for, Optimizer};
+use crate::backend::optim::{sgd_step, SgdHyper};
+use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
 use crate::nn::Module;
 use crate::Tensor;
@@ -21,6 +23,8 @@ pub struct SgdConfig {
     pub weight_decay: f64,
     /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
     pub nesterov: bool,
+    /// Maximize the objective (step along `+grad`).
+    pub maximize: bool,
 }
 
 impl Default for SgdConfig {
@@ -31,6 +35,7 @@ impl Default for SgdConfig {
             dampening: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            maximize: false,
         }
     }
 }
@@ -38,21 +43,22 @@ impl Default for SgdConfig {
 struct SgdState {
     /// The momentum buffer (allocated when `momentum != 0`).
     buf: Option<Tensor>,
-    /// `d_p` of PyTorch's algorithm.
-    d: Tensor,
-    /// Scratch for scaled terms.
-    tmp: Tensor,
+    /// `false` until the buffer has been set from a first gradient.
+    started: bool,
 }
 
-/// SGD, exactly PyTorch's `torch.optim.SGD` (without `maximize`):
+/// SGD, exactly PyTorch's `torch.optim.SGD`:
 ///
 /// ```text
-/// g = grad + weight_decay * p
+/// g = maximize ? -grad : grad;  g = g + weight_decay * p
 /// buf = g                                   (first step)
 /// buf = momentum * buf + (1 - dampening) * g (later steps)
 /// g = g + momentum * buf  if nesterov, else g = buf
 /// p = p - lr * g
 /// ```
+///
+/// Each parameter is updated by one fused pass over `p`, its gradient and
+/// the momentum buffer.
 pub struct Sgd {
     cfg: SgdConfig,
     state: HashMap<String, SgdState>,
@@ -112,49 +118,45 @@ impl Optimizer for Sgd {
         for (name, p) in model.named_parameters_mut() {
             let Some(g) = p.grad() else { continue };
             check_grad("Sgd::step", &name, p, &g)?;
-            let first = !self.state.contains_key(&name);
-            if first {
+            let g = writable_with_grad("Sgd::step", p, g)?;
+            if !self.state.contains_key(&name) {
                 let buf = if c.momentum != 0.0 {
                     Some(zeros_for(p)?)
                 } else {
                     None
                 };
-                self.state.insert(
-                    name.clone(),
-                    SgdState {
-                        buf,
-                        d: zeros_for(p)?,
-                        tmp: zeros_for(p)?,
-                    },
-                );
+                let st = SgdState {
+                    buf,
+                    started: false,
+                };
+                self.state.insert(name.clone(), st);
             }
             let st = self.state.get_mut(&name).expect("inserted above");
-            check_state("Sgd::step", &name, p, &st.d)?;
-            st.d.copy_(&g)?;
-            if c.weight_decay != 0.0 {
-                st.tmp.copy_(p)?;
-                st.tmp.mul_scalar_(c.weight_decay)?;
-                st.d.add_(&st.tmp)?;
+            if let Some(buf) = &st.buf {
+                check_state("Sgd::step", &name, p, buf)?;
             }
-            if let Some(buf) = st.buf.as_mut() {
-                if first {
-                    buf.copy_(&st.d)?;
-                } else {
-                    buf.mul_scalar_(c.momentum)?;
-                    st.tmp.copy_(&st.d)?;
-                    st.tmp.mul_scalar_(1.0 - c.dampening)?;
-                    buf.add_(&st.tmp)?;
-                }
-                if c.nesterov {
-                    st.tmp.copy_(buf)?;
-                    st.tmp.mul_scalar_(c.momentum)?;
-                    st.d.add_(&st.tmp)?;
-                } else {
-                    st.d.copy_(buf)?;
-                }
+            let h = SgdHyper {
+                lr: c.lr,
+                momentum: c.momentum,
+                dampening: c.dampening,
+                weight_decay: c.weight_decay,
+                nesterov: c.nesterov,
+                maximize: c.maximize,
+                first: !st.started,
+            };
+            let buf = st.buf.as_ref().map(Operand::of);
+            sgd_step(
+                "Sgd::step",
+                &Operand::of(p),
+                &Operand::of(&g),
+                buf.as_ref(),
+                &h,
+            )?;
+            st.started = true;
+            p.storage().bump_version();
+            if let Some(b) = &st.buf {
+                b.storage().bump_version();
             }
-            st.d.mul_scalar_(c.lr)?;
-            p.sub_(&st.d)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod num;
+pub(crate) mod optim;
 pub(crate) mod reduce;
 pub(crate) mod strided;
 

@@ -1,0 +1,439 @@
+//! Fused optimizer kernels: one pass per parameter.
+//!
+//! Adam reads `p, g, m, v` (and `vmax` with amsgrad) once and writes
+//! `p, m, v` (and `vmax`); SGD reads `p, g` (and the momentum buffer) and
+//! writes `p` (and the buffer). Each follows PyTorch's `_single_tensor_*`
+//! equations in their order of operations, computed in [`Flt::C`] (f32 for
+//! f32/f16/bf16, f64 for f64) with the scalars converted to that type as
+//! ATen's CPU kernels do. Operands may have any strides (the gradient of a
+//! transposed weight, an expanded gradient); large parameters are split over
+//! the kernel pool by [`Plan::par_runs`].
+
+use num_traits::Float;
+
+use super::num::Flt;
+use super::ptr;
+use super::strided::{kernel_pool, Plan, SendPtr, PAR_CHUNK};
+use crate::backend::optim::{AdamHyper, SgdHyper};
+use crate::backend::Operand;
+use crate::with_float_dtype;
+
+#[inline(always)]
+fn c<C: Float>(v: f64) -> C {
+    C::from(v).unwrap_or_else(C::nan)
+}
+
+/// Adam's per-element constants, in the compute type.
+#[derive(Copy, Clone)]
+struct AdamK<C> {
+    /// 1 or -1 (`maximize`).
+    sign: C,
+    /// L2 weight decay (0 unless Adam with a decay).
+    wd: C,
+    l2: bool,
+    /// `1 - lr * weight_decay` for AdamW (1 otherwise).
+    decay: C,
+    /// The lerp weight `1 - beta1` and which of ATen's two lerp forms it takes.
+    w1: C,
+    one_minus_w1: C,
+    w1_small: bool,
+    beta2: C,
+    one_minus_beta2: C,
+    bc2_sqrt: C,
+    eps: C,
+    neg_step: C,
+}
+
+impl<C: Float> AdamK<C> {
+    fn new(h: &AdamHyper) -> Self {
+        let w1 = 1.0 - h.beta1;
+        AdamK {
+            sign: c(if h.maximize { -1.0 } else { 1.0 }),
+            wd: c(h.weight_decay),
+            l2: !h.decoupled && h.weight_decay != 0.0,
+            decay: c(if h.decoupled {
+                1.0 - h.lr * h.weight_decay
+            } else {
+                1.0
+            }),
+            w1: c(w1),
+            one_minus_w1: C::one() - c(w1),
+            w1_small: w1.abs() < 0.5,
+            beta2: c(h.beta2),
+            one_minus_beta2: c(1.0 - h.beta2),
+            bc2_sqrt: c(h.bias_correction2.sqrt()),
+            eps: c(h.eps),
+            neg_step: c(-(h.lr / h.bias_correction1)),
+        }
+    }
+
+    /// One element: returns `(p, m, v, vmax)` from the old values (`vmax`
+    /// is only meaningful with `AMS`).
+    #[inline(always)]
+    fn update<const AMS: bool>(&self, p: C, g: C, m: C, v: C, vmax: C) -> (C, C, C, C) {
+        let g = g * self.sign;
+        let g = if self.l2 { g + self.wd * p } else { g };
+        let p = p * self.decay;
+        // exp_avg.lerp_(grad, 1 - beta1)
+        let m = if self.w1_small {
+            m + self.w1 * (g - m)
+        } else {
+            g - (g - m) * self.one_minus_w1
+        };
+        // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        let v = v * self.beta2 + self.one_minus_beta2 * g * g;
+        let (den, vmax) = if AMS {
+            let vmax = if vmax.is_nan() || v.is_nan() {
+                C::nan()
+            } else {
+                vmax.max(v)
+            };
+            (vmax, vmax)
+        } else {
+            (v, vmax)
+        };
+        // denom = sqrt(v) / sqrt(bc2) + eps; p.addcdiv_(m, denom, -step_size)
+        let denom = den.sqrt() / self.bc2_sqrt + self.eps;
+        (p + self.neg_step * m / denom, m, v, vmax)
+    }
+}
+
+/// The fused Adam update (see [`crate::backend::optim::adam_step`]).
+pub(crate) fn adam(
+    p: &Operand,
+    g: &Operand,
+    m: &Operand,
+    v: &Operand,
+    vmax: Option<&Operand>,
+    h: &AdamHyper,
+) {
+    with_float_dtype!(p.dtype, T => {
+        // SAFETY: the dispatcher holds the locks; the optimizer checked that
+        // every operand has `p`'s shape and dtype and fits its storage.
+        unsafe {
+            match vmax {
+                Some(x) => adam_t::<T, true>(p, g, m, v, x, h),
+                None => adam_t::<T, false>(p, g, m, v, v, h),
+            }
+        }
+    }, _ => unreachable!("adam on a non-float parameter"))
+}
+
+/// # Safety
+/// As for the elementwise kernels: CPU storages of dtype `T`, locked by the
+/// caller, layouts of one shape that fit them; `p`, `m`, `v` and `x` have no
+/// internal overlap. Without `AMS`, `x` is ignored.
+unsafe fn adam_t<T: Flt, const AMS: bool>(
+    p: &Operand,
+    g: &Operand,
+    m: &Operand,
+    v: &Operand,
+    x: &Operand,
+    h: &AdamHyper,
+) {
+    let k = AdamK::<T::C>::new(h);
+    let pp = SendPtr(ptr::<T>(p.storage));
+    let pg = SendPtr(ptr::<T>(g.storage));
+    let pm = SendPtr(ptr::<T>(m.storage));
+    let pv = SendPtr(ptr::<T>(v.storage));
+    let px = SendPtr(ptr::<T>(x.storage));
+    // Distinct storages never overlap, so dense runs may be seen as slices.
+    let ids = [
+        p.storage.id(),
+        g.storage.id(),
+        m.storage.id(),
+        v.storage.id(),
+    ];
+    let distinct = (0..4).all(|i| (i + 1..4).all(|j| ids[i] != ids[j]))
+        && (!AMS || !ids.contains(&x.storage.id()));
+    let plan = Plan::new([&p.layout, &g.layout, &m.layout, &v.layout, &x.layout]);
+    plan.par_runs(|o, len, s| unsafe {
+        let (pp, pg, pm, pv, px) = (
+            pp.get().add(o[0]),
+            pg.get().add(o[1]),
+            pm.get().add(o[2]),
+            pv.get().add(o[3]),
+            px.get().add(o[4]),
+        );
+        let dense = s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1 && (!AMS || s[4] == 1);
+        if dense && distinct {
+            let xs: &mut [T] = if AMS {
+                std::slice::from_raw_parts_mut(px, len)
+            } else {
+                &mut []
+            };
+            adam_dense::<T, AMS>(
+                k,
+                std::slice::from_raw_parts_mut(pp, len),
+                std::slice::from_raw_parts(pg as *const T, len),
+                std::slice::from_raw_parts_mut(pm, len),
+                std::slice::from_raw_parts_mut(pv, len),
+                xs,
+            );
+        } else {
+            // Any strides; every element is read before it is written.
+            for i in 0..len {
+                let (a, b, cm, d) = (
+                    pp.add(i * s[0]),
+                    pg.add(i * s[1]),
+                    pm.add(i * s[2]),
+                    pv.add(i * s[3]),
+                );
+                let e = px.add(i * s[4]);
+                let xo = if AMS {
+                    e.read().up()
+                } else {
+                    <T::C as num_traits::Zero>::zero()
+                };
+                let (np, nm, nv, nx) = k.update::<AMS>(
+                    a.read().up(),
+                    b.read().up(),
+                    cm.read().up(),
+                    d.read().up(),
+                    xo,
+                );
+                a.write(T::down(np));
+                cm.write(T::down(nm));
+                d.write(T::down(nv));
+                if AMS {
+                    e.write(T::down(nx));
+                }
+            }
+        }
+    });
+}
+
+/// Runs `$body` (an expression over the function's arguments) compiled
+/// for AVX2 when the CPU has it, and for the baseline otherwise. No FMA is
+/// enabled, so both give the same bits.
+macro_rules! multiversion {
+    ($(#[$m:meta])* fn $name:ident<$T:ident, const $B:ident: bool>($($a:ident: $t:ty),*) $body:block) => {
+        $(#[$m])*
+        fn $name<$T: Flt, const $B: bool>($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2<$T: Flt, const $B: bool>($($a: $t),*) $body
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    return unsafe { avx2::<$T, $B>($($a),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+
+multiversion! {
+    /// Adam over dense runs of distinct storages (`x` is empty without `AMS`).
+    fn adam_dense<T, const AMS: bool>(k: AdamK<T::C>, p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], x: &mut [T]) {
+        let n = p.len();
+        let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+        if AMS {
+            let x = &mut x[..n];
+            for i in 0..n {
+                let (np, nm, nv, nx) =
+                    k.update::<true>(p[i].up(), g[i].up(), m[i].up(), v[i].up(), x[i].up());
+                p[i] = T::down(np);
+                m[i] = T::down(nm);
+                v[i] = T::down(nv);
+                x[i] = T::down(nx);
+            }
+        } else {
+            let zero = <T::C as num_traits::Zero>::zero();
+            for i in 0..n {
+                let (np, nm, nv, _) = k.update::<false>(p[i].up(), g[i].up(), m[i].up(), v[i].up(), zero);
+                p[i] = T::down(np);
+                m[i] = T::down(nm);
+                v[i] = T::down(nv);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// SGD over dense runs of distinct storages (`b` is empty without `MOM`).
+    fn sgd_dense<T, const MOM: bool>(k: SgdK<T::C>, p: &mut [T], g: &[T], b: &mut [T]) {
+        let n = p.len();
+        let g = &g[..n];
+        if MOM {
+            let b = &mut b[..n];
+            for i in 0..n {
+                let (np, nb) = k.update::<true>(p[i].up(), g[i].up(), b[i].up());
+                p[i] = T::down(np);
+                b[i] = T::down(nb);
+            }
+        } else {
+            let zero = <T::C as num_traits::Zero>::zero();
+            for i in 0..n {
+                p[i] = T::down(k.update::<false>(p[i].up(), g[i].up(), zero).0);
+            }
+        }
+    }
+}
+
+/// SGD's per-element constants, in the compute type.
+#[derive(Copy, Clone)]
+struct SgdK<C> {
+    sign: C,
+    wd: C,
+    l2: bool,
+    momentum: C,
+    one_minus_dampening: C,
+    nesterov: bool,
+    first: bool,
+    neg_lr: C,
+}
+
+impl<C: Float> SgdK<C> {
+    fn new(h: &SgdHyper) -> Self {
+        SgdK {
+            sign: c(if h.maximize { -1.0 } else { 1.0 }),
+            wd: c(h.weight_decay),
+            l2: h.weight_decay != 0.0,
+            momentum: c(h.momentum),
+            one_minus_dampening: c(1.0 - h.dampening),
+            nesterov: h.nesterov,
+            first: h.first,
+            neg_lr: c(-h.lr),
+        }
+    }
+
+    /// One element: returns `(p, buf)` (`buf` only meaningful with `MOM`).
+    #[inline(always)]
+    fn update<const MOM: bool>(&self, p: C, g: C, buf: C) -> (C, C) {
+        let g = g * self.sign;
+        let g = if self.l2 { g + self.wd * p } else { g };
+        if MOM {
+            // buf = clone(g) on the first step, else buf.mul_(momentum).add_(g, alpha=1 - dampening)
+            let b = if self.first {
+                g
+            } else {
+                buf * self.momentum + self.one_minus_dampening * g
+            };
+            let d = if self.nesterov {
+                g + self.momentum * b
+            } else {
+                b
+            };
+            (p + self.neg_lr * d, b)
+        } else {
+            (p + self.neg_lr * g, buf)
+        }
+    }
+}
+
+/// The fused SGD update (see [`crate::backend::optim::sgd_step`]).
+pub(crate) fn sgd(p: &Operand, g: &Operand, buf: Option<&Operand>, h: &SgdHyper) {
+    with_float_dtype!(p.dtype, T => {
+        // SAFETY: as for `adam`.
+        unsafe {
+            match buf {
+                Some(b) => sgd_t::<T, true>(p, g, b, h),
+                None => sgd_t::<T, false>(p, g, p, h),
+            }
+        }
+    }, _ => unreachable!("sgd on a non-float parameter"))
+}
+
+/// # Safety
+/// As for [`adam_t`]; without `MOM`, `b` is ignored.
+unsafe fn sgd_t<T: Flt, const MOM: bool>(p: &Operand, g: &Operand, b: &Operand, h: &SgdHyper) {
+    let k = SgdK::<T::C>::new(h);
+    let pp = SendPtr(ptr::<T>(p.storage));
+    let pg = SendPtr(ptr::<T>(g.storage));
+    let pb = SendPtr(ptr::<T>(b.storage));
+    let distinct = p.storage.id() != g.storage.id()
+        && (!MOM || (b.storage.id() != p.storage.id() && b.storage.id() != g.storage.id()));
+    let plan = Plan::new([&p.layout, &g.layout, &b.layout]);
+    plan.par_runs(|o, len, s| unsafe {
+        let (pp, pg, pb) = (pp.get().add(o[0]), pg.get().add(o[1]), pb.get().add(o[2]));
+        let dense = s[0] == 1 && s[1] == 1 && (!MOM || s[2] == 1);
+        if dense && distinct {
+            let bs: &mut [T] = if MOM {
+                std::slice::from_raw_parts_mut(pb, len)
+            } else {
+                &mut []
+            };
+            sgd_dense::<T, MOM>(
+                k,
+                std::slice::from_raw_parts_mut(pp, len),
+                std::slice::from_raw_parts(pg as *const T, len),
+                bs,
+            );
+        } else {
+            for i in 0..len {
+                let (a, gg, bb) = (pp.add(i * s[0]), pg.add(i * s[1]), pb.add(i * s[2]));
+                let bo = if MOM {
+                    bb.read().up()
+                } else {
+                    <T::C as num_traits::Zero>::zero()
+                };
+                let (np, nb) = k.update::<MOM>(a.read().up(), gg.read().up(), bo);
+                a.write(T::down(np));
+                if MOM {
+                    bb.write(T::down(nb));
+                }
+            }
+        }
+    });
+}
+
+/// `sum(x * x)` over a float tensor, accumulated in f64; the same result
+/// whatever the thread count (fixed chunks, summed in order).
+pub(crate) fn sum_squares(src: &Operand) -> f64 {
+    with_float_dtype!(src.dtype, T => {
+        // SAFETY: the dispatcher holds the read lock; the layout fits.
+        unsafe { sum_squares_t::<T>(src) }
+    }, _ => unreachable!("sum_squares on a non-float tensor"))
+}
+
+/// # Safety
+/// A CPU storage of dtype `T`, read-locked, with a layout that fits it.
+unsafe fn sum_squares_t<T: Flt>(src: &Operand) -> f64 {
+    const L: usize = 8;
+    let base = SendPtr(ptr::<T>(src.storage));
+    let plan = Plan::new([&src.layout]);
+    let n = plan.numel();
+    let part = |start: usize, end: usize| -> f64 {
+        let mut acc = [0.0f64; L];
+        plan.runs(start, end, &mut |o, len, s| unsafe {
+            let p = base.get().add(o[0]) as *const T;
+            if s[0] == 1 {
+                let xs = std::slice::from_raw_parts(p, len);
+                let mut blocks = xs.chunks_exact(L);
+                for b in &mut blocks {
+                    for j in 0..L {
+                        let x = b[j].to_f64();
+                        acc[j] += x * x;
+                    }
+                }
+                for (j, x) in blocks.remainder().iter().enumerate() {
+                    let x = x.to_f64();
+                    acc[j] += x * x;
+                }
+            } else {
+                for i in 0..len {
+                    let x = p.add(i * s[0]).read().to_f64();
+                    acc[i % L] += x * x;
+                }
+            }
+        });
+        acc.iter().sum()
+    };
+    let chunks = n.div_ceil(PAR_CHUNK);
+    let chunk = |c: usize| part(c * PAR_CHUNK, ((c + 1) * PAR_CHUNK).min(n));
+    let pool = if n < 2 * PAR_CHUNK {
+        None
+    } else {
+        kernel_pool()
+    };
+    match pool {
+        None => (0..chunks).map(chunk).sum(),
+        Some(pool) => {
+            use rayon::prelude::*;
+            let parts: Vec<f64> = pool.install(|| (0..chunks).into_par_iter().map(chunk).collect());
+            parts.iter().sum()
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Dispatch of the fused optimizer kernels: one pass per parameter that reads
+//! the parameter, its gradient and the optimizer's state once and writes the
+//! parameter and the state, and the sum of squares behind `clip_grad_norm_`.
+//!
+//! The parameter and the state are locked exclusively, the gradient shared.
+//! The CPU has kernels for all of them (`cpu::optim`).
+//!
+//! **CUDA** (not written yet; the CUDA arm returns `DeviceUnavailable`): the
+//! kernels it needs are the per-element updates of `cpu::optim`, one thread
+//! per element (or a grid-stride loop), with the hyper-parameters of
+//! [`AdamHyper`] / [`SgdHyper`] passed by value (bias corrections already
+//! folded in on the host), operands given by base pointer + offset + shape +
+//! strides (the gradient may be strided or expanded; parameter and state are
+//! usually dense, so a dense fast path pays), f16/bf16 computed in f32; and a
+//! sum-of-squares reduction into an f64 read back by the host (or kept on the
+//! device with the clip coefficient computed there, as PyTorch does).
+
+use super::{cpu, device_of, Operand};
+use crate::error::{Error, Result};
+use crate::storage::lock;
+use crate::Device;
+
+/// Everything one Adam/AdamW update of one parameter needs (PyTorch's
+/// `_single_tensor_adam`), with the step's bias corrections worked out.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct AdamHyper {
+    /// Learning rate.
+    pub lr: f64,
+    /// Decay of the first moment.
+    pub beta1: f64,
+    /// Decay of the second moment.
+    pub beta2: f64,
+    /// Added to the denominator.
+    pub eps: f64,
+    /// L2 penalty (Adam) or decoupled decay (AdamW).
+    pub weight_decay: f64,
+    /// `p *= 1 - lr * weight_decay` instead of `g += weight_decay * p`.
+    pub decoupled: bool,
+    /// Ascend instead of descend (`g = -grad`).
+    pub maximize: bool,
+    /// `1 - beta1^t`.
+    pub bias_correction1: f64,
+    /// `1 - beta2^t`.
+    pub bias_correction2: f64,
+}
+
+/// Everything one SGD update of one parameter needs (PyTorch's
+/// `_single_tensor_sgd`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SgdHyper {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor (a momentum buffer is passed when it is not 0).
+    pub momentum: f64,
+    /// Dampening of the gradient added to the buffer.
+    pub dampening: f64,
+    /// L2 penalty.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+    /// Ascend instead of descend (`g = -grad`).
+    pub maximize: bool,
+    /// The buffer's first step: `buf = g` rather than the momentum update.
+    pub first: bool,
+}
+
+fn no_kernel(op: &'static str, device: Device) -> Error {
+    Error::DeviceUnavailable {
+        op,
+        device,
+        reason: if cfg!(feature = "cuda") {
+            "no CUDA kernel for the fused optimizer update yet".into()
+        } else {
+            "tensorscope was built without the `cuda` feature".into()
+        },
+    }
+}
+
+/// One fused Adam/AdamW update: `p`, `m`, `v` (and `vmax` with amsgrad)
+/// written, `g` read, all of one shape and dtype (the optimizer checks).
+pub(crate) fn adam_step(
+    op: &'static str,
+    p: &Operand,
+    g: &Operand,
+    m: &Operand,
+    v: &Operand,
+    vmax: Option<&Operand>,
+    h: &AdamHyper,
+) -> Result<()> {
+    let d = device_of(op, &[p, g, m, v])?;
+    let _l = match vmax {
+        Some(x) => {
+            device_of(op, &[p, x])?;
+            lock(&[g.storage], &[p.storage, m.storage, v.storage, x.storage])
+        }
+        None => lock(&[g.storage], &[p.storage, m.storage, v.storage]),
+    };
+    match d {
+        Device::Cpu => {
+            cpu::optim::adam(p, g, m, v, vmax, h);
+            Ok(())
+        }
+        d => Err(no_kernel(op, d)),
+    }
+}
+
+/// One fused SGD update: `p` (and the momentum buffer `buf`) written, `g`
+/// read, all of one shape and dtype.
+pub(crate) fn sgd_step(
+    op: &'static str,
+    p: &Operand,
+    g: &Operand,
+    buf: Option<&Operand>,
+    h: &SgdHyper,
+) -> Result<()> {
+    let d = device_of(op, &[p, g])?;
+    let _l = match buf {
+        Some(b) => {
+            device_of(op, &[p, b])?;
+            lock(&[g.storage], &[p.storage, b.storage])
+        }
+        None => lock(&[g.storage], &[p.storage]),
+    };
+    match d {
+        Device::Cpu => {
+            cpu::optim::sgd(p, g, buf, h);
+            Ok(())
+        }
+        d => Err(no_kernel(op, d)),
+    }
+}
+
+/// The sum of the squares of a float tensor's elements, accumulated in f64.
+pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
+    let _l = lock(&[src.storage], &[]);
+    match src.storage.device() {
+        Device::Cpu => Ok(cpu::optim::sum_squares(src)),
+        d => Err(no_kernel(op, d)),
+    }
+}

@@ -958,3 +958,40 @@ fn relu_backward_matches_a_reference() {
         assert_eq!(d, if v > 0.0 { 2.0 } else { 0.0 }, "element {i}");
     }
 }
+
+#[test]
+fn out_forms_and_in_place_writes_refuse_inputs_that_require_grad() {
+    let _l = lock();
+    let x = leaf(&[2, 3], 80);
+    let plain = Tensor::ones(&[2, 3], DType::F64, CPU).unwrap();
+    let mut out = Tensor::zeros(&[2, 3], DType::F64, CPU).unwrap();
+    let is_autograd = |e: &Error, op: &str| {
+        assert!(matches!(e, Error::Autograd { .. }), "{e}");
+        assert!(e.to_string().contains(op), "{e} does not name {op}");
+    };
+    // out= forms: the gradient of x would be lost without a word.
+    is_autograd(&x.add_out(&plain, &mut out).unwrap_err(), "add");
+    is_autograd(&plain.mul_out(&x, &mut out).unwrap_err(), "mul");
+    let w = leaf(&[3, 3], 81);
+    is_autograd(&plain.matmul_out(&w, &mut out).unwrap_err(), "matmul");
+    // In-place writes into a plain tensor from a source that requires grad.
+    let mut p = Tensor::zeros(&[2, 3], DType::F64, CPU).unwrap();
+    is_autograd(&p.add_(&x).unwrap_err(), "add");
+    is_autograd(&p.copy_(&x).unwrap_err(), "copy_");
+    // Nothing was written by the refused calls.
+    assert_eq!(out.to_vec::<f64>().unwrap(), vec![0.0; 6]);
+    assert_eq!(p.to_vec::<f64>().unwrap(), vec![0.0; 6]);
+    // Under no_grad the same calls run (the optimizer's way).
+    no_grad(|| -> tensorscope::Result<()> {
+        x.add_out(&plain, &mut out)?;
+        p.copy_(&x)?;
+        p.add_(&x)?;
+        Ok(())
+    })
+    .unwrap();
+    let xv = x.to_vec::<f64>().unwrap();
+    let want: Vec<f64> = xv.iter().map(|v| v + 1.0).collect();
+    assert_eq!(out.to_vec::<f64>().unwrap(), want);
+    let twice: Vec<f64> = xv.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(p.to_vec::<f64>().unwrap(), twice);
+}

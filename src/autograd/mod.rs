@@ -151,6 +151,29 @@ pub(crate) fn needs_grad(inputs: &[&Tensor]) -> bool {
     is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
 }
 
+/// Refuses, in grad mode, an op whose result autograd does not record (an
+/// `out=` form, or an in-place write) when one of `inputs` requires grad:
+/// the gradient would be lost without a word. PyTorch refuses `out=` with
+/// such inputs too; the out-of-place forms record the gradient.
+pub(crate) fn check_unrecorded_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
+    if !is_grad_enabled() {
+        return Ok(());
+    }
+    if let Some(t) = inputs.iter().find(|t| t.requires_grad()) {
+        bail!(Error::Autograd {
+            op,
+            msg: format!(
+                "an input ({} {:?}) requires grad, and writes into an existing tensor (out= forms, in-place ops) \
+                 are not recorded by tensorscope's autograd; use the out-of-place form (it records the gradient), \
+                 or write under no_grad",
+                t.dtype(),
+                t.shape()
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn edge_of(t: &Tensor) -> Option<Edge> {
     let m = t.inner.autograd.as_ref()?;
     match &m.grad_fn {

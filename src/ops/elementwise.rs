@@ -207,6 +207,7 @@ impl Tensor {
     /// shape and a dtype the result casts to. Allocates nothing when the
     /// operands already have the compute dtype.
     fn binary_into(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        crate::autograd::check_unrecorded_inputs(op.name(), &[self, other])?;
         self.same_device(op.name(), other)?;
         self.same_device(op.name(), out)?;
         let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
@@ -387,6 +388,7 @@ impl Tensor {
     /// and may have another dtype (converted) or live on another device.
     pub fn copy_(&mut self, src: &Tensor) -> Result<&mut Tensor> {
         self.check_writable("copy_")?;
+        crate::autograd::check_unrecorded_inputs("copy_", &[src])?;
         let shape = broadcast_shapes("copy_", self.shape(), src.shape())?;
         if shape.as_slice() != self.shape() {
             bail!(Error::shape(

@@ -49,23 +49,13 @@ fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
 }
 
 /// Refuses an in-place write whose source requires grad (in grad mode): the
-/// write would not be recorded, so the source's gradient would be silently
-/// lost. The out-of-place forms record it.
+/// write is not recorded, so the source's gradient would be silently lost.
+/// The out-of-place forms record it.
 fn check_src_grad(op: &'static str, src: Option<&Tensor>) -> Result<()> {
-    if let Some(src) = src {
-        if crate::autograd::is_grad_enabled() && src.requires_grad() {
-            bail!(Error::Autograd {
-                op,
-                msg: format!(
-                    "the source ({} {:?}) requires grad, and in-place writes are not recorded by tensorscope's autograd; \
-                     use the out-of-place form (it records the gradient of both inputs), or write under no_grad",
-                    src.dtype(),
-                    src.shape()
-                ),
-            });
-        }
+    match src {
+        Some(src) => crate::autograd::check_unrecorded_inputs(op, &[src]),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Fails unless `index` is a vector (rank 1) or a scalar.
@@ -148,17 +138,7 @@ impl Tensor {
     pub fn index_select_out(&self, dim: isize, index: &Tensor, out: &mut Tensor) -> Result<()> {
         let op = "index_select_out";
         let (d, shape) = self.index_select_check(op, dim, index)?;
-        if crate::autograd::needs_grad(&[self]) {
-            bail!(Error::Autograd {
-                op,
-                msg: format!(
-                    "the input ({} {:?}) requires grad and writes into `out` are not recorded; \
-                     use index_select, or call it under no_grad",
-                    self.dtype(),
-                    self.shape()
-                ),
-            });
-        }
+        crate::autograd::check_unrecorded_inputs(op, &[self])?;
         self.same_device(op, out)?;
         if out.shape() != shape.as_slice() {
             bail!(Error::shape(

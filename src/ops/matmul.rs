@@ -271,6 +271,7 @@ impl Tensor {
             ));
         }
         out.check_writable(op)?;
+        crate::autograd::check_unrecorded_inputs(op, &[self, other])?;
         if out.shares_storage(self) || out.shares_storage(other) {
             bail!(Error::InvalidInPlace {
                 op,

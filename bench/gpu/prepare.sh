@@ -124,6 +124,9 @@ fi
     printf 'meta\trustc\t%s\n' "$(rustc --version)"
     printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour; objcopy --strip-debug\n'
     printf 'meta\tarchive\t%s\n' "$ARCHIVE"
+    # The newest glibc symbol version any executable needs (the GPU machine's
+    # glibc must be at least this: run.sh compares).
+    printf 'meta\tglibc_needed\t%s\n' "$(while IFS=$'\t' read -r _ path; do objdump -T "$path"; done <<<"$list" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | sed 's/GLIBC_//')"
     printf 'meta\tmanifest_dir\t%s\n' "$ROOT"
     printf 'meta\tleft_out\t%s\n' "$left_out"
     while IFS=$'\t' read -r name path; do

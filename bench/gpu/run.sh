@@ -127,10 +127,17 @@ BENCH="" TOUR="" MDIR="" ARCHIVE=""
 MANIFEST=$ROOT/$CARRY/manifest.txt
 if [ ! -f "$MANIFEST" ]; then
     env_status=fail
-    env_note="no $CARRY/manifest.txt: run bench/gpu/prepare.sh where cargo is, and carry $CARRY"
+    env_note="no $CARRY/manifest.txt: run bench/gpu/prepare.sh where cargo is, in the checkout the device tool sends, and carry $CARRY"
 else
     ARCHIVE=$(awk -F'\t' '$1 == "meta" && $2 == "archive" {print $3}' "$MANIFEST")
     MDIR=$(awk -F'\t' '$1 == "meta" && $2 == "manifest_dir" {print $3}' "$MANIFEST")
+    need=$(awk -F'\t' '$1 == "meta" && $2 == "glibc_needed" {print $3}' "$MANIFEST")
+    have=$(ldd --version 2>/dev/null | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+    echo "== glibc: the executables need ${need:-?}, this machine has ${have:-?}" >>"$OUT/env.log"
+    if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+        env_status=fail
+        env_note="$env_note glibc $have is older than the $need the executables need;"
+    fi
     if command -v xz >/dev/null; then
         xz -dc "$ROOT/$CARRY/$ARCHIVE" | tar xf - -C "$BIN"
     else # python3's lzma needs no xz binary

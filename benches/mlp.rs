@@ -9,8 +9,12 @@
 
 use std::time::Instant;
 use tensorscope::nn::{cross_entropy, Linear, Module, ReLU, Sequential};
-use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::optim::{Adam, AdamConfig};
 use tensorscope::{autograd, memory, DType, Device, Tensor};
+
+#[path = "common/mlp_model.rs"]
+mod mlp_model;
+use mlp_model::{adam_step, batch, mlp};
 
 const DEV: Device = Device::Cpu;
 
@@ -34,21 +38,10 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-fn mlp() -> tensorscope::Result<Sequential> {
-    let mut net = Sequential::new();
-    net.add(Linear::new(784, 1024)?)
-        .add(ReLU)
-        .add(Linear::new(1024, 1024)?)
-        .add(ReLU)
-        .add(Linear::new(1024, 10)?);
-    Ok(net)
-}
-
 fn main() -> tensorscope::Result<()> {
     tensorscope::manual_seed(0);
     let mut net = mlp()?;
-    let x = Tensor::randn(&[128, 784], DType::F32, DEV)?;
-    let y = Tensor::from_vec((0..128).map(|i| (i % 10) as i64).collect(), &[128], DEV)?;
+    let (x, y) = batch(DEV)?;
 
     let fb = time(30, || {
         net.zero_grad();
@@ -58,21 +51,11 @@ fn main() -> tensorscope::Result<()> {
     println!("mlp_forward_backward {:.3} ms", fb * 1e3);
 
     let mut opt = Adam::new(AdamConfig::default())?;
-    let step = time(30, || {
-        opt.zero_grad(&net);
-        let loss = cross_entropy(&net.forward(&x).unwrap(), &y).unwrap();
-        loss.backward().unwrap();
-        opt.step(&mut net).unwrap();
-    });
+    let step = time(30, || adam_step(&mut net, &mut opt, &x, &y).unwrap());
     println!("mlp_adam_step {:.3} ms", step * 1e3);
     memory::reset_peak_memory_stats(DEV);
     let base = memory::memory_allocated(DEV);
-    {
-        opt.zero_grad(&net);
-        let loss = cross_entropy(&net.forward(&x)?, &y)?;
-        loss.backward()?;
-        opt.step(&mut net)?;
-    }
+    adam_step(&mut net, &mut opt, &x, &y)?;
     println!(
         "mlp_adam_step_peak_above_model {:.3} MiB",
         (memory::max_memory_allocated(DEV) - base) as f64 / 1048576.0

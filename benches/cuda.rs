@@ -1,0 +1,320 @@
+//! Issue 6 benchmarks on CUDA device 0, side by side with
+//! `bench/torch_cuda.py` (the same workloads in PyTorch on the same device):
+//!
+//! * elementwise add of two 256M f32 tensors into a preallocated output
+//!   (GB/s counting 3 × 1 GiB moved), next to a device-to-device copy of
+//!   the same 1 GiB (`copy_`, GB/s counting 2 × 1 GiB) measured in the same
+//!   run: the target is add ≥ 0.85 × copy;
+//! * allocation + free served from the cache: `Tensor::empty(&[256], F32)`
+//!   + drop (ns per pair, host clock), and the caching allocator alone;
+//! * matmul 8192 × 8192 × 8192 in f32 (TF32 off) and bf16 (TFLOP/s);
+//! * one Adam training step of the MLP 784-1024-1024-10 at batch 128 (ms)
+//!   and its `max_memory_allocated` (bytes, peak reset before the step).
+//!
+//! GPU work is timed with CUDA events on the current stream after warm-up,
+//! one sample per call, and the median sample is the figure.
+//!
+//! Output: one `name value unit` line per figure (lines starting with `#`
+//! are information), parsed by `bench/gpu/summary.py`. Without a usable CUDA
+//! device it prints `skipped: no CUDA device (...)` and exits 0.
+//!
+//! `cargo bench --features cuda --bench cuda [-- --filter NAME]`; on a GPU
+//! machine without a toolchain, `bench/gpu/run.sh` runs the carried binary.
+
+use std::hint::black_box;
+use std::time::Instant;
+use tensorscope::backend::cuda::{self, Event};
+use tensorscope::nn::Module;
+use tensorscope::optim::{Adam, AdamConfig};
+use tensorscope::{memory, DType, Device, Tensor};
+
+#[path = "common/mlp_model.rs"]
+mod mlp_model;
+use mlp_model::{adam_step, batch, mlp};
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+const PAIRS: usize = 10_000;
+
+/// Where and how big: the real run on CUDA device 0, or `--smoke`, which runs
+/// every workload and check on the CPU at tiny sizes (each name prefixed
+/// `smoke_`) so the code is exercised on machines without a GPU.
+struct Cfg {
+    dev: Device,
+    /// Elements per add operand (256M: 1 GiB of f32).
+    n_add: usize,
+    /// Matmul side.
+    mm: usize,
+    /// Prefix of every output name.
+    pre: &'static str,
+}
+
+impl Cfg {
+    /// `n` repetitions, or at most 2 in a smoke run.
+    fn reps(&self, n: usize) -> usize {
+        if self.pre.is_empty() {
+            n
+        } else {
+            n.min(2)
+        }
+    }
+
+    fn sync(&self) -> R<()> {
+        if self.dev.is_cuda() {
+            cuda::synchronize(self.dev)?;
+        }
+        Ok(())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Median milliseconds of `f` on the GPU: `warmup` calls, then `reps`
+/// samples, each between two events recorded on the current stream. (On the
+/// CPU, for `--smoke`: the host clock.)
+fn gpu_ms(dev: Device, warmup: usize, reps: usize, mut f: impl FnMut() -> R<()>) -> R<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    if dev.is_cpu() {
+        return Ok(host_ns(reps, 1, f)? * 1e-6);
+    }
+    cuda::synchronize(dev)?;
+    let stream = cuda::current_stream(dev)?;
+    let (start, end) = (Event::new(dev, true)?, Event::new(dev, true)?);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        start.record(&stream)?;
+        f()?;
+        end.record(&stream)?;
+        end.synchronize()?;
+        samples.push(start.elapsed_ms(&end)? as f64);
+    }
+    Ok(median(samples))
+}
+
+/// Median nanoseconds per call of `f` on the host clock: batches of `batch`
+/// calls after one warm-up batch.
+fn host_ns(reps: usize, batch: usize, mut f: impl FnMut() -> R<()>) -> R<f64> {
+    for _ in 0..batch {
+        f()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..batch {
+            f()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() * 1e9 / batch as f64);
+    }
+    Ok(median(samples))
+}
+
+/// The first `n` elements of a flat tensor, as f64 on the host.
+fn head(t: &Tensor, n: usize) -> R<Vec<f64>> {
+    Ok(t.narrow(0, 0, n)?
+        .to_dtype(DType::F64)?
+        .to_device(Device::Cpu)?
+        .to_vec::<f64>()?)
+}
+
+fn add_and_copy(cfg: &Cfg) -> R<()> {
+    let (dev, n, pre) = (cfg.dev, cfg.n_add, cfg.pre);
+    let a = Tensor::rand(&[n], DType::F32, dev)?;
+    let b = Tensor::rand(&[n], DType::F32, dev)?;
+    let mut c = Tensor::empty(&[n], DType::F32, dev)?;
+    let add = gpu_ms(dev, cfg.reps(5), cfg.reps(30), || {
+        a.add_out(&b, &mut c)?;
+        Ok(())
+    })?;
+    let (ha, hb, hc) = (head(&a, 4096)?, head(&b, 4096)?, head(&c, 4096)?);
+    for i in 0..4096 {
+        let want = (ha[i] as f32 + hb[i] as f32) as f64;
+        if hc[i] != want {
+            return Err(format!("add_out: c[{i}] = {} but a + b = {want}", hc[i]).into());
+        }
+    }
+    let copy = gpu_ms(dev, cfg.reps(5), cfg.reps(30), || {
+        c.copy_(&a)?;
+        Ok(())
+    })?;
+    if head(&c, 4096)? != ha {
+        return Err("copy_ copied wrong values".into());
+    }
+    let bytes = (n * 4) as f64;
+    let add_gbs = 3.0 * bytes / (add * 1e-3) / 1e9;
+    let copy_gbs = 2.0 * bytes / (copy * 1e-3) / 1e9;
+    println!("{pre}add_256M_f32 {add_gbs:.1} GB/s");
+    println!("{pre}add_256M_f32_time {add:.4} ms");
+    println!("{pre}copy_d2d_256M_f32 {copy_gbs:.1} GB/s");
+    println!("{pre}copy_d2d_256M_f32_time {copy:.4} ms");
+    println!(
+        "{pre}add_over_copy_bandwidth {:.3} ratio",
+        add_gbs / copy_gbs
+    );
+    Ok(())
+}
+
+fn alloc_free(cfg: &Cfg) -> R<()> {
+    let (dev, pre) = (cfg.dev, cfg.pre);
+    let ns = host_ns(cfg.reps(50), PAIRS, || {
+        black_box(Tensor::empty(&[256], DType::F32, dev)?);
+        Ok(())
+    })?;
+    println!("{pre}alloc_free_cached {ns:.1} ns");
+    let raw = host_ns(cfg.reps(50), PAIRS, || {
+        memory::bench_alloc_free(dev, 1024)?;
+        Ok(())
+    })?;
+    println!("{pre}alloc_free_raw {raw:.1} ns");
+    Ok(())
+}
+
+fn matmul(cfg: &Cfg, dt: DType, name: &str, reps: usize) -> R<()> {
+    let (dev, mm, pre) = (cfg.dev, cfg.mm, cfg.pre);
+    let a = Tensor::randn(&[mm, mm], DType::F32, dev)?.to_dtype(dt)?;
+    let b = Tensor::randn(&[mm, mm], DType::F32, dev)?.to_dtype(dt)?;
+    let mut c = Tensor::empty(&[mm, mm], dt, dev)?;
+    let ms = gpu_ms(dev, cfg.reps(3), cfg.reps(reps), || {
+        a.matmul_out(&b, &mut c)?;
+        Ok(())
+    })?;
+    // One row of the result against a host dot product in f64 (the inputs
+    // are exact in f64; the tolerance covers accumulation order and, for
+    // bf16, the output's rounding).
+    let row = |t: &Tensor| -> R<Vec<f64>> { head(&t.select(0, 0)?, mm) };
+    let a0 = row(&a)?;
+    let c0 = row(&c)?;
+    let bt = b
+        .narrow(1, 0, 4)?
+        .to_dtype(DType::F64)?
+        .to_device(Device::Cpu)?;
+    let bt = bt.to_vec::<f64>()?; // [mm, 4] row-major
+    for j in 0..4 {
+        let want: f64 = (0..mm).map(|k| a0[k] * bt[k * 4 + j]).sum();
+        let tol = if dt == DType::F32 { 1e-3 } else { 0.25 };
+        if (c0[j] - want).abs() > tol * (1.0 + want.abs()) {
+            return Err(format!("{name}: c[0, {j}] = {} but the host says {want}", c0[j]).into());
+        }
+    }
+    let tflops = 2.0 * (mm as f64).powi(3) / (ms * 1e-3) / 1e12;
+    println!("{pre}{name} {tflops:.2} TFLOP/s");
+    println!("{pre}{name}_time {ms:.4} ms");
+    Ok(())
+}
+
+fn mlp_adam(cfg: &Cfg) -> R<()> {
+    let (dev, pre) = (cfg.dev, cfg.pre);
+    tensorscope::manual_seed(0);
+    let mut net = mlp()?;
+    net.to_device(dev)?;
+    let (x, y) = batch(dev)?;
+    let mut opt = Adam::new(AdamConfig::default())?;
+    let ms = gpu_ms(dev, cfg.reps(10), cfg.reps(50), || {
+        Ok(adam_step(&mut net, &mut opt, &x, &y)?)
+    })?;
+    println!("{pre}mlp_adam_step {ms:.4} ms");
+    cfg.sync()?;
+    memory::reset_peak_memory_stats(dev);
+    let start = memory::memory_allocated(dev);
+    adam_step(&mut net, &mut opt, &x, &y)?;
+    cfg.sync()?;
+    let peak = memory::max_memory_allocated(dev);
+    println!("{pre}mlp_adam_step_max_memory_allocated {peak} bytes");
+    println!("{pre}mlp_adam_step_memory_at_start {start} bytes");
+    println!("{pre}mlp_adam_step_peak_above_start {} bytes", peak - start);
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let filter = args
+        .iter()
+        .position(|a| a == "--filter")
+        .and_then(|i| args.get(i + 1).cloned());
+    let cfg = if args.iter().any(|a| a == "--smoke") {
+        println!("# smoke run: every workload and check on the CPU at tiny sizes (not a result)");
+        Cfg {
+            dev: Device::Cpu,
+            n_add: 1 << 16,
+            mm: 64,
+            pre: "smoke_",
+        }
+    } else if cuda::is_available() {
+        Cfg {
+            dev: Device::Cuda(0),
+            n_add: 256 << 20,
+            mm: 8192,
+            pre: "",
+        }
+    } else {
+        let lib = cuda::libraries();
+        let why = lib.error.unwrap_or_else(|| {
+            format!(
+                "driver {}, nvrtc {}, {} device(s)",
+                lib.driver, lib.nvrtc, lib.devices
+            )
+        });
+        println!("skipped: no CUDA device ({why})");
+        return;
+    };
+    if let Err(e) = run(&cfg, filter.as_deref()) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Runs every wanted workload; one that fails prints `error NAME: ...` and
+/// the others still run (a GPU session is short). `Err` if any failed.
+fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
+    let want = |n: &str| filter.is_none_or(|f| n.contains(f));
+    let dev = cfg.dev;
+    if dev.is_cuda() {
+        let (major, minor) = cuda::compute_capability(dev)?;
+        let lib = cuda::libraries();
+        println!(
+            "# device {} (sm_{major}{minor}), driver {:?}, nvrtc {:?}, tensorscope {}",
+            cuda::device_name(dev)?,
+            lib.driver_version,
+            lib.nvrtc_version,
+            env!("CARGO_PKG_VERSION")
+        );
+        cuda::set_allow_tf32(false);
+        println!("# allow_tf32 {}", cuda::allow_tf32());
+    }
+    let workloads: [(&str, &dyn Fn() -> R<()>); 5] = [
+        ("add", &|| add_and_copy(cfg)),
+        ("alloc", &|| alloc_free(cfg)),
+        ("matmul_f32", &|| {
+            matmul(cfg, DType::F32, "matmul_8192_f32", 10)
+        }),
+        ("matmul_bf16", &|| {
+            matmul(cfg, DType::BF16, "matmul_8192_bf16", 30)
+        }),
+        ("mlp", &|| mlp_adam(cfg)),
+    ];
+    let mut failed = Vec::new();
+    for (name, f) in workloads {
+        if !want(name) {
+            continue;
+        }
+        if let Err(e) = f() {
+            println!("error {name}: {e}");
+            failed.push(name);
+        }
+        memory::empty_cache(dev);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed: {}", failed.join(", ")).into())
+    }
+}

@@ -152,3 +152,27 @@ pub(crate) fn sgd_step(
 pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     err(op, ordinal(src))
 }
+pub(crate) fn layer_norm(
+    x: &Operand,
+    _gamma: Option<&Operand>,
+    _beta: Option<&Operand>,
+    _y: &Operand,
+    _mean: &Operand,
+    _rstd: &Operand,
+    _eps: f64,
+) -> Result<()> {
+    err("layer_norm", ordinal(x))
+}
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_norm_backward(
+    dy: &Operand,
+    _x: &Operand,
+    _gamma: Option<&Operand>,
+    _mean: &Operand,
+    _rstd: &Operand,
+    _dx: &Operand,
+    _dgamma: Option<&Operand>,
+    _dbeta: Option<&Operand>,
+) -> Result<()> {
+    err("layer_norm_backward", ordinal(dy))
+}

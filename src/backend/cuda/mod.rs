@@ -65,7 +65,9 @@ pub use stream::{current_stream, set_current_stream, with_stream, Stream, Stream
 pub(crate) use blas::batched_matmul as matmul;
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
-pub(crate) use nn::{dropout, dropout_backward, rand_normal, rand_uniform};
+pub(crate) use nn::{
+    dropout, dropout_backward, layer_norm, layer_norm_backward, rand_normal, rand_uniform,
+};
 pub(crate) use optim::{adam_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax};
 pub(crate) use stream::current_stream_id;

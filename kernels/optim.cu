@@ -11,7 +11,7 @@
 // f64), the scalars converted from the host's doubles to it as the CPU does
 // (`as`, round to nearest). Every operation is an explicitly rounded
 // intrinsic (__fmul_rn, __fadd_rn, ...), so NVRTC cannot contract a multiply
-// and an add into an FMA: the results are the CPU's to the bit.
+// and an add into an FMA: the results should be the CPU's to the bit.
 //
 // Geometry operands: adam 0 p, 1 grad, 2 m, 3 v, 4 vmax (v's layout again
 // when !k.ams, never touched then); sgd 0 p, 1 grad, 2 buf (p's layout when

@@ -12,7 +12,7 @@
 //! pointer + offset + shape + strides (the gradient may be strided or
 //! expanded; all-dense operands take a fast path), f16/bf16 computed in f32,
 //! every operation explicitly rounded in the CPU's order (no FMA), so both
-//! devices give the same bits; and a sum-of-squares reduction accumulated
+//! devices should give the same bits (not yet run on a GPU); and a sum-of-squares reduction accumulated
 //! in f64, one partial per block, summed and read back by the host.
 
 use super::{cpu, cuda, device_of, Operand};

@@ -3,8 +3,9 @@
 //! behind `clip_grad_norm_`.
 //!
 //! The updates follow `cpu::optim` operation for operation (explicitly
-//! rounded intrinsics, no FMA contraction), so CUDA and the CPU agree to
-//! the bit on the same inputs. The hyper-parameters travel by value in
+//! rounded intrinsics, no FMA contraction: the PTX has no `fma`), so CUDA
+//! and the CPU should agree to the bit on the same inputs (the tests only
+//! require agreement to rounding; not yet run on a GPU). The hyper-parameters travel by value in
 //! [`AdamK`] / [`SgdK`] (doubles, converted to the compute type in the
 //! kernel as the CPU converts them); operands by base pointer and a
 //! [`Geom`], so any layout works and the all-dense case takes the fast path.

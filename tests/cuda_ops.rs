@@ -1,5 +1,6 @@
-//! Reductions, arg-reductions, softmax, matmul and the index ops on the
-//! CPU and on CUDA device 0, the same bodies on both (`on_both!`,
+//! Reductions, arg-reductions, softmax, matmul, the index ops and the fused
+//! optimizer steps (Adam, AdamW, SGD, clip_grad_norm_) on the CPU and on
+//! CUDA device 0, the same bodies on both (`on_both!`,
 //! tests/common/devices.rs), over contiguous, permuted, stepped and
 //! expanded layouts, against naive f64 references and, on CUDA, against
 //! the CPU on the same layouts.
@@ -9,7 +10,9 @@ mod common;
 
 use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
 use common::{assert_close, read, ALL, FLOATS, NUMERIC};
-use tensorscope::{DType, Device, Error, Tensor};
+use tensorscope::nn::{LayerNorm, Module};
+use tensorscope::optim::{clip_grad_norm_, Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use tensorscope::{memory, DType, Device, Error, Result, Tensor};
 
 on_both!(
     reductions,
@@ -17,6 +20,9 @@ on_both!(
     softmax_family,
     matmul_ranks,
     index_ops,
+    optimizer_steps,
+    clip_grad_norm_on_device,
+    layer_norm_forward_backward,
 );
 
 // ------------------------------------------- reductions and softmax ---
@@ -975,4 +981,490 @@ fn index_ops(dev: Device) {
         ),
         "{e:?}"
     );
+}
+
+// ------------------------------------------------------- optimizers ---
+
+/// A module that is just its parameters.
+struct Params(Vec<(String, Tensor)>);
+
+impl Module for Params {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.alias())
+    }
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        self.0.iter().map(|(n, t)| (n.clone(), t)).collect()
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        self.0.iter_mut().map(|(n, t)| (n.clone(), t)).collect()
+    }
+}
+
+/// How a `[r, c]` parameter or gradient is laid out on the device.
+#[derive(Clone, Copy, Debug)]
+enum Lay {
+    Contiguous,
+    /// The transpose of a contiguous `[c, r]` tensor.
+    Transposed,
+    /// Every other column of a contiguous `[r, 2c]` tensor.
+    Stepped,
+    /// One row broadcast over the rows (stride 0; gradients only).
+    Expanded,
+}
+
+/// The row-major values `v` of shape `[r, c]` in layout `lay` on `dev`
+/// (for `Expanded`, the first row of `v` repeated).
+fn laid_out(v: &[f64], r: usize, c: usize, dt: DType, dev: Device, lay: Lay) -> Tensor {
+    match lay {
+        Lay::Contiguous => tensor(v, &[r, c], dt, dev),
+        Lay::Transposed => {
+            let vt: Vec<f64> = (0..r * c).map(|i| v[(i % r) * c + i / r]).collect();
+            tensor(&vt, &[c, r], dt, dev).t().unwrap()
+        }
+        Lay::Stepped => {
+            let wide: Vec<f64> = (0..r * 2 * c)
+                .map(|i| if i % 2 == 0 { v[i / 2] } else { 99.0 })
+                .collect();
+            tensor(&wide, &[r, 2 * c], dt, dev)
+                .slice(1, 0, 2 * c, 2)
+                .unwrap()
+        }
+        Lay::Expanded => tensor(&v[..c], &[1, c], dt, dev)
+            .expand(&[r as isize, c as isize])
+            .unwrap(),
+    }
+}
+
+/// `x` rounded to `dt`, as the optimizers store their state.
+fn round_to(dt: DType, x: f64) -> f64 {
+    cast_ref(x, dt)
+}
+
+/// One naive f64 update of PyTorch's `_single_tensor_*` equations, the
+/// state rounded to the parameter's dtype: (parameter, gradient, state,
+/// step number).
+type RefStep = dyn Fn(&mut [f64], &[f64], &mut [Vec<f64>], usize);
+
+fn ref_adam(c: AdamConfig, decoupled: bool, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, t| {
+        let (b1, b2) = c.betas;
+        let r = |x: f64| round_to(dt, x);
+        for i in 0..p.len() {
+            let mut gi = if c.maximize { -g[i] } else { g[i] };
+            if decoupled {
+                p[i] *= 1.0 - c.lr * c.weight_decay;
+            } else {
+                gi += c.weight_decay * p[i];
+            }
+            let m = b1 * st[0][i] + (1.0 - b1) * gi;
+            let v = b2 * st[1][i] + (1.0 - b2) * gi * gi;
+            let vhat = if c.amsgrad {
+                let vm = st[2][i].max(v);
+                st[2][i] = r(vm);
+                vm
+            } else {
+                v
+            };
+            let bc1 = 1.0 - b1.powi(t as i32);
+            let bc2 = 1.0 - b2.powi(t as i32);
+            p[i] = r(p[i] - c.lr / bc1 * m / (vhat.sqrt() / bc2.sqrt() + c.eps));
+            st[0][i] = r(m);
+            st[1][i] = r(v);
+        }
+    })
+}
+
+fn ref_sgd(c: SgdConfig, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, t| {
+        for i in 0..p.len() {
+            let mut d = if c.maximize { -g[i] } else { g[i] };
+            d += c.weight_decay * p[i];
+            if c.momentum != 0.0 {
+                let b = if t == 1 {
+                    d
+                } else {
+                    c.momentum * st[0][i] + (1.0 - c.dampening) * d
+                };
+                d = if c.nesterov { d + c.momentum * b } else { b };
+                st[0][i] = round_to(dt, b);
+            }
+            p[i] = round_to(dt, p[i] - c.lr * d);
+        }
+    })
+}
+
+/// A label, a maker of a fresh optimizer, and its reference.
+type Case = (String, Box<dyn Fn() -> Box<dyn Optimizer>>, Box<RefStep>);
+
+/// The optimizers the device test runs, with their references.
+fn optimizer_cases(dt: DType) -> Vec<Case> {
+    let adams = [
+        AdamConfig {
+            lr: 0.01,
+            ..Default::default()
+        },
+        AdamConfig {
+            lr: 0.02,
+            betas: (0.8, 0.99),
+            eps: 1e-6,
+            weight_decay: 0.1,
+            ..Default::default()
+        },
+        // 1 - beta1 >= 0.5 (ATen's other lerp form), amsgrad, maximize
+        AdamConfig {
+            lr: 0.03,
+            betas: (0.3, 0.95),
+            eps: 1e-4,
+            weight_decay: 0.2,
+            amsgrad: true,
+            maximize: true,
+        },
+    ];
+    let sgds = [
+        SgdConfig {
+            lr: 0.1,
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.3,
+            weight_decay: 0.02,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.8,
+            nesterov: true,
+            weight_decay: 0.05,
+            maximize: true,
+            ..Default::default()
+        },
+    ];
+    let mut v: Vec<Case> = Vec::new();
+    for c in adams {
+        v.push((
+            format!("Adam {c:?}"),
+            Box::new(move || Box::new(Adam::new(c).unwrap())),
+            ref_adam(c, false, dt),
+        ));
+        v.push((
+            format!("AdamW {c:?}"),
+            Box::new(move || Box::new(AdamW::new(c).unwrap())),
+            ref_adam(c, true, dt),
+        ));
+    }
+    for c in sgds {
+        v.push((
+            format!("Sgd {c:?}"),
+            Box::new(move || Box::new(Sgd::new(c).unwrap())),
+            ref_sgd(c, dt),
+        ));
+    }
+    v
+}
+
+/// The parameters of the optimizer test: `[5, 7]` contiguous, transposed
+/// and stepped, and a `[1, 300]` row.
+const PARAMS: [(usize, usize, Lay); 4] = [
+    (5, 7, Lay::Contiguous),
+    (5, 7, Lay::Transposed),
+    (5, 7, Lay::Stepped),
+    (1, 300, Lay::Contiguous),
+];
+
+/// Gradient values of step `t` for parameter `k` (larger on the first step,
+/// so that amsgrad's running maximum differs from `v` later).
+fn grad_vals(n: usize, t: usize, k: usize) -> Vec<f64> {
+    let scale = if t == 1 { 3.0 } else { 0.5 + 0.25 * t as f64 };
+    (0..n)
+        .map(|i| ((i * 37 + t * 101 + k * 13) as f64 * 0.7).sin() * scale)
+        .collect()
+}
+
+/// Four steps of `opt` on [`PARAMS`] on `dev` with gradients in layout
+/// `gl`; returns each parameter's values after each step.
+fn run_steps(dev: Device, dt: DType, gl: Lay, opt: &mut dyn Optimizer) -> Vec<Vec<Vec<f64>>> {
+    let mut model = Params(
+        PARAMS
+            .iter()
+            .enumerate()
+            .map(|(k, &(r, c, lay))| {
+                let v: Vec<f64> = (0..r * c)
+                    .map(|i| ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0)
+                    .collect();
+                let p = laid_out(&v, r, c, dt, dev, lay)
+                    .requires_grad_(true)
+                    .unwrap();
+                (format!("p{k}"), p)
+            })
+            .collect(),
+    );
+    let mut out = Vec::new();
+    for t in 1..=4 {
+        for (k, (&(r, c, _), (_, p))) in PARAMS.iter().zip(&model.0).enumerate() {
+            let g = laid_out(&grad_vals(r * c, t, k), r, c, dt, dev, gl);
+            p.set_grad(Some(g)).unwrap();
+        }
+        opt.step(&mut model).unwrap();
+        out.push(model.0.iter().map(|(_, p)| read(p)).collect());
+    }
+    out
+}
+
+/// Adam, AdamW and SGD (several option sets each) for four steps on
+/// contiguous, transposed and stepped parameters with contiguous,
+/// transposed and expanded gradients, in every float dtype: against the
+/// naive f64 reference, and on CUDA against the CPU's fused kernels.
+fn optimizer_steps(dev: Device) {
+    for dt in FLOATS {
+        let tl = tol(dt);
+        for (label, make_opt, reference) in optimizer_cases(dt) {
+            for gl in [Lay::Contiguous, Lay::Transposed, Lay::Expanded] {
+                let mut opt = make_opt();
+                let got = run_steps(dev, dt, gl, &mut *opt);
+                // The reference, on the values as stored in `dt`.
+                let mut want: Vec<Vec<f64>> = PARAMS
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(r, c, _))| {
+                        (0..r * c)
+                            .map(|i| round_to(dt, ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0))
+                            .collect()
+                    })
+                    .collect();
+                let mut states: Vec<Vec<Vec<f64>>> = PARAMS
+                    .iter()
+                    .map(|&(r, c, _)| vec![vec![0.0; r * c]; 3])
+                    .collect();
+                for (t, got_t) in got.iter().enumerate() {
+                    for (k, &(r, c, _)) in PARAMS.iter().enumerate() {
+                        let mut gv: Vec<f64> = grad_vals(r * c, t + 1, k);
+                        if matches!(gl, Lay::Expanded) {
+                            gv = (0..r * c).map(|i| gv[i % c]).collect();
+                        }
+                        let gv: Vec<f64> = gv.iter().map(|&x| round_to(dt, x)).collect();
+                        reference(&mut want[k], &gv, &mut states[k], t + 1);
+                        assert_close(
+                            &got_t[k],
+                            &want[k],
+                            tl,
+                            &format!("{label} {dt} grads {gl:?} step {} param {k}", t + 1),
+                        );
+                    }
+                }
+                if dev.is_cuda() {
+                    let mut cpu_opt = make_opt();
+                    let cpu = run_steps(Device::Cpu, dt, gl, &mut *cpu_opt);
+                    for (t, (g, c)) in got.iter().zip(&cpu).enumerate() {
+                        for (k, (g, c)) in g.iter().zip(c).enumerate() {
+                            assert_close(
+                                g,
+                                c,
+                                tl,
+                                &format!(
+                                    "{label} {dt} grads {gl:?} step {} param {k} (CUDA vs CPU)",
+                                    t + 1
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// clip_grad_norm_ on gradients of several layouts and one large enough
+/// for many blocks: the norm against the f64 reference (and the CPU's on
+/// CUDA), the clipped gradients, no allocation from the device's
+/// allocator, and an expanded gradient refused.
+fn clip_grad_norm_on_device(dev: Device) {
+    for dt in FLOATS {
+        let shapes: [(usize, usize, Lay); 4] = [
+            (5, 7, Lay::Contiguous),
+            (5, 7, Lay::Transposed),
+            (5, 7, Lay::Stepped),
+            (300, 700, Lay::Transposed),
+        ];
+        let make_model = |dev: Device| {
+            Params(
+                shapes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(r, c, lay))| {
+                        let p = Tensor::zeros(&[r, c], dt, dev)
+                            .unwrap()
+                            .requires_grad_(true)
+                            .unwrap();
+                        let g = laid_out(&grad_vals(r * c, 2, k), r, c, dt, dev, lay);
+                        p.set_grad(Some(g)).unwrap();
+                        (format!("p{k}"), p)
+                    })
+                    .collect(),
+            )
+        };
+        let model = make_model(dev);
+        let gv: Vec<Vec<f64>> = model
+            .parameters()
+            .iter()
+            .map(|p| read(&p.grad().unwrap()))
+            .collect();
+        let norm: f64 = gv.iter().flatten().map(|v| v * v).sum::<f64>().sqrt();
+        let stats = || {
+            let s = memory::memory_stats(dev);
+            (s.allocation.all.allocated, s.allocated_bytes.all.allocated)
+        };
+        let before = stats();
+        let n = clip_grad_norm_(&model, norm * 2.0).unwrap();
+        assert_eq!(stats(), before, "{dt}: clip_grad_norm_ allocated");
+        assert!((n - norm).abs() <= 1e-12 * norm, "{dt}: {n} vs {norm}");
+        for (p, want) in model.parameters().iter().zip(&gv) {
+            assert_eq!(&read(&p.grad().unwrap()), want, "{dt}: not clipped");
+        }
+        let before = stats();
+        let n = clip_grad_norm_(&model, norm / 4.0).unwrap();
+        assert_eq!(stats(), before, "{dt}: clip_grad_norm_ allocated");
+        assert!((n - norm).abs() <= 1e-12 * norm, "{dt}: {n} vs {norm}");
+        let coef = 0.25 * norm / (norm + 1e-6);
+        for (k, (p, want)) in model.parameters().iter().zip(&gv).enumerate() {
+            let w: Vec<f64> = want.iter().map(|v| round_to(dt, v * coef)).collect();
+            assert_close(
+                &read(&p.grad().unwrap()),
+                &w,
+                tol(dt),
+                &format!("{dt} clipped {k}"),
+            );
+        }
+        if dev.is_cuda() {
+            let cpu = clip_grad_norm_(&make_model(Device::Cpu), norm * 2.0).unwrap();
+            assert!(
+                (n - cpu).abs() <= 1e-12 * cpu,
+                "{dt}: CUDA {n} vs CPU {cpu}"
+            );
+        }
+        // An expanded gradient: an Err naming the op, nothing scaled.
+        let p = Tensor::zeros(&[5, 7], dt, dev)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        p.set_grad(Some(laid_out(
+            &grad_vals(35, 1, 0),
+            5,
+            7,
+            dt,
+            dev,
+            Lay::Expanded,
+        )))
+        .unwrap();
+        let bad = Params(vec![("p".into(), p)]);
+        let before = read(&bad.0[0].1.grad().unwrap());
+        let e = clip_grad_norm_(&bad, 1e-3).unwrap_err();
+        assert!(e.to_string().contains("clip_grad_norm_"), "{dt}: {e}");
+        assert_eq!(
+            read(&bad.0[0].1.grad().unwrap()),
+            before,
+            "{dt}: nothing scaled"
+        );
+    }
+}
+
+// -------------------------------------------------------- layer norm ---
+
+/// LayerNorm over `[3, 4]` of a permuted (non-contiguous) `[2, 5, 3, 4]`
+/// input with non-trivial weight and bias (the fused kernels on CUDA, the
+/// composite ops on the CPU): the output against a naive f64 reference in
+/// every float dtype, and for f32/f64 the gradients of `sum(y * r)` with
+/// respect to the input, the weight and the bias; on CUDA also against the
+/// CPU.
+fn layer_norm_forward_backward(dev: Device) {
+    const COLS: usize = 12;
+    let eps = 1e-5;
+    let run = |dt: DType, dev: Device| {
+        let mut ln = LayerNorm::with_options(&[3, 4], eps, dt, dev).unwrap();
+        let wv: Vec<f64> = (0..COLS).map(|j| 0.5 + 0.125 * j as f64).collect();
+        let bv: Vec<f64> = (0..COLS).map(|j| 0.25 * j as f64 - 1.0).collect();
+        ln.weight = tensor(&wv, &[3, 4], dt, dev).requires_grad_(true).unwrap();
+        ln.bias = tensor(&bv, &[3, 4], dt, dev).requires_grad_(true).unwrap();
+        // [4, 3, 5, 2] values, permuted to [2, 5, 3, 4]
+        let xv: Vec<f64> = sample(120, dt, 21);
+        let x = tensor(&xv, &[4, 3, 5, 2], dt, dev)
+            .permute(&[3, 2, 1, 0])
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let rv: Vec<f64> = sample(120, dt, 22);
+        let r = tensor(&rv, &[2, 5, 3, 4], dt, dev);
+        let y = ln.forward(&x).unwrap();
+        y.mul(&r)
+            .unwrap()
+            .sum(&[], false)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let grads = [
+            read(&x.grad().unwrap()),
+            read(&ln.weight.grad().unwrap()),
+            read(&ln.bias.grad().unwrap()),
+        ];
+        (read(&x), wv, bv, read(&r), read(&y), grads)
+    };
+    for dt in FLOATS {
+        let (xv, wv, bv, rv, got_y, got_g) = run(dt, dev);
+        // The reference on the stored values.
+        let (wv, bv): (Vec<f64>, Vec<f64>) = (
+            wv.iter().map(|&v| cast_ref(v, dt)).collect(),
+            bv.iter().map(|&v| cast_ref(v, dt)).collect(),
+        );
+        let (mut y, mut dx) = (vec![0.0; 120], vec![0.0; 120]);
+        let (mut dw, mut db) = (vec![0.0; COLS], vec![0.0; COLS]);
+        for row in 0..10 {
+            let xs = &xv[row * COLS..(row + 1) * COLS];
+            let mu = xs.iter().sum::<f64>() / COLS as f64;
+            let var = xs.iter().map(|a| (a - mu) * (a - mu)).sum::<f64>() / COLS as f64;
+            let rs = 1.0 / (var + eps).sqrt();
+            let xh: Vec<f64> = xs.iter().map(|a| (a - mu) * rs).collect();
+            let dy = &rv[row * COLS..(row + 1) * COLS];
+            let gw: Vec<f64> = (0..COLS).map(|j| dy[j] * wv[j]).collect();
+            let m1 = gw.iter().sum::<f64>() / COLS as f64;
+            let m2 = (0..COLS).map(|j| gw[j] * xh[j]).sum::<f64>() / COLS as f64;
+            for j in 0..COLS {
+                y[row * COLS + j] = xh[j] * wv[j] + bv[j];
+                dx[row * COLS + j] = rs * (gw[j] - m1 - xh[j] * m2);
+                dw[j] += dy[j] * xh[j];
+                db[j] += dy[j];
+            }
+        }
+        let tl = match dt {
+            DType::F64 => 1e-10,
+            DType::F32 => 1e-4,
+            DType::F16 => 2e-2,
+            _ => 1e-1,
+        };
+        assert_close(&got_y, &y, tl, &format!("{dt} layer_norm y"));
+        if matches!(dt, DType::F32 | DType::F64) {
+            for (what, got, want) in [
+                ("dx", &got_g[0], &dx),
+                ("dweight", &got_g[1], &dw),
+                ("dbias", &got_g[2], &db),
+            ] {
+                assert_close(got, want, tl, &format!("{dt} layer_norm {what}"));
+            }
+        }
+        if dev.is_cuda() {
+            let (_, _, _, _, cpu_y, cpu_g) = run(dt, Device::Cpu);
+            assert_close(
+                &got_y,
+                &cpu_y,
+                tl,
+                &format!("{dt} layer_norm y (CUDA vs CPU)"),
+            );
+            if matches!(dt, DType::F32 | DType::F64) {
+                for (k, (g, c)) in got_g.iter().zip(&cpu_g).enumerate() {
+                    assert_close(g, c, tl, &format!("{dt} layer_norm grad {k} (CUDA vs CPU)"));
+                }
+            }
+        }
+    }
 }

@@ -129,3 +129,50 @@ pub(crate) fn dropout(
 pub(crate) fn dropout_backward(dy: &Operand, _m: &Operand, _dx: &Operand, _p: f64) -> Result<()> {
     err("dropout_backward", ordinal(dy))
 }
+pub(crate) fn adam_step(
+    op: &'static str,
+    p: &Operand,
+    _g: &Operand,
+    _m: &Operand,
+    _v: &Operand,
+    _vmax: Option<&Operand>,
+    _h: &crate::backend::optim::AdamHyper,
+) -> Result<()> {
+    err(op, ordinal(p))
+}
+pub(crate) fn sgd_step(
+    op: &'static str,
+    p: &Operand,
+    _g: &Operand,
+    _buf: Option<&Operand>,
+    _h: &crate::backend::optim::SgdHyper,
+) -> Result<()> {
+    err(op, ordinal(p))
+}
+pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
+    err(op, ordinal(src))
+}
+pub(crate) fn layer_norm(
+    x: &Operand,
+    _gamma: Option<&Operand>,
+    _beta: Option<&Operand>,
+    _y: &Operand,
+    _mean: &Operand,
+    _rstd: &Operand,
+    _eps: f64,
+) -> Result<()> {
+    err("layer_norm", ordinal(x))
+}
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_norm_backward(
+    dy: &Operand,
+    _x: &Operand,
+    _gamma: Option<&Operand>,
+    _mean: &Operand,
+    _rstd: &Operand,
+    _dx: &Operand,
+    _dgamma: Option<&Operand>,
+    _dbeta: Option<&Operand>,
+) -> Result<()> {
+    err("layer_norm_backward", ordinal(dy))
+}

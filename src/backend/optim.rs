@@ -5,18 +5,18 @@
 //! The parameter and the state are locked exclusively, the gradient shared.
 //! The CPU has kernels for all of them (`cpu::optim`).
 //!
-//! **CUDA** (not written yet; the CUDA arm returns `DeviceUnavailable`): the
-//! kernels it needs are the per-element updates of `cpu::optim`, one thread
-//! per element (or a grid-stride loop), with the hyper-parameters of
-//! [`AdamHyper`] / [`SgdHyper`] passed by value (bias corrections already
-//! folded in on the host), operands given by base pointer + offset + shape +
-//! strides (the gradient may be strided or expanded; parameter and state are
-//! usually dense, so a dense fast path pays), f16/bf16 computed in f32; and a
-//! sum-of-squares reduction into an f64 read back by the host (or kept on the
-//! device with the clip coefficient computed there, as PyTorch does).
+//! **CUDA** (`cuda::optim`, `kernels/optim.cu`): the same per-element
+//! updates, one thread per element in a grid-stride loop, with the
+//! hyper-parameters of [`AdamHyper`] / [`SgdHyper`] passed by value (bias
+//! corrections already folded in on the host), operands given by base
+//! pointer + offset + shape + strides (the gradient may be strided or
+//! expanded; all-dense operands take a fast path), f16/bf16 computed in f32,
+//! every operation explicitly rounded in the CPU's order (no FMA), so both
+//! devices should give the same bits (not yet run on a GPU); and a sum-of-squares reduction accumulated
+//! in f64, one partial per block, summed and read back by the host.
 
-use super::{cpu, device_of, Operand};
-use crate::error::{Error, Result};
+use super::{cpu, cuda, device_of, Operand};
+use crate::error::Result;
 use crate::storage::lock;
 use crate::Device;
 
@@ -64,18 +64,6 @@ pub(crate) struct SgdHyper {
     pub first: bool,
 }
 
-fn no_kernel(op: &'static str, device: Device) -> Error {
-    Error::DeviceUnavailable {
-        op,
-        device,
-        reason: if cfg!(feature = "cuda") {
-            "no CUDA kernel for the fused optimizer update yet".into()
-        } else {
-            "tensorscope was built without the `cuda` feature".into()
-        },
-    }
-}
-
 /// One fused Adam/AdamW update: `p`, `m`, `v` (and `vmax` with amsgrad)
 /// written, `g` read, all of one shape and dtype (the optimizer checks).
 pub(crate) fn adam_step(
@@ -100,7 +88,7 @@ pub(crate) fn adam_step(
             cpu::optim::adam(p, g, m, v, vmax, h);
             Ok(())
         }
-        d => Err(no_kernel(op, d)),
+        Device::Cuda(_) => cuda::adam_step(op, p, g, m, v, vmax, h),
     }
 }
 
@@ -126,7 +114,7 @@ pub(crate) fn sgd_step(
             cpu::optim::sgd(p, g, buf, h);
             Ok(())
         }
-        d => Err(no_kernel(op, d)),
+        Device::Cuda(_) => cuda::sgd_step(op, p, g, buf, h),
     }
 }
 
@@ -135,6 +123,6 @@ pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     let _l = lock(&[src.storage], &[]);
     match src.storage.device() {
         Device::Cpu => Ok(cpu::optim::sum_squares(src)),
-        d => Err(no_kernel(op, d)),
+        Device::Cuda(_) => cuda::sum_squares(op, src),
     }
 }

@@ -24,6 +24,7 @@
 
 use super::device::{drv, Gpu};
 use super::launch::{Args, Function, Geom};
+use super::optim::{AdamK, SgdK};
 use super::reduce::{RGeom, SGeom};
 use crate::backend::{BinaryOp, ReduceOp, Reduction, UnaryOp};
 use crate::error::{Error, Result};
@@ -48,10 +49,11 @@ pub(crate) enum Module {
     Index,
     Random,
     Nn,
+    Optim,
 }
 
 impl Module {
-    pub(crate) const ALL: [Module; 7] = [
+    pub(crate) const ALL: [Module; 8] = [
         Module::Elementwise,
         Module::Copy,
         Module::Reduce,
@@ -59,6 +61,7 @@ impl Module {
         Module::Index,
         Module::Random,
         Module::Nn,
+        Module::Optim,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -70,6 +73,7 @@ impl Module {
             Module::Index => "index.cu",
             Module::Random => "random.cu",
             Module::Nn => "nn.cu",
+            Module::Optim => "optim.cu",
         }
     }
 
@@ -82,6 +86,7 @@ impl Module {
             Module::Index => include_str!("../../../kernels/index.cu"),
             Module::Random => include_str!("../../../kernels/random.cu"),
             Module::Nn => include_str!("../../../kernels/nn.cu"),
+            Module::Optim => include_str!("../../../kernels/optim.cu"),
         }
     }
 }
@@ -267,6 +272,12 @@ pub(crate) type LayerNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
 pub(crate) type DropoutArgs = (Ptr, Ptr, Ptr, i64, f64, u64, u64);
 /// `dropout_bwd_<dt>`: (dy, mask, dx, n, p).
 pub(crate) type DropoutBwdArgs = (Ptr, Ptr, Ptr, i64, f64);
+/// `adam_step_<dt>`: (geometry, n, p, grad, m, v, vmax, constants).
+pub(crate) type AdamArgs = (Geom<5>, i64, Ptr, Ptr, Ptr, Ptr, Ptr, AdamK);
+/// `sgd_step_<dt>`: (geometry, n, p, grad, momentum buffer, constants).
+pub(crate) type SgdArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, SgdK);
+/// `sum_squares_<dt>`: (geometry, n, x, one f64 partial per block).
+pub(crate) type SumSquaresArgs = (Geom<1>, i64, Ptr, Ptr);
 
 /// A kernel of `kernels/`: its file, its name, and its parameter types `A`
 /// (a tuple). Made only by the constructors of this table.
@@ -465,6 +476,19 @@ pub(crate) fn dropout_bwd(dt: DType) -> Kernel<DropoutBwdArgs> {
     Kernel::new(Module::Nn, format!("dropout_bwd_{}", suffix(dt)))
 }
 
+/// `adam_step_<dt>` (floats).
+pub(crate) fn adam_step(dt: DType) -> Kernel<AdamArgs> {
+    Kernel::new(Module::Optim, format!("adam_step_{}", suffix(dt)))
+}
+/// `sgd_step_<dt>` (floats).
+pub(crate) fn sgd_step(dt: DType) -> Kernel<SgdArgs> {
+    Kernel::new(Module::Optim, format!("sgd_step_{}", suffix(dt)))
+}
+/// `sum_squares_<dt>` (floats).
+pub(crate) fn sum_squares(dt: DType) -> Kernel<SumSquaresArgs> {
+    Kernel::new(Module::Optim, format!("sum_squares_{}", suffix(dt)))
+}
+
 /// `b<element bytes>`: the suffix of kernels that only move bits.
 fn bits_suffix(dt: DType) -> String {
     format!("b{}", dt.size_in_bytes())
@@ -571,6 +595,13 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(layer_norm_bwd_params(dt).entry());
                 v.push(dropout(dt).entry());
                 v.push(dropout_bwd(dt).entry());
+            }
+        }
+        Module::Optim => {
+            for dt in FLOATS {
+                v.push(adam_step(dt).entry());
+                v.push(sgd_step(dt).entry());
+                v.push(sum_squares(dt).entry());
             }
         }
     }

@@ -31,7 +31,9 @@
 //!   ([`pinned_memory_stats`]);
 //! * kernels from `kernels/*.cu`, compiled by NVRTC on first use per device
 //!   and cached for the process (and on disk, see [`kernels`]);
-//! * cuBLAS matmul ([`blas`]).
+//! * cuBLAS matmul ([`blas`]);
+//! * the fused optimizer updates and `clip_grad_norm_`'s sum of squares
+//!   ([`optim`]).
 
 pub(crate) mod alloc;
 pub(crate) mod blas;
@@ -42,6 +44,7 @@ pub(crate) mod index;
 pub mod kernels;
 pub(crate) mod launch;
 pub(crate) mod nn;
+pub(crate) mod optim;
 mod pinned;
 mod probe;
 pub(crate) mod reduce;
@@ -62,7 +65,10 @@ pub use stream::{current_stream, set_current_stream, with_stream, Stream, Stream
 pub(crate) use blas::batched_matmul as matmul;
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
-pub(crate) use nn::{dropout, dropout_backward, rand_normal, rand_uniform};
+pub(crate) use nn::{
+    dropout, dropout_backward, layer_norm, layer_norm_backward, rand_normal, rand_uniform,
+};
+pub(crate) use optim::{adam_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax};
 pub(crate) use stream::current_stream_id;
 

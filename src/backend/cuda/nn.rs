@@ -12,8 +12,9 @@
 //! `nn::Dropout` generate here, at the generator's Philox offset (see
 //! `crate::random::Generator`).
 
-// Layer norm and Bernoulli are not wired into the op and nn layers yet;
-// the unit tests exercise them.
+// `nn::LayerNorm` runs the fused layer-norm kernels on CUDA. Bernoulli
+// (`rand_bernoulli`) has no op-layer entry yet (there is no public
+// `bernoulli_`); the unit tests exercise it.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::device::gpu_of;

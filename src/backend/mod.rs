@@ -17,28 +17,45 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::{lock, Storage};
 use crate::{DType, Device, Tensor};
+use std::borrow::Cow;
 
 /// One operand of a kernel: a storage seen through a layout.
+///
+/// The layout is borrowed when it is the tensor's own (the common case: an
+/// operand of the output's shape), and owned when it was made for the call
+/// (broadcast, reshaped): no copy of a shape and strides per operand per op.
 pub(crate) struct Operand<'a> {
     pub storage: &'a Storage,
-    pub layout: Layout,
+    pub layout: Cow<'a, Layout>,
     pub dtype: DType,
 }
 
 impl<'a> Operand<'a> {
+    #[inline]
     pub(crate) fn of(t: &'a Tensor) -> Self {
         Operand {
             storage: t.storage(),
-            layout: t.layout().clone(),
+            layout: Cow::Borrowed(t.layout()),
             dtype: t.dtype(),
         }
     }
     /// The tensor seen through another layout (e.g. broadcast).
+    #[inline]
     pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {
         Operand {
             storage: t.storage(),
-            layout,
+            layout: Cow::Owned(layout),
             dtype: t.dtype(),
+        }
+    }
+    /// The tensor broadcast to `shape`: its own layout, borrowed, when it
+    /// already has that shape (no layout is built).
+    #[inline]
+    pub(crate) fn broadcast(t: &'a Tensor, shape: &[usize]) -> Result<Self> {
+        if crate::layout::dims_eq(t.shape(), shape) {
+            Ok(Operand::of(t))
+        } else {
+            Ok(Operand::with(t, t.layout().broadcast_to(shape)?))
         }
     }
 }

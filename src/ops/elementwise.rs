@@ -24,7 +24,7 @@
 
 use crate::backend::{self, BinaryOp, Operand, UnaryOp};
 use crate::error::{bail, Error, Result};
-use crate::layout::broadcast_shapes;
+use crate::layout::{broadcast_shapes, dims_eq};
 use crate::{DType, Tensor};
 
 /// The dtype `op` computes in for operand dtypes `a` and `b`.
@@ -160,7 +160,33 @@ impl Tensor {
 
     fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         self.same_device(op.name(), other)?;
-        let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+        let dt = self.dtype();
+        // The common case: one shape, one dtype, and it is the compute dtype.
+        // Nothing to broadcast or convert: the kernel borrows both operands'
+        // own layouts. (The checks and errors are those of the general path:
+        // equal shapes always broadcast.)
+        if dims_eq(self.shape(), other.shape())
+            && other.dtype() == dt
+            && compute_dtype(op, dt, dt)? == dt
+        {
+            let out_dt = if op.is_comparison() { DType::Bool } else { dt };
+            let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+            backend::binary_into(op, &Operand::of(self), &Operand::of(other), &mut out)?;
+            return crate::autograd::formulas::binary(op, self, other, out);
+        }
+        self.binary_op_general(op, other)
+    }
+
+    /// [`binary_op`](Self::binary_op) with broadcasting and type promotion.
+    fn binary_op_general(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        // Equal shapes need no broadcast shape.
+        let bshape;
+        let shape: &[usize] = if dims_eq(self.shape(), other.shape()) {
+            self.shape()
+        } else {
+            bshape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
+            &bshape
+        };
         let dt = compute_dtype(op, self.dtype(), other.dtype())?;
         // Borrow operands that already have the compute dtype (no new handle).
         let (ca, cb);
@@ -177,11 +203,11 @@ impl Tensor {
             &cb
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let mut out = Tensor::alloc(&shape, out_dt, self.device())?;
+        let mut out = Tensor::alloc(shape, out_dt, self.device())?;
         backend::binary_into(
             op,
-            &Operand::with(a, a.layout().broadcast_to(&shape)?),
-            &Operand::with(b, b.layout().broadcast_to(&shape)?),
+            &Operand::broadcast(a, shape)?,
+            &Operand::broadcast(b, shape)?,
             &mut out,
         )?;
         crate::autograd::formulas::binary(op, a, b, out)
@@ -227,25 +253,15 @@ impl Tensor {
         }
         let a = out.detangle(&as_dtype(self, dt)?)?;
         let b = out.detangle(&as_dtype(other, dt)?)?;
-        let (la, lb) = (
-            a.layout().broadcast_to(&shape)?,
-            b.layout().broadcast_to(&shape)?,
+        let (oa, ob) = (
+            Operand::broadcast(&a, &shape)?,
+            Operand::broadcast(&b, &shape)?,
         );
         if res_dt == out.dtype() {
-            backend::binary(
-                op,
-                &Operand::with(&a, la),
-                &Operand::with(&b, lb),
-                &Operand::of(out),
-            )?;
+            backend::binary(op, &oa, &ob, &Operand::of(out))?;
         } else {
             let tmp = Tensor::alloc(&shape, res_dt, out.device())?;
-            backend::binary(
-                op,
-                &Operand::with(&a, la),
-                &Operand::with(&b, lb),
-                &Operand::of(&tmp),
-            )?;
+            backend::binary(op, &oa, &ob, &Operand::of(&tmp))?;
             backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
         }
         out.storage().bump_version();
@@ -331,9 +347,9 @@ impl Tensor {
         let (a, b) = (as_dtype(a, dt)?, as_dtype(b, dt)?);
         let out = Tensor::alloc(&shape, dt, cond.device())?;
         backend::where_cond(
-            &Operand::with(cond, cond.layout().broadcast_to(&shape)?),
-            &Operand::with(&a, a.layout().broadcast_to(&shape)?),
-            &Operand::with(&b, b.layout().broadcast_to(&shape)?),
+            &Operand::broadcast(cond, &shape)?,
+            &Operand::broadcast(&a, &shape)?,
+            &Operand::broadcast(&b, &shape)?,
             &Operand::of(&out),
         )?;
         crate::autograd::formulas::where_cond(cond, &a, &b, out)
@@ -363,8 +379,8 @@ impl Tensor {
         let v = Tensor::full(&[], value, self.dtype(), self.device())?;
         let keep = self.alias();
         backend::where_cond(
-            &Operand::with(&mask, mask.layout().broadcast_to(&shape)?),
-            &Operand::with(&v, v.layout().broadcast_to(&shape)?),
+            &Operand::broadcast(&mask, &shape)?,
+            &Operand::broadcast(&v, &shape)?,
             &Operand::of(&keep),
             &Operand::of(self),
         )?;
@@ -399,10 +415,7 @@ impl Tensor {
             ));
         }
         let src = self.detangle(src)?;
-        backend::copy(
-            &Operand::with(&src, src.layout().broadcast_to(&shape)?),
-            &Operand::of(self),
-        )?;
+        backend::copy(&Operand::broadcast(&src, &shape)?, &Operand::of(self))?;
         self.storage().bump_version();
         Ok(self)
     }

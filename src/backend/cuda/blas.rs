@@ -33,6 +33,7 @@ use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::DType;
 use cudarc::cublas::{result as blas, sys, CudaBlas};
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,7 +254,7 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
         let st = Storage::new(device, layout.numel() * o.dtype.size_in_bytes())?;
         let tmp = Operand {
             storage: &st,
-            layout,
+            layout: Cow::Owned(layout),
             dtype: o.dtype,
         };
         copy_on_device(g, &s, o, &tmp)?;
@@ -271,7 +272,7 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
             let st = Storage::new(device, layout.numel() * out.dtype.size_in_bytes())?;
             let tmp = Operand {
                 storage: &st,
-                layout: layout.clone(),
+                layout: Cow::Owned(layout.clone()),
                 dtype: out.dtype,
             };
             let p = plan(&am, &bm, &mat_of(&tmp), batch).expect("every operand is now expressible");
@@ -356,7 +357,7 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
             &s,
             &Operand {
                 storage: &st,
-                layout,
+                layout: Cow::Owned(layout),
                 dtype: out.dtype,
             },
             out,
@@ -445,17 +446,17 @@ pub(crate) fn batched_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<
         }
         let a3 = Operand {
             storage: a.storage,
-            layout: mat3(a, sa_, oa),
+            layout: Cow::Owned(mat3(a, sa_, oa)),
             dtype: a.dtype,
         };
         let b3 = Operand {
             storage: b.storage,
-            layout: mat3(b, sb_, ob),
+            layout: Cow::Owned(mat3(b, sb_, ob)),
             dtype: b.dtype,
         };
         let d3 = Operand {
             storage: dst.storage,
-            layout: mat3(dst, sd, od),
+            layout: Cow::Owned(mat3(dst, sd, od)),
             dtype: dst.dtype,
         };
         matmul(&a3, &b3, &d3)?;

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{with_dtype, DType, Device, Element};
+use std::borrow::Cow;
 
 /// The bits of `v` converted to `dt` (`T::from_f64`, as the CPU does), in
 /// the low bytes of a u64: how kernels receive scalars.
@@ -47,7 +48,7 @@ fn temp(device: Device, shape: &[usize], dt: DType) -> Result<(Storage, Layout)>
 fn operand<'a>(s: &'a Storage, l: &Layout, dt: DType) -> Operand<'a> {
     Operand {
         storage: s,
-        layout: l.clone(),
+        layout: Cow::Owned(l.clone()),
         dtype: dt,
     }
 }

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::DType;
+use std::borrow::Cow;
 
 /// The device and its GPU for `op` (all operands on one device).
 fn gpu_for(op: &'static str, ops: &[&Operand]) -> Result<&'static Gpu> {
@@ -188,13 +189,13 @@ pub(crate) fn scatter(
     // A value is a one-element device tensor seen with stride 0 everywhere.
     let value_storage;
     let (ps, src_layout, src_dt) = match src {
-        ScatterSrc::Tensor(t) => (dptr(t), t.layout.clone(), t.dtype),
+        ScatterSrc::Tensor(t) => (dptr(t), Layout::clone(&t.layout), t.dtype),
         ScatterSrc::Value(v) => {
             value_storage = Storage::new(g.device(), dst.dtype.size_in_bytes())?;
             elementwise::fill(
                 &Operand {
                     storage: &value_storage,
-                    layout: Layout::contiguous(&[1]),
+                    layout: Cow::Owned(Layout::contiguous(&[1])),
                     dtype: dst.dtype,
                 },
                 v,

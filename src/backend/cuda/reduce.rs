@@ -87,7 +87,7 @@ fn rgeom(
         .collect();
     // The output's strides over the kept dimensions.
     let out_kept = if dst.layout.shape() == kept_shape.as_slice() {
-        dst.layout.clone()
+        Layout::clone(&dst.layout)
     } else if dst.layout.shape() == keepdim_shape.as_slice() {
         sub_layout(&dst.layout, &kept)
     } else {

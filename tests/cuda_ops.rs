@@ -9,7 +9,8 @@
 mod common;
 
 use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
-use common::{assert_close, read, ALL, FLOATS, NUMERIC};
+use common::optim_ref::{ref_adam, ref_sgd, RefStep};
+use common::{assert_close, read, store, ALL, FLOATS, NUMERIC};
 use tensorscope::nn::{LayerNorm, Module};
 use tensorscope::optim::{clip_grad_norm_, Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use tensorscope::{memory, DType, Device, Error, Result, Tensor};
@@ -1035,64 +1036,6 @@ fn laid_out(v: &[f64], r: usize, c: usize, dt: DType, dev: Device, lay: Lay) -> 
     }
 }
 
-/// `x` rounded to `dt`, as the optimizers store their state.
-fn round_to(dt: DType, x: f64) -> f64 {
-    cast_ref(x, dt)
-}
-
-/// One naive f64 update of PyTorch's `_single_tensor_*` equations, the
-/// state rounded to the parameter's dtype: (parameter, gradient, state,
-/// step number).
-type RefStep = dyn Fn(&mut [f64], &[f64], &mut [Vec<f64>], usize);
-
-fn ref_adam(c: AdamConfig, decoupled: bool, dt: DType) -> Box<RefStep> {
-    Box::new(move |p, g, st, t| {
-        let (b1, b2) = c.betas;
-        let r = |x: f64| round_to(dt, x);
-        for i in 0..p.len() {
-            let mut gi = if c.maximize { -g[i] } else { g[i] };
-            if decoupled {
-                p[i] *= 1.0 - c.lr * c.weight_decay;
-            } else {
-                gi += c.weight_decay * p[i];
-            }
-            let m = b1 * st[0][i] + (1.0 - b1) * gi;
-            let v = b2 * st[1][i] + (1.0 - b2) * gi * gi;
-            let vhat = if c.amsgrad {
-                let vm = st[2][i].max(v);
-                st[2][i] = r(vm);
-                vm
-            } else {
-                v
-            };
-            let bc1 = 1.0 - b1.powi(t as i32);
-            let bc2 = 1.0 - b2.powi(t as i32);
-            p[i] = r(p[i] - c.lr / bc1 * m / (vhat.sqrt() / bc2.sqrt() + c.eps));
-            st[0][i] = r(m);
-            st[1][i] = r(v);
-        }
-    })
-}
-
-fn ref_sgd(c: SgdConfig, dt: DType) -> Box<RefStep> {
-    Box::new(move |p, g, st, t| {
-        for i in 0..p.len() {
-            let mut d = if c.maximize { -g[i] } else { g[i] };
-            d += c.weight_decay * p[i];
-            if c.momentum != 0.0 {
-                let b = if t == 1 {
-                    d
-                } else {
-                    c.momentum * st[0][i] + (1.0 - c.dampening) * d
-                };
-                d = if c.nesterov { d + c.momentum * b } else { b };
-                st[0][i] = round_to(dt, b);
-            }
-            p[i] = round_to(dt, p[i] - c.lr * d);
-        }
-    })
-}
-
 /// A label, a maker of a fresh optimizer, and its reference.
 type Case = (String, Box<dyn Fn() -> Box<dyn Optimizer>>, Box<RefStep>);
 
@@ -1230,7 +1173,7 @@ fn optimizer_steps(dev: Device) {
                     .enumerate()
                     .map(|(k, &(r, c, _))| {
                         (0..r * c)
-                            .map(|i| round_to(dt, ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0))
+                            .map(|i| store(dt, ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0))
                             .collect()
                     })
                     .collect();
@@ -1244,7 +1187,7 @@ fn optimizer_steps(dev: Device) {
                         if matches!(gl, Lay::Expanded) {
                             gv = (0..r * c).map(|i| gv[i % c]).collect();
                         }
-                        let gv: Vec<f64> = gv.iter().map(|&x| round_to(dt, x)).collect();
+                        let gv: Vec<f64> = gv.iter().map(|&x| store(dt, x)).collect();
                         reference(&mut want[k], &gv, &mut states[k], t + 1);
                         assert_close(
                             &got_t[k],
@@ -1329,7 +1272,7 @@ fn clip_grad_norm_on_device(dev: Device) {
         assert!((n - norm).abs() <= 1e-12 * norm, "{dt}: {n} vs {norm}");
         let coef = 0.25 * norm / (norm + 1e-6);
         for (k, (p, want)) in model.parameters().iter().zip(&gv).enumerate() {
-            let w: Vec<f64> = want.iter().map(|v| round_to(dt, v * coef)).collect();
+            let w: Vec<f64> = want.iter().map(|v| store(dt, v * coef)).collect();
             assert_close(
                 &read(&p.grad().unwrap()),
                 &w,

@@ -11,6 +11,8 @@ use tensorscope::{memory, DType, Device, Error, Generator, Result, Tensor};
 
 mod common;
 use common::layouts::{self, make, Kind};
+use common::optim_ref::RefOpt;
+use common::store;
 
 static LOCK: Mutex<()> = Mutex::new(());
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -147,120 +149,6 @@ fn compare(
 
 /// Rounds an f64 to `dt` and back (the reference keeps its state in the
 /// parameter's dtype, as the optimizers do).
-fn round_to(dt: DType, x: f64) -> f64 {
-    match dt {
-        DType::F32 => x as f32 as f64,
-        DType::F16 => tensorscope::f16::from_f64(x).to_f64(),
-        DType::BF16 => tensorscope::bf16::from_f64(x).to_f64(),
-        _ => x,
-    }
-}
-
-/// PyTorch's `_single_tensor_sgd` on f64 vectors, the state rounded to `dt`.
-struct RefSgd {
-    c: SgdConfig,
-    bufs: Vec<Vec<f64>>,
-    dt: DType,
-}
-
-impl RefSgd {
-    fn new(c: SgdConfig, dt: DType) -> Self {
-        RefSgd {
-            c,
-            bufs: vec![],
-            dt,
-        }
-    }
-    fn update(&mut self, k: usize, p: &mut [f64], g: &[f64], t: usize) {
-        let c = self.c;
-        if self.bufs.len() <= k {
-            self.bufs.resize(k + 1, vec![]);
-        }
-        for i in 0..p.len() {
-            let mut d = if c.maximize { -g[i] } else { g[i] };
-            d += c.weight_decay * p[i];
-            if c.momentum != 0.0 {
-                if t == 1 {
-                    if self.bufs[k].is_empty() {
-                        self.bufs[k] = vec![0.0; p.len()];
-                    }
-                    self.bufs[k][i] = d;
-                } else {
-                    self.bufs[k][i] = c.momentum * self.bufs[k][i] + (1.0 - c.dampening) * d;
-                }
-                d = if c.nesterov {
-                    d + c.momentum * self.bufs[k][i]
-                } else {
-                    self.bufs[k][i]
-                };
-                self.bufs[k][i] = round_to(self.dt, self.bufs[k][i]);
-            }
-            p[i] = round_to(self.dt, p[i] - c.lr * d);
-        }
-    }
-}
-
-/// PyTorch's `_single_tensor_adam` on f64 vectors, the state rounded to `dt`.
-struct RefAdam {
-    c: AdamConfig,
-    decoupled: bool,
-    m: Vec<Vec<f64>>,
-    v: Vec<Vec<f64>>,
-    vmax: Vec<Vec<f64>>,
-    dt: DType,
-}
-
-impl RefAdam {
-    fn new(c: AdamConfig, decoupled: bool, dt: DType) -> Self {
-        RefAdam {
-            c,
-            decoupled,
-            m: vec![],
-            v: vec![],
-            vmax: vec![],
-            dt,
-        }
-    }
-    fn update(&mut self, k: usize, p: &mut [f64], g: &[f64], t: usize) {
-        let c = self.c;
-        let (b1, b2) = c.betas;
-        if self.m.len() <= k {
-            self.m.resize(k + 1, vec![]);
-            self.v.resize(k + 1, vec![]);
-            self.vmax.resize(k + 1, vec![]);
-        }
-        if self.m[k].is_empty() {
-            self.m[k] = vec![0.0; p.len()];
-            self.v[k] = vec![0.0; p.len()];
-            self.vmax[k] = vec![0.0; p.len()];
-        }
-        let r = |x: f64| round_to(self.dt, x);
-        for i in 0..p.len() {
-            let mut gi = if c.maximize { -g[i] } else { g[i] };
-            if self.decoupled {
-                p[i] *= 1.0 - c.lr * c.weight_decay;
-            } else {
-                gi += c.weight_decay * p[i];
-            }
-            let m = b1 * self.m[k][i] + (1.0 - b1) * gi;
-            let v = b2 * self.v[k][i] + (1.0 - b2) * gi * gi;
-            let vhat = if c.amsgrad {
-                let vm = self.vmax[k][i].max(v);
-                self.vmax[k][i] = r(vm);
-                vm
-            } else {
-                v
-            };
-            let bc1 = 1.0 - b1.powi(t as i32);
-            let bc2 = 1.0 - b2.powi(t as i32);
-            let denom = vhat.sqrt() / bc2.sqrt() + c.eps;
-            p[i] = r(p[i] - c.lr / bc1 * m / denom);
-            self.m[k][i] = r(m);
-            self.v[k][i] = r(v);
-        }
-    }
-}
-
 fn sgd_configs() -> Vec<SgdConfig> {
     vec![
         SgdConfig {
@@ -300,7 +188,7 @@ fn sgd_matches_reference() {
     for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
         for c in sgd_configs() {
             let mut opt = Sgd::new(c).unwrap();
-            let mut r = RefSgd::new(c, dt);
+            let mut r = RefOpt::sgd(c, dt);
             compare(
                 dt,
                 tol,
@@ -331,7 +219,7 @@ fn adam_and_adamw_match_reference() {
     for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
         for c in cfgs {
             let mut opt = Adam::new(c).unwrap();
-            let mut r = RefAdam::new(c, false, dt);
+            let mut r = RefOpt::adam(c, false, dt);
             compare(
                 dt,
                 tol,
@@ -340,7 +228,7 @@ fn adam_and_adamw_match_reference() {
                 &format!("Adam {c:?}"),
             );
             let mut opt = AdamW::new(c).unwrap();
-            let mut r = RefAdam::new(c, true, dt);
+            let mut r = RefOpt::adam(c, true, dt);
             compare(
                 dt,
                 tol,
@@ -362,7 +250,7 @@ fn adam_in_f16_stays_close() {
     };
     let mut opt = Adam::new(c).unwrap();
     // (a reference that keeps full-precision state: close, not exact)
-    let mut r = RefAdam::new(c, false, DType::F64);
+    let mut r = RefOpt::adam(c, false, DType::F64);
     compare(
         DType::F16,
         2e-2,
@@ -572,7 +460,7 @@ fn fused_adam_matches_reference_for_every_option_and_layout() {
                     } else {
                         Box::new(Adam::new(c).unwrap())
                     };
-                    let mut r = RefAdam::new(c, decoupled, dt);
+                    let mut r = RefOpt::adam(c, decoupled, dt);
                     let label = format!("decoupled {decoupled} {c:?}");
                     check_layouts(
                         dt,
@@ -611,7 +499,7 @@ fn fused_sgd_matches_reference_for_every_option_and_layout() {
         for c in &cfgs {
             for gk in GRAD_KINDS {
                 let mut opt = Sgd::new(*c).unwrap();
-                let mut r = RefSgd::new(*c, dt);
+                let mut r = RefOpt::sgd(*c, dt);
                 check_layouts(
                     dt,
                     tol,
@@ -650,7 +538,7 @@ fn fused_steps_on_large_parameters_match_reference() {
             GradKind::Of(Kind::Transposed),
         ] {
             let mut opt = AdamW::new(c).unwrap();
-            let mut r = RefAdam::new(c, true, dt);
+            let mut r = RefOpt::adam(c, true, dt);
             check_layouts(
                 dt,
                 tol,
@@ -662,7 +550,7 @@ fn fused_steps_on_large_parameters_match_reference() {
                 "AdamW large",
             );
             let mut opt = Sgd::new(s).unwrap();
-            let mut r = RefSgd::new(s, dt);
+            let mut r = RefOpt::sgd(s, dt);
             check_layouts(
                 dt,
                 tol,
@@ -705,7 +593,7 @@ fn a_gradient_sharing_the_parameters_storage() {
         let mut model = Params(vec![("p".into(), p)]);
         Adam::new(c).unwrap().step(&mut model).unwrap();
         let mut want = v.clone();
-        RefAdam::new(c, false, DType::F64).update(0, &mut want, &gv, 1);
+        RefOpt::adam(c, false, DType::F64).update(0, &mut want, &gv, 1);
         assert_close(
             &format!("self-grad transposed {transposed}"),
             &logical(&model.0[0].1),
@@ -1116,7 +1004,7 @@ fn clip_grad_norm_allocates_nothing_and_handles_layouts() {
         assert_eq!(allocs(), before, "{dt}: clip_grad_norm_ allocated");
         let coef = 0.25 * norm / (norm + 1e-6);
         for (k, (p, want)) in model.parameters().iter().zip(&gv).enumerate() {
-            let w: Vec<f64> = want.iter().map(|v| round_to(dt, v * coef)).collect();
+            let w: Vec<f64> = want.iter().map(|v| store(dt, v * coef)).collect();
             assert_close(
                 &format!("{dt} clipped {k}"),
                 &logical(&p.grad().unwrap()),

@@ -6,6 +6,7 @@
 pub mod devices;
 pub mod grad;
 pub mod layouts;
+pub mod optim_ref;
 
 use tensorscope::{bf16, f16, DType, Device, Tensor};
 

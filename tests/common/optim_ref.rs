@@ -1,0 +1,98 @@
+//! Naive f64 references of PyTorch's `_single_tensor_adam` and
+//! `_single_tensor_sgd` update equations, with the state rounded to the
+//! parameter's dtype as the optimizers store it; shared by tests/optim.rs
+//! and tests/cuda_ops.rs.
+
+use super::store;
+use tensorscope::optim::{AdamConfig, SgdConfig};
+use tensorscope::DType;
+
+/// One update of one parameter: (parameter, gradient, state, step number),
+/// all row-major.
+pub type RefStep = dyn Fn(&mut [f64], &[f64], &mut [Vec<f64>], usize);
+
+/// Adam (`decoupled = false`) or AdamW: state `[m, v, max v]`.
+pub fn ref_adam(c: AdamConfig, decoupled: bool, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, t| {
+        let (b1, b2) = c.betas;
+        let r = |x: f64| store(dt, x);
+        for i in 0..p.len() {
+            let mut gi = if c.maximize { -g[i] } else { g[i] };
+            if decoupled {
+                p[i] *= 1.0 - c.lr * c.weight_decay;
+            } else {
+                gi += c.weight_decay * p[i];
+            }
+            let m = b1 * st[0][i] + (1.0 - b1) * gi;
+            let v = b2 * st[1][i] + (1.0 - b2) * gi * gi;
+            let vhat = if c.amsgrad {
+                let vm = st[2][i].max(v);
+                st[2][i] = r(vm);
+                vm
+            } else {
+                v
+            };
+            let bc1 = 1.0 - b1.powi(t as i32);
+            let bc2 = 1.0 - b2.powi(t as i32);
+            p[i] = r(p[i] - c.lr / bc1 * m / (vhat.sqrt() / bc2.sqrt() + c.eps));
+            st[0][i] = r(m);
+            st[1][i] = r(v);
+        }
+    })
+}
+
+/// SGD: state `[momentum buffer]` (set to the first step's update).
+pub fn ref_sgd(c: SgdConfig, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, t| {
+        for i in 0..p.len() {
+            let mut d = if c.maximize { -g[i] } else { g[i] };
+            d += c.weight_decay * p[i];
+            if c.momentum != 0.0 {
+                let b = if t == 1 {
+                    d
+                } else {
+                    c.momentum * st[0][i] + (1.0 - c.dampening) * d
+                };
+                d = if c.nesterov { d + c.momentum * b } else { b };
+                st[0][i] = store(dt, b);
+            }
+            p[i] = store(dt, p[i] - c.lr * d);
+        }
+    })
+}
+
+/// A reference optimizer over several parameters, each with its own state
+/// (made zero on first use).
+pub struct RefOpt {
+    step: Box<RefStep>,
+    state: Vec<Vec<Vec<f64>>>,
+}
+
+impl RefOpt {
+    /// Adam or AdamW.
+    pub fn adam(c: AdamConfig, decoupled: bool, dt: DType) -> RefOpt {
+        RefOpt {
+            step: ref_adam(c, decoupled, dt),
+            state: vec![],
+        }
+    }
+
+    /// SGD.
+    pub fn sgd(c: SgdConfig, dt: DType) -> RefOpt {
+        RefOpt {
+            step: ref_sgd(c, dt),
+            state: vec![],
+        }
+    }
+
+    /// Step `t` (from 1) of parameter `k`.
+    pub fn update(&mut self, k: usize, p: &mut [f64], g: &[f64], t: usize) {
+        if self.state.len() <= k {
+            self.state.resize(k + 1, vec![]);
+        }
+        if self.state[k].is_empty() {
+            self.state[k] = vec![vec![0.0; p.len()]; 3];
+        }
+        (self.step)(p, g, &mut self.state[k], t)
+    }
+}

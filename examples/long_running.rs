@@ -13,65 +13,27 @@
 use std::time::Instant;
 use tensorscope::autograd::no_grad_guard;
 use tensorscope::memory::{self, fmt_bytes};
-use tensorscope::nn::Module;
+use tensorscope::nn::{Linear, Module, ReLU, Sequential};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{DType, Device, Generator, Result, Tensor};
 
 const DEV: Device = Device::Cpu;
 
-struct Mlp {
-    w1: Tensor,
-    b1: Tensor,
-    w2: Tensor,
-    b2: Tensor,
-}
-
-impl Mlp {
-    fn new(i: usize, h: usize, o: usize, g: &mut Generator) -> Result<Mlp> {
-        let mut p = |s: &[usize], scale: f64| -> Result<Tensor> {
-            Tensor::randn_with(s, DType::F32, DEV, g)?
-                .mul_scalar(scale)?
-                .requires_grad_(true)
-        };
-        Ok(Mlp {
-            w1: p(&[i, h], 1.0 / (i as f64).sqrt())?,
-            b1: p(&[h], 0.1)?,
-            w2: p(&[h, o], 1.0 / (h as f64).sqrt())?,
-            b2: p(&[o], 0.1)?,
-        })
-    }
-}
-
-impl Module for Mlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.w1)?
-            .add(&self.b1)?
-            .relu()?
-            .matmul(&self.w2)?
-            .add(&self.b2)
-    }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        vec![
-            ("w1".into(), &self.w1),
-            ("b1".into(), &self.b1),
-            ("w2".into(), &self.w2),
-            ("b2".into(), &self.b2),
-        ]
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![
-            ("w1".into(), &mut self.w1),
-            ("b1".into(), &mut self.b1),
-            ("w2".into(), &mut self.w2),
-            ("b2".into(), &mut self.b2),
-        ]
-    }
+/// An `i`-`h`-`o` MLP (Linear, ReLU, Linear) with PyTorch's default
+/// initialisation, drawn from the global generator seeded with `seed`.
+fn mlp(i: usize, h: usize, o: usize, seed: u64) -> Result<Sequential> {
+    tensorscope::manual_seed(seed);
+    let mut net = Sequential::new();
+    net.add(Linear::new(i, h)?)
+        .add(ReLU)
+        .add(Linear::new(h, o)?);
+    Ok(net)
 }
 
 fn training() -> Result<()> {
     println!("(a) 10,000 Adam steps, MLP 64-256-10, batch 64");
     let mut g = Generator::new(1);
-    let mut model = Mlp::new(64, 256, 10, &mut g)?;
+    let mut model = mlp(64, 256, 10, 1)?;
     let x = Tensor::randn_with(&[64, 64], DType::F32, DEV, &mut g)?;
     let y = x.narrow(1, 0, 10)?.sin()?;
     let mut opt = Adam::new(AdamConfig {
@@ -126,7 +88,7 @@ fn build_and_drop() -> Result<()> {
     let t0 = Instant::now();
     for _ in 0..1000 {
         {
-            let model = Mlp::new(256, 512, 10, &mut g)?;
+            let model = mlp(256, 512, 10, 2)?;
             let x = Tensor::randn_with(&[32, 256], DType::F32, DEV, &mut g)?;
             model.forward(&x)?.square()?.sum_all()?.backward()?;
         }
@@ -155,7 +117,7 @@ fn build_and_drop() -> Result<()> {
 fn service() -> Result<()> {
     println!("(c) an inference service: 10,000 requests of batch 1..=64, MLP 256-512-10, no_grad");
     let mut g = Generator::new(3);
-    let model = Mlp::new(256, 512, 10, &mut g)?;
+    let model = mlp(256, 512, 10, 3)?;
     let _ng = no_grad_guard();
     let base = memory::memory_allocated(DEV);
     let mut state = 0x9E37_79B9_7F4A_7C15u64;

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 use tensorscope::autograd::no_grad_guard;
-use tensorscope::nn::Module;
+use tensorscope::nn::{Linear, Module, ReLU, Sequential};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{memory, DType, Device, Generator, Result, Tensor};
 
@@ -23,53 +23,15 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 
 const CPU: Device = Device::Cpu;
 
-struct Mlp {
-    w1: Tensor,
-    b1: Tensor,
-    w2: Tensor,
-    b2: Tensor,
-}
-
-impl Mlp {
-    fn new(i: usize, h: usize, o: usize, g: &mut Generator) -> Result<Mlp> {
-        let mut p = |s: &[usize], scale: f64| -> Result<Tensor> {
-            Tensor::randn_with(s, DType::F32, CPU, g)?
-                .mul_scalar(scale)?
-                .requires_grad_(true)
-        };
-        Ok(Mlp {
-            w1: p(&[i, h], 1.0 / (i as f64).sqrt())?,
-            b1: p(&[h], 0.1)?,
-            w2: p(&[h, o], 1.0 / (h as f64).sqrt())?,
-            b2: p(&[o], 0.1)?,
-        })
-    }
-}
-
-impl Module for Mlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.w1)?
-            .add(&self.b1)?
-            .relu()?
-            .matmul(&self.w2)?
-            .add(&self.b2)
-    }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        vec![
-            ("w1".into(), &self.w1),
-            ("b1".into(), &self.b1),
-            ("w2".into(), &self.w2),
-            ("b2".into(), &self.b2),
-        ]
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![
-            ("w1".into(), &mut self.w1),
-            ("b1".into(), &mut self.b1),
-            ("w2".into(), &mut self.w2),
-            ("b2".into(), &mut self.b2),
-        ]
-    }
+/// An `i`-`h`-`o` MLP (Linear, ReLU, Linear) with PyTorch's default
+/// initialisation, drawn from the global generator seeded with `seed`.
+fn mlp(i: usize, h: usize, o: usize, seed: u64) -> Result<Sequential> {
+    tensorscope::manual_seed(seed);
+    let mut net = Sequential::new();
+    net.add(Linear::new(i, h)?)
+        .add(ReLU)
+        .add(Linear::new(h, o)?);
+    Ok(net)
 }
 
 /// A small deterministic integer generator (xorshift64*), independent of
@@ -88,7 +50,7 @@ impl Xs {
 fn a_training_steps_return_to_the_same_baseline() {
     let _l = lock();
     let mut g = Generator::new(1);
-    let mut model = Mlp::new(16, 32, 4, &mut g).unwrap();
+    let mut model = mlp(16, 32, 4, 1).unwrap();
     let x = Tensor::randn_with(&[32, 16], DType::F32, CPU, &mut g).unwrap();
     let y = x.narrow(1, 0, 4).unwrap().sin().unwrap();
     let mut opt = Adam::new(AdamConfig {
@@ -144,7 +106,7 @@ fn b_build_and_drop_a_model_1000_times() {
     let mut max_reserved = 0;
     for i in 0..1000 {
         {
-            let model = Mlp::new(32, 64, 8, &mut g).unwrap();
+            let model = mlp(32, 64, 8, 2).unwrap();
             let x = Tensor::randn_with(&[16, 32], DType::F32, CPU, &mut g).unwrap();
             model
                 .forward(&x)
@@ -155,7 +117,7 @@ fn b_build_and_drop_a_model_1000_times() {
                 .unwrap()
                 .backward()
                 .unwrap();
-            assert!(model.w1.grad().is_some());
+            assert!(model.parameters().iter().all(|p| p.grad().is_some()));
         }
         assert_eq!(
             memory::memory_allocated(CPU),
@@ -187,7 +149,7 @@ fn b_build_and_drop_a_model_1000_times() {
 fn c_inference_service_keeps_reserved_flat() {
     let _l = lock();
     let mut g = Generator::new(3);
-    let model = Mlp::new(64, 128, 10, &mut g).unwrap();
+    let model = mlp(64, 128, 10, 3).unwrap();
     let _ng = no_grad_guard();
     let base = memory::memory_allocated(CPU);
     let mut rng = Xs(0x9E3779B97F4A7C15);

@@ -83,8 +83,22 @@ pub(crate) enum Write {
     Add,
 }
 
-/// Records `out = x.scatter*(d, index, src)` (`src` is `None` for a value).
-pub(crate) fn scatter(
+/// Which in-place write an out-of-place form copies: the scatter family
+/// (an index of `src`'s rank) or the index_{fill,copy,add} family (a vector
+/// of positions along `d`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Family {
+    /// `scatter`, `scatter_value`, `scatter_add`.
+    Scatter,
+    /// `index_copy`, `index_fill`, `index_add`.
+    IndexVector,
+}
+
+/// Records `out = x.<family write>(d, index, src)` (`src` is `None` for a
+/// value): the written positions pass no gradient to `x` (all of it for an
+/// add), and `src` gets the gradient of the positions it was written to.
+pub(crate) fn write(
+    family: Family,
     kind: Write,
     x: &Tensor,
     d: usize,
@@ -96,10 +110,13 @@ pub(crate) fn scatter(
     if !needs_grad(&inputs) || !out.dtype().is_float() {
         return Ok(out);
     }
-    let name = match kind {
-        Write::Assign => "ScatterBackward",
-        Write::Value => "ScatterValueBackward",
-        Write::Add => "ScatterAddBackward",
+    let name = match (family, kind) {
+        (Family::Scatter, Write::Assign) => "ScatterBackward",
+        (Family::Scatter, Write::Value) => "ScatterValueBackward",
+        (Family::Scatter, Write::Add) => "ScatterAddBackward",
+        (Family::IndexVector, Write::Assign) => "IndexCopyBackward",
+        (Family::IndexVector, Write::Value) => "IndexFillBackward",
+        (Family::IndexVector, Write::Add) => "IndexAddBackward",
     };
     let ki = Saved::new(index, name)?;
     let dt = x.dtype();
@@ -111,71 +128,26 @@ pub(crate) fn scatter(
     let f: BackwardFn = Box::new(move |g| {
         let g = g.to_dtype(dt)?;
         let idx = ki.get()?;
-        let gx = if rx {
-            Some(match kind {
-                Write::Add => g.alias(),
-                _ => {
+        let gx = match (rx, kind) {
+            (false, _) => None,
+            (true, Write::Add) => Some(g.alias()),
+            (true, _) => Some(match family {
+                Family::Scatter => {
                     let mut z = g.deep_clone()?;
                     z.scatter_value_(dim, idx, 0.0)?;
                     z
                 }
-            })
-        } else {
-            None
+                Family::IndexVector => g.index_fill(dim, idx, 0.0)?,
+            }),
         };
         let mut grads = vec![gx];
         if kind != Write::Value {
             grads.push(match &src_shape {
-                Some(s) => Some(pad_to(g.gather(dim, idx)?, s)?),
                 None => None,
-            });
-        }
-        Ok(grads)
-    });
-    Ok(attach(out, name, &inputs, f))
-}
-
-/// Records `out = x.index_{fill,copy,add}(d, index, src)` for a vector
-/// `index` (`src` is `None` for `index_fill`).
-pub(crate) fn index_vector(
-    kind: Write,
-    x: &Tensor,
-    d: usize,
-    index: &Tensor,
-    src: Option<&Tensor>,
-    out: Tensor,
-) -> Result<Tensor> {
-    let inputs: Vec<&Tensor> = std::iter::once(x).chain(src).collect();
-    if !needs_grad(&inputs) || !out.dtype().is_float() {
-        return Ok(out);
-    }
-    let name = match kind {
-        Write::Assign => "IndexCopyBackward",
-        Write::Value => "IndexFillBackward",
-        Write::Add => "IndexAddBackward",
-    };
-    let ki = Saved::new(index, name)?;
-    let dt = x.dtype();
-    let rx = x.requires_grad();
-    let rs = src.is_some_and(|s| s.requires_grad());
-    let dim = d as isize;
-    let f: BackwardFn = Box::new(move |g| {
-        let g = g.to_dtype(dt)?;
-        let idx = ki.get()?;
-        let gx = if rx {
-            Some(match kind {
-                Write::Add => g.alias(),
-                _ => g.index_fill(dim, idx, 0.0)?,
-            })
-        } else {
-            None
-        };
-        let mut grads = vec![gx];
-        if kind != Write::Value {
-            grads.push(if rs {
-                Some(g.index_select(dim, idx)?)
-            } else {
-                None
+                Some(s) => Some(match family {
+                    Family::Scatter => pad_to(g.gather(dim, idx)?, s)?,
+                    Family::IndexVector => g.index_select(dim, idx)?,
+                }),
             });
         }
         Ok(grads)

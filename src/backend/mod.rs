@@ -352,12 +352,12 @@ pub(crate) fn linear(
     bias: Option<&Operand>,
     dst: &Operand,
 ) -> Result<()> {
-    let mut ops = vec![x, wt, dst];
-    ops.extend(bias);
-    let d = device_of("linear", &ops)?;
-    let mut reads = vec![x.storage, wt.storage];
-    reads.extend(bias.map(|b| b.storage));
-    let _l = lock(&reads, &[dst.storage]);
+    // Fixed arrays sliced to the operands present: no allocation per call.
+    let n = 3 + bias.is_some() as usize;
+    let ops = [x, wt, dst, bias.unwrap_or(x)];
+    let d = device_of("linear", &ops[..n])?;
+    let reads = [x.storage, wt.storage, bias.map_or(x.storage, |b| b.storage)];
+    let _l = lock(&reads[..n - 1], &[dst.storage]);
     match d {
         Device::Cpu => {
             cpu::matmul::linear(x, wt, bias, dst);

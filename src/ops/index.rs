@@ -34,7 +34,7 @@
 //! they run. `index_select_out` is refused likewise for an input that
 //! requires grad.
 
-use crate::autograd::formulas_index::{self as grad, Write};
+use crate::autograd::formulas_index::{self as grad, Family, Write};
 use crate::backend::{self, IndexedDim, Operand, ScatterMode, ScatterSrc};
 use crate::error::{bail, Error, Result};
 use crate::layout::{broadcast_shapes, normalize_dim, Dims, Layout};
@@ -515,10 +515,13 @@ impl Tensor {
         self.scatter_impl("scatter_add_", dim, index, Some(src), 0.0, ScatterMode::Add)
     }
 
-    /// A copy of `self` with the writes of `scatter_impl`, and its autograd
-    /// node (the copy and the write themselves are not recorded).
-    fn scatter_copy(
+    /// A copy of `self` with the writes of `family`'s in-place form, and
+    /// its autograd node (the copy and the write themselves are not
+    /// recorded).
+    #[allow(clippy::too_many_arguments)]
+    fn write_copy(
         &self,
+        family: Family,
         op: &'static str,
         dim: isize,
         index: &Tensor,
@@ -533,11 +536,14 @@ impl Tensor {
         };
         let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             let mut out = self.deep_clone()?;
-            out.scatter_impl(op, dim, index, src, value, mode)?;
+            match family {
+                Family::Scatter => out.scatter_impl(op, dim, index, src, value, mode)?,
+                Family::IndexVector => out.index_vector_impl(op, dim, index, src, value, mode)?,
+            };
             Ok(out)
         })?;
         let d = normalize_dim(op, dim, self.rank())?;
-        grad::scatter(kind, self, d, index, src, out)
+        grad::write(family, kind, self, d, index, src, out)
     }
 
     /// Out-of-place [`scatter_`](Tensor::scatter_): a copy of `self` with the
@@ -558,20 +564,44 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn scatter(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        self.scatter_copy("scatter", dim, index, Some(src), 0.0, Write::Assign)
+        self.write_copy(
+            Family::Scatter,
+            "scatter",
+            dim,
+            index,
+            Some(src),
+            0.0,
+            Write::Assign,
+        )
     }
 
     /// Out-of-place [`scatter_value_`](Tensor::scatter_value_); differentiable
     /// in `self` (zero gradient at the written positions).
     pub fn scatter_value(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
-        self.scatter_copy("scatter_value", dim, index, None, value, Write::Value)
+        self.write_copy(
+            Family::Scatter,
+            "scatter_value",
+            dim,
+            index,
+            None,
+            value,
+            Write::Value,
+        )
     }
 
     /// Out-of-place [`scatter_add_`](Tensor::scatter_add_). Differentiable:
     /// `self` gets the gradient as it is, `src` the gradient gathered at
     /// `index`.
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        self.scatter_copy("scatter_add", dim, index, Some(src), 0.0, Write::Add)
+        self.write_copy(
+            Family::Scatter,
+            "scatter_add",
+            dim,
+            index,
+            Some(src),
+            0.0,
+            Write::Add,
+        )
     }
 
     /// Validation of the vector-index family (`index_fill_`, `index_copy_`,
@@ -686,31 +716,6 @@ impl Tensor {
         self.index_vector_impl("index_add_", dim, index, Some(src), 0.0, ScatterMode::Add)
     }
 
-    /// A copy of `self` with the writes of `index_vector_impl`, and its
-    /// autograd node.
-    fn index_vector_copy(
-        &self,
-        op: &'static str,
-        dim: isize,
-        index: &Tensor,
-        src: Option<&Tensor>,
-        value: f64,
-        kind: Write,
-    ) -> Result<Tensor> {
-        let mode = if kind == Write::Add {
-            ScatterMode::Add
-        } else {
-            ScatterMode::Assign
-        };
-        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
-            let mut out = self.deep_clone()?;
-            out.index_vector_impl(op, dim, index, src, value, mode)?;
-            Ok(out)
-        })?;
-        let d = normalize_dim(op, dim, self.rank())?;
-        grad::index_vector(kind, self, d, index, src, out)
-    }
-
     /// Out-of-place [`index_fill_`](Tensor::index_fill_). Differentiable in
     /// `self`: the filled slices get a zero gradient.
     ///
@@ -725,21 +730,45 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn index_fill(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
-        self.index_vector_copy("index_fill", dim, index, None, value, Write::Value)
+        self.write_copy(
+            Family::IndexVector,
+            "index_fill",
+            dim,
+            index,
+            None,
+            value,
+            Write::Value,
+        )
     }
 
     /// Out-of-place [`index_copy_`](Tensor::index_copy_). Differentiable:
     /// `self`'s gradient is zero in the overwritten slices, `src` gets the
     /// gradient's slices at `index`.
     pub fn index_copy(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        self.index_vector_copy("index_copy", dim, index, Some(src), 0.0, Write::Assign)
+        self.write_copy(
+            Family::IndexVector,
+            "index_copy",
+            dim,
+            index,
+            Some(src),
+            0.0,
+            Write::Assign,
+        )
     }
 
     /// Out-of-place [`index_add_`](Tensor::index_add_). Differentiable:
     /// `self` gets the gradient as it is, `src` the gradient's slices at
     /// `index`.
     pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        self.index_vector_copy("index_add", dim, index, Some(src), 0.0, Write::Add)
+        self.write_copy(
+            Family::IndexVector,
+            "index_add",
+            dim,
+            index,
+            Some(src),
+            0.0,
+            Write::Add,
+        )
     }
 
     /// A copy of `self` whose positions where `mask` is true take the first

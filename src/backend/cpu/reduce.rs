@@ -222,26 +222,32 @@ impl<T: DenseSum> Reducer for SumF<T> {
     }
 }
 
-/// Integer or bool sum into i64 (wrapping, as PyTorch).
-struct SumI<L> {
+/// Integer or bool sum (`PROD = false`) or product (`PROD = true`) into i64,
+/// wrapping as PyTorch does.
+struct FoldI<L, const PROD: bool> {
     out: SendPtr<i64>,
     _l: std::marker::PhantomData<L>,
 }
-impl<L: Load> Reducer for SumI<L>
+impl<L: Load, const PROD: bool> Reducer for FoldI<L, PROD>
 where
     L::V: AsI64,
 {
     type In = L;
     type Acc = i64;
     fn init(&self) -> i64 {
-        0
+        PROD as i64
     }
     #[inline(always)]
     fn step(&self, a: i64, x: L, _: usize) -> i64 {
-        a.wrapping_add(x.load().as_i64())
+        self.merge(a, x.load().as_i64())
     }
+    #[inline(always)]
     fn merge(&self, a: i64, b: i64) -> i64 {
-        a.wrapping_add(b)
+        if PROD {
+            a.wrapping_mul(b)
+        } else {
+            a.wrapping_add(b)
+        }
     }
     unsafe fn finish(&self, a: i64, _: usize, o: usize) {
         unsafe { self.out.get().add(o).write(a) }
@@ -267,32 +273,6 @@ impl<T: Element> Reducer for ProdF<T> {
     }
     unsafe fn finish(&self, a: f64, _: usize, o: usize) {
         unsafe { self.out.get().add(o).write(T::from_f64(a)) }
-    }
-}
-
-/// Integer or bool product into i64 (wrapping).
-struct ProdI<L> {
-    out: SendPtr<i64>,
-    _l: std::marker::PhantomData<L>,
-}
-impl<L: Load> Reducer for ProdI<L>
-where
-    L::V: AsI64,
-{
-    type In = L;
-    type Acc = i64;
-    fn init(&self) -> i64 {
-        1
-    }
-    #[inline(always)]
-    fn step(&self, a: i64, x: L, _: usize) -> i64 {
-        a.wrapping_mul(x.load().as_i64())
-    }
-    fn merge(&self, a: i64, b: i64) -> i64 {
-        a.wrapping_mul(b)
-    }
-    unsafe fn finish(&self, a: i64, _: usize, o: usize) {
-        unsafe { self.out.get().add(o).write(a) }
     }
 }
 
@@ -818,7 +798,7 @@ where
     unsafe {
         match op {
             Reduction::Sum => run_reduction(
-                &SumI::<L> {
+                &FoldI::<L, false> {
                     out: at(dst),
                     _l: _m,
                 },
@@ -827,7 +807,7 @@ where
                 red,
             ),
             Reduction::Prod => run_reduction(
-                &ProdI::<L> {
+                &FoldI::<L, true> {
                     out: at(dst),
                     _l: _m,
                 },

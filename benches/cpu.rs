@@ -12,63 +12,11 @@
 //! matter.
 
 use std::hint::black_box;
-use std::time::Instant;
 use tensorscope::{DType, Device, Tensor};
 
-type R<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// One workload's samples, in seconds per operation.
-struct Measured {
-    name: &'static str,
-    what: &'static str,
-    samples: Vec<f64>,
-}
-
-impl Measured {
-    fn median(&self) -> f64 {
-        let mut s = self.samples.clone();
-        s.sort_by(f64::total_cmp);
-        let n = s.len();
-        if n % 2 == 1 {
-            s[n / 2]
-        } else {
-            (s[n / 2 - 1] + s[n / 2]) / 2.0
-        }
-    }
-    fn min(&self) -> f64 {
-        self.samples.iter().copied().fold(f64::INFINITY, f64::min)
-    }
-    fn max(&self) -> f64 {
-        self.samples.iter().copied().fold(0.0, f64::max)
-    }
-}
-
-/// Runs `op` `warmup` times, then takes `reps` samples of `batch` calls each.
-fn measure(
-    name: &'static str,
-    what: &'static str,
-    warmup: usize,
-    reps: usize,
-    batch: usize,
-    mut op: impl FnMut() -> R<()>,
-) -> R<Measured> {
-    for _ in 0..warmup {
-        op()?;
-    }
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        for _ in 0..batch {
-            op()?;
-        }
-        samples.push(t.elapsed().as_secs_f64() / batch as f64);
-    }
-    Ok(Measured {
-        name,
-        what,
-        samples,
-    })
-}
+#[path = "common/timing.rs"]
+mod timing;
+use timing::{arg_after, measure, write_json, Measured, R};
 
 const N16M: usize = 16 * 1024 * 1024;
 const SIDE: usize = 4096;
@@ -205,17 +153,7 @@ fn workloads(filter: Option<&str>) -> R<Vec<Measured>> {
     Ok(out)
 }
 
-fn json_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
 fn main() -> R<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let arg_after = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
     let json = arg_after("--json");
     let filter = arg_after("--filter");
     let threads = rayon::current_num_threads();
@@ -242,28 +180,13 @@ fn main() -> R<()> {
     }
 
     if let Some(path) = json {
-        let mut s = String::from("{\n");
-        s += "  \"library\": \"tensorscope\",\n";
-        s += &format!("  \"version\": \"{}\",\n", env!("CARGO_PKG_VERSION"));
-        s += &format!("  \"threads\": {threads},\n");
-        s += "  \"workloads\": {\n";
-        let rows: Vec<String> = results
-            .iter()
-            .map(|m| {
-                format!(
-                    "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"}}",
-                    m.name,
-                    m.median(),
-                    m.min(),
-                    m.max(),
-                    m.samples.len(),
-                    json_escape(m.what)
-                )
-            })
-            .collect();
-        s += &rows.join(",\n");
-        s += "\n  }\n}\n";
-        std::fs::write(&path, s)?;
+        write_json(
+            &path,
+            "tensorscope",
+            env!("CARGO_PKG_VERSION"),
+            threads,
+            &results,
+        )?;
     }
     Ok(())
 }

@@ -30,7 +30,10 @@ use tensorscope::{memory, DType, Device, Tensor};
 
 #[path = "common/mlp_model.rs"]
 mod mlp_model;
+#[path = "common/timing.rs"]
+mod timing;
 use mlp_model::{adam_step, batch, mlp};
+use timing::median;
 
 type R<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -64,16 +67,6 @@ impl Cfg {
             cuda::synchronize(self.dev)?;
         }
         Ok(())
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

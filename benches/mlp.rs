@@ -14,14 +14,12 @@ use tensorscope::{autograd, memory, DType, Device, Tensor};
 
 #[path = "common/mlp_model.rs"]
 mod mlp_model;
+#[path = "common/timing.rs"]
+mod timing;
 use mlp_model::{adam_step, batch, mlp};
+use timing::median;
 
 const DEV: Device = Device::Cpu;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn time(reps: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..reps.div_ceil(5).max(2) {

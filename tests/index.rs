@@ -70,6 +70,21 @@ fn assert_written(t: &Tensor, before: &[f64], want: &[f64], what: &str) {
     );
 }
 
+/// Lays out `values` of `shape` as `kind`, applies the in-place `write`,
+/// and asserts that the logical values became `want` and that nothing else
+/// in the storage changed.
+fn check_write(
+    (values, shape, dtype, kind): (&[f64], &[usize], DType, Kind),
+    write: impl FnOnce(&mut Tensor),
+    want: &[f64],
+    what: &str,
+) {
+    let mut t = make(values, shape, dtype, kind);
+    let before = storage_image(&t);
+    write(&mut t);
+    assert_written(&t, &before, want, what);
+}
+
 fn index_values(n: usize, size: usize, seed: usize) -> Vec<i64> {
     (0..n)
         .map(|i| ((i * 5 + seed * 3 + 1) % size) as i64)
@@ -769,22 +784,18 @@ fn scatter_family_matches_reference_through_views() {
                 assert!(t.version() > v0);
 
                 // scatter_value_
-                let mut t = make(&bv, &shape, dtype, kind);
-                let before = storage_image(&t);
-                t.scatter_value_(d as isize, &index, 1.0).unwrap();
                 let want = ref_scatter(&bv, &shape, d, &ix, &ishape, None, 1.0, false);
-                assert_written(
-                    &t,
-                    &before,
+                check_write(
+                    (&bv, &shape, dtype, kind),
+                    |t| {
+                        t.scatter_value_(d as isize, &index, 1.0).unwrap();
+                    },
                     &want,
                     &format!("scatter_value_ {dtype} {kind:?} dim {d}"),
                 );
 
                 // scatter_add_ (numeric only; repeated indices accumulate)
                 if dtype != DType::Bool {
-                    let mut t = make(&bv, &shape, dtype, kind);
-                    let before = storage_image(&t);
-                    t.scatter_add_(d as isize, &index, &src).unwrap();
                     let want = ref_scatter(
                         &bv,
                         &shape,
@@ -795,9 +806,11 @@ fn scatter_family_matches_reference_through_views() {
                         0.0,
                         true,
                     );
-                    assert_written(
-                        &t,
-                        &before,
+                    check_write(
+                        (&bv, &shape, dtype, kind),
+                        |t| {
+                            t.scatter_add_(d as isize, &index, &src).unwrap();
+                        },
                         &want,
                         &format!("scatter_add_ {dtype} {kind:?} dim {d}"),
                     );
@@ -831,9 +844,6 @@ fn index_fill_copy_add_match_reference_through_views() {
                     .map(|i| ix[unravel(i, &sshape)[d]])
                     .collect();
 
-                let mut t = make(&bv, &shape, dtype, kind);
-                let before = storage_image(&t);
-                t.index_copy_(d as isize, &index, &src).unwrap();
                 let want = ref_scatter(
                     &bv,
                     &shape,
@@ -844,9 +854,11 @@ fn index_fill_copy_add_match_reference_through_views() {
                     0.0,
                     false,
                 );
-                assert_written(
-                    &t,
-                    &before,
+                check_write(
+                    (&bv, &shape, dtype, kind),
+                    |t| {
+                        t.index_copy_(d as isize, &index, &src).unwrap();
+                    },
                     &want,
                     &format!("index_copy_ {dtype} {kind:?} dim {d}"),
                 );
@@ -854,21 +866,17 @@ fn index_fill_copy_add_match_reference_through_views() {
                 // index_fill_ with negative indices meaning the same positions.
                 let neg: Vec<i64> = ix.iter().map(|&i| i - shape[d] as i64).collect();
                 let nindex = make_index(&neg, &[n], DType::I64, false);
-                let mut t = make(&bv, &shape, dtype, kind);
-                let before = storage_image(&t);
-                t.index_fill_(d as isize, &nindex, 1.0).unwrap();
                 let want = ref_scatter(&bv, &shape, d, &full_ix, &sshape, None, 1.0, false);
-                assert_written(
-                    &t,
-                    &before,
+                check_write(
+                    (&bv, &shape, dtype, kind),
+                    |t| {
+                        t.index_fill_(d as isize, &nindex, 1.0).unwrap();
+                    },
                     &want,
                     &format!("index_fill_ {dtype} {kind:?} dim {d}"),
                 );
 
                 if dtype != DType::Bool {
-                    let mut t = make(&bv, &shape, dtype, kind);
-                    let before = storage_image(&t);
-                    t.index_add_(d as isize, &index, &src).unwrap();
                     let want = ref_scatter(
                         &bv,
                         &shape,
@@ -879,9 +887,11 @@ fn index_fill_copy_add_match_reference_through_views() {
                         0.0,
                         true,
                     );
-                    assert_written(
-                        &t,
-                        &before,
+                    check_write(
+                        (&bv, &shape, dtype, kind),
+                        |t| {
+                            t.index_add_(d as isize, &index, &src).unwrap();
+                        },
                         &want,
                         &format!("index_add_ {dtype} {kind:?} dim {d}"),
                     );

@@ -1,0 +1,108 @@
+//! The timing harness shared by `benches/cpu.rs` and candle's side of the
+//! same benchmark (`bench/peers`, which includes this file by path): the
+//! same warm-up, sampling, median and JSON format on both sides.
+#![allow(dead_code)] // each includer uses a different part
+
+use std::time::Instant;
+
+/// The benches' result type.
+pub type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The median of `v` (the mean of the two middle values for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One workload's samples, in seconds per operation.
+pub struct Measured {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub samples: Vec<f64>,
+}
+
+impl Measured {
+    pub fn median(&self) -> f64 {
+        median(self.samples.clone())
+    }
+    pub fn min(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    pub fn max(&self) -> f64 {
+        self.samples.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Runs `op` `warmup` times, then takes `reps` samples of `batch` calls each.
+pub fn measure(
+    name: &'static str,
+    what: &'static str,
+    warmup: usize,
+    reps: usize,
+    batch: usize,
+    mut op: impl FnMut() -> R<()>,
+) -> R<Measured> {
+    for _ in 0..warmup {
+        op()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..batch {
+            op()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() / batch as f64);
+    }
+    Ok(Measured {
+        name,
+        what,
+        samples,
+    })
+}
+
+/// The command-line value after `flag` (`--json PATH`, `--filter NAME`).
+pub fn arg_after(flag: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn json_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Writes the results as the JSON that `bench/report.py` merges.
+pub fn write_json(
+    path: &str,
+    library: &str,
+    version: &str,
+    threads: usize,
+    results: &[Measured],
+) -> R<()> {
+    let rows: Vec<String> = results
+        .iter()
+        .map(|m| {
+            format!(
+                "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"}}",
+                m.name,
+                m.median(),
+                m.min(),
+                m.max(),
+                m.samples.len(),
+                json_escape(m.what)
+            )
+        })
+        .collect();
+    let s = format!(
+        "{{\n  \"library\": \"{library}\",\n  \"version\": \"{version}\",\n  \"threads\": {threads},\n  \"workloads\": {{\n{}\n  }}\n}}\n",
+        rows.join(",\n")
+    );
+    std::fs::write(path, s)?;
+    Ok(())
+}

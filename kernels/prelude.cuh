@@ -26,7 +26,7 @@ typedef unsigned long long u64;
 typedef int i32;
 typedef long long i64;
 
-#define TS_MAX_RANK 8
+#define TS_MAX_RANK 25
 #define KERNEL extern "C" __global__
 #define DEV __device__ __forceinline__
 

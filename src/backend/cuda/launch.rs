@@ -2,8 +2,8 @@
 //! pointers, launch configurations.
 //!
 //! The structs here mirror the ones in `kernels/*.cu` field for field
-//! (`#[repr(C)]`); they travel as kernel parameters (a few hundred bytes,
-//! well under the 4 KiB parameter limit), so a strided launch needs no
+//! (`#[repr(C)]`); they travel as kernel parameters (at most 1,208 bytes,
+//! under the 4 KiB parameter limit), so a strided launch needs no
 //! device allocation and no host-to-device copy of shapes and strides.
 
 use super::device::{drv, Gpu};
@@ -15,8 +15,12 @@ use crate::layout::Layout;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use std::marker::PhantomData;
 
-/// Most dimensions a kernel walks (after merging), as `TS_MAX_RANK`.
-pub(crate) const MAX_RANK: usize = 8;
+/// Most dimensions a kernel walks (after merging), as `TS_MAX_RANK`:
+/// PyTorch's CUDA limit (`MAX_DIMS` of its `OffsetCalculator`). The geometry
+/// structs stay within the 4 KiB kernel-parameter limit (the largest, five
+/// operands, is 1,208 bytes), and `tests/nvrtc.rs` assembles every kernel
+/// with ptxas to check that walking them needs no local memory.
+pub(crate) const MAX_RANK: usize = 25;
 /// Threads per block of every launch (`TS_BLOCK`).
 pub(crate) const BLOCK: u32 = 256;
 /// Threads of a warp (`TS_WARP`).
@@ -71,7 +75,7 @@ pub(crate) fn too_many_dims(op: &'static str, shape: &[usize]) -> Error {
     Error::arg(
         op,
         format!(
-            "CUDA kernels walk at most {MAX_RANK} non-mergeable dimensions; this operand (merged shape {shape:?}) has {}: make it contiguous first",
+            "CUDA kernels walk at most {MAX_RANK} dimensions that do not merge (PyTorch's CUDA limit too); this operand's merged shape {shape:?} has {}",
             shape.len()
         ),
     )

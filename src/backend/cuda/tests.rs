@@ -12,7 +12,7 @@ use super::alloc::{Fence, StreamAwareAllocator, StreamUse};
 use super::blas::{plan, storage_order, GemmPlan, Mat};
 use super::elementwise::scalar_bits;
 use super::kernels::{self, Module};
-use super::launch::{coalesce, Geom};
+use super::launch::{coalesce, Geom, MAX_RANK};
 use crate::alloc::caching::SegmentSource;
 use crate::alloc::DeviceAllocator;
 use crate::backend::{Operand, ReduceOp, Reduction};
@@ -65,10 +65,15 @@ fn geometry_merges_contiguous_runs() {
 
 #[test]
 fn geometry_rank_limit_is_an_error() {
-    // Nine dimensions of size 2 with strides that never merge.
-    let shape = [2usize; 9];
-    let strides: Vec<usize> = (0..9).map(|i| 3usize.pow(9 - i as u32)).collect();
-    let l = strided(&shape, &strides, 0);
+    // MAX_RANK + 1 dimensions of size 2 with strides that never merge
+    // (MAX_RANK of them are fine).
+    let n = MAX_RANK as u32 + 1;
+    let strides: Vec<usize> = (0..n).map(|i| 3usize.pow(n - i)).collect();
+    let ok = strided(&[2; MAX_RANK], &strides[1..], 0);
+    let g = Geom::<1>::new("myop", [&ok]).unwrap();
+    assert_eq!(g.rank as usize, MAX_RANK);
+    assert_eq!(g.strides[0][MAX_RANK - 1], 3);
+    let l = strided(&[2; MAX_RANK + 1], &strides, 0);
     let e = Geom::<1>::new("myop", [&l]).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { op: "myop", .. }),

@@ -35,12 +35,15 @@
 //
 //   masked_count(Geom<2> g, i64 n, const u8* mask, i64 chunk, i64* counts)
 //   masked_select_b<B>(Geom<2> g, i64 n, bits* out, const bits* src, const u8* mask,
-//                      i64 chunk, const i64* starts)
+//                      i64 chunk, const i64* counts, i64 cap)
 //       operand 0: src, operand 1: mask (broadcast to one shape). Block b
 //       handles linear indices [b * chunk, (b + 1) * chunk): masked_count
-//       writes its count, the host turns the counts into start positions,
-//       masked_select_b<B> writes the selected elements in order. Launch
-//       both with one block of TS_BLOCK threads per chunk.
+//       writes its count; masked_select_b<B> starts at the sum of the counts
+//       of the blocks before it (read on the device: the host only reads
+//       the total, to size `out`) and writes the selected elements in
+//       order, never at or past `cap` (out's length), whatever the mask
+//       holds by then. Launch both with one block of TS_BLOCK threads per
+//       chunk.
 
 template <typename I> DEV void index_check(const Geom<1>& g, i64 n, const I* index, i64 size, i32 negative, i64* err) {
     for_each<1>(g, n, [&](const i64* off) {
@@ -150,12 +153,21 @@ KERNEL void masked_count(Geom<2> g, i64 n, const u8* mask, i64 chunk, i64* count
 // TS_BLOCK elements at a time: a ballot per warp, then a prefix over warps.
 template <typename T>
 DEV void masked_select_impl(const Geom<2>& g, i64 n, T* out, const T* src, const u8* mask, i64 chunk,
-                            const i64* starts) {
+                            const i64* counts, i64 cap) {
     __shared__ i64 warp_base[TS_BLOCK / TS_WARP + 1];
+    __shared__ i64 scratch[TS_BLOCK];
     const int tid = threadIdx.x, lane = tid % TS_WARP, warp = tid / TS_WARP;
     const i64 start = (i64)blockIdx.x * chunk;
     const i64 end = start + chunk < n ? start + chunk : n;
-    i64 pos = starts[blockIdx.x];
+    // This block's first output position: the counts of the blocks before it.
+    i64 before = 0;
+    for (i64 b = tid; b < (i64)blockIdx.x; b += TS_BLOCK) before += counts[b];
+    i64 pos = group_reduce(before, scratch, TS_BLOCK, [](i64 a, i64 b) { return a + b; });
+    if (tid != 0) pos = 0;
+    if (tid == 0) warp_base[0] = pos;
+    __syncthreads();
+    pos = warp_base[0];
+    __syncthreads();
     for (i64 t = start; t < end; t += TS_BLOCK) {
         const i64 i = t + tid;
         const bool in = i < end;
@@ -168,7 +180,8 @@ DEV void masked_select_impl(const Geom<2>& g, i64 n, T* out, const T* src, const
             for (int w = 1; w <= TS_BLOCK / TS_WARP; ++w) warp_base[w] += warp_base[w - 1];
         }
         __syncthreads();
-        if (sel) out[pos + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u))] = src[elem_offset(g, i, 0)];
+        const i64 at = pos + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
+        if (sel && at < cap) out[at] = src[elem_offset(g, i, 0)];
         pos += warp_base[TS_BLOCK / TS_WARP];
         __syncthreads();
     }
@@ -176,8 +189,8 @@ DEV void masked_select_impl(const Geom<2>& g, i64 n, T* out, const T* src, const
 
 #define MASKED_SELECT_KERNEL(B)                                                                               \
     KERNEL void masked_select_b##B(Geom<2> g, i64 n, Bits<B>::T* out, const Bits<B>::T* src, const u8* mask, \
-                                   i64 chunk, const i64* starts) {                                            \
-        masked_select_impl<Bits<B>::T>(g, n, out, src, mask, chunk, starts);                                   \
+                                   i64 chunk, const i64* counts, i64 cap) {                                   \
+        masked_select_impl<Bits<B>::T>(g, n, out, src, mask, chunk, counts, cap);                              \
     }
 
 MASKED_SELECT_KERNEL(1)

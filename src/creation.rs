@@ -235,20 +235,24 @@ impl Tensor {
         dist: Dist,
     ) -> Result<&mut Tensor> {
         self.check_writable(op)?;
-        if !self.dtype().is_float() {
+        if !self.dtype().is_float() && !matches!(dist, Dist::Bernoulli { .. }) {
             bail!(Error::dtype(op, "a float dtype", self.dtype()));
         }
-        if self.device().is_cuda() {
+        if let Device::Cuda(ordinal) = self.device() {
             if self.is_contiguous() {
                 let dst = Operand::of(self);
-                gen.philox(|seed, offset| backend::philox_fill(&dst, dist, seed, offset))?;
+                gen.philox(ordinal, |seed, offset| {
+                    backend::philox_fill(&dst, dist, seed, offset)
+                })?;
                 drop(dst);
                 self.storage().bump_version();
                 return Ok(self);
             }
             let tmp = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
             let dst = Operand::of(&tmp);
-            gen.philox(|seed, offset| backend::philox_fill(&dst, dist, seed, offset))?;
+            gen.philox(ordinal, |seed, offset| {
+                backend::philox_fill(&dst, dist, seed, offset)
+            })?;
             return self.copy_(&tmp);
         }
         let p = mantissa_bits(self.dtype());
@@ -258,6 +262,9 @@ impl Tensor {
             }
             Dist::Normal { mean, std } => {
                 Tensor::from_fn_f64(self.shape(), |_| mean + std * gen.next_normal())?
+            }
+            Dist::Bernoulli { p } => {
+                Tensor::from_fn_f64(self.shape(), |_| f64::from(u8::from(gen.next_f64() < p)))?
             }
         };
         self.copy_(&src)
@@ -293,6 +300,37 @@ impl Tensor {
                 .map(|_| ())
         })?;
         Ok(self)
+    }
+
+    /// Fills in place with 1 where a draw from the global generator falls
+    /// below `p`, else 0: each element is 1 with probability `p`
+    /// (PyTorch's `bernoulli_(p)`). Any dtype, `bool` included. `p` must
+    /// lie in `[0, 1]`. On CUDA the draws are made on the device (see
+    /// [`Generator`]).
+    ///
+    /// ```
+    /// # use tensorscope::{DType, Device, Tensor};
+    /// let mut m = Tensor::empty(&[1000], DType::Bool, Device::Cpu)?;
+    /// m.bernoulli_(0.25)?;
+    /// let kept = m.to_vec::<bool>()?.iter().filter(|&&b| b).count();
+    /// assert!((150..350).contains(&kept));
+    /// assert!(m.bernoulli_(1.5).is_err());
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn bernoulli_(&mut self, p: f64) -> Result<&mut Tensor> {
+        with_global(|g| self.bernoulli_with(p, g).map(|_| ()))?;
+        Ok(self)
+    }
+
+    /// [`bernoulli_`](Tensor::bernoulli_) from an explicit generator.
+    pub fn bernoulli_with(&mut self, p: f64, gen: &mut Generator) -> Result<&mut Tensor> {
+        if !(0.0..=1.0).contains(&p) {
+            bail!(Error::arg(
+                "bernoulli_",
+                format!("p must be in [0, 1], got {p}")
+            ));
+        }
+        self.random_fill("bernoulli_", gen, Dist::Bernoulli { p })
     }
 
     /// Zeros with this tensor's shape, dtype and device.

@@ -23,9 +23,10 @@ use std::sync::Mutex;
 /// `ceil(n / 2)` for f64 `rand`/`randn`), like PyTorch's Philox offset. So a
 /// seed gives the same values on CUDA every time, whatever the device or
 /// launch configuration, and the same values on the CPU every time, but not
-/// the same values on both. The two streams advance independently: a CPU
-/// fill does not move the CUDA offset, nor the reverse. One offset serves
-/// every CUDA device.
+/// the same values on both. The streams advance independently: a CPU fill
+/// does not move a CUDA offset, nor the reverse, and each CUDA device has its
+/// own offset (as PyTorch keeps one generator per device), so what runs on
+/// `cuda:1` never changes the values `cuda:0` draws.
 ///
 /// ```
 /// use tensorscope::{DType, Device, Generator, Tensor};
@@ -39,7 +40,8 @@ use std::sync::Mutex;
 pub struct Generator {
     s: [u64; 4],
     seed: u64,
-    philox_offset: u64,
+    /// The Philox offset of each CUDA device, by ordinal (missing: 0).
+    philox_offsets: Vec<u64>,
 }
 
 impl Generator {
@@ -56,18 +58,48 @@ impl Generator {
         Generator {
             s: [next(), next(), next(), next()],
             seed,
-            philox_offset: 0,
+            philox_offsets: Vec::new(),
         }
     }
 
-    /// Runs a device fill `f(seed, offset)` at this generator's Philox
-    /// offset, then advances the offset by the counters `f` reports it used.
+    /// The seed this generator was made from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The Philox counter offset at which the next fill on `device` starts:
+    /// 0 for a fresh generator, advanced by every CUDA fill on that device
+    /// (`ceil(n / 4)` counters for `n` elements, `ceil(n / 2)` for f64
+    /// `rand`/`randn`). Always 0 for the CPU, which draws from its own
+    /// stream (PyTorch's `Generator.get_offset()` on a CUDA generator).
+    ///
+    /// ```
+    /// use tensorscope::{Device, Generator};
+    /// let g = Generator::new(1);
+    /// assert_eq!(g.philox_offset(Device::Cuda(0)), 0);
+    /// assert_eq!(g.philox_offset(Device::Cpu), 0);
+    /// ```
+    pub fn philox_offset(&self, device: crate::Device) -> u64 {
+        match device {
+            crate::Device::Cpu => 0,
+            crate::Device::Cuda(i) => self.philox_offsets.get(i).copied().unwrap_or(0),
+        }
+    }
+
+    /// Runs a fill `f(seed, offset)` on CUDA device `ordinal` at that
+    /// device's Philox offset, then advances that offset (only) by the
+    /// counters `f` reports it used. A failed fill moves nothing.
     pub(crate) fn philox<E>(
         &mut self,
+        ordinal: usize,
         f: impl FnOnce(u64, u64) -> std::result::Result<u64, E>,
     ) -> std::result::Result<(), E> {
-        let used = f(self.seed, self.philox_offset)?;
-        self.philox_offset = self.philox_offset.wrapping_add(used);
+        let offset = self.philox_offsets.get(ordinal).copied().unwrap_or(0);
+        let used = f(self.seed, offset)?;
+        if self.philox_offsets.len() <= ordinal {
+            self.philox_offsets.resize(ordinal + 1, 0);
+        }
+        self.philox_offsets[ordinal] = offset.wrapping_add(used);
         Ok(())
     }
 
@@ -105,8 +137,8 @@ impl Generator {
 static GLOBAL: Mutex<Option<Generator>> = Mutex::new(None);
 
 /// Seeds the global generator, for the CPU and for CUDA (a fresh
-/// [`Generator::new`]: the CPU stream restarts and the CUDA Philox offset
-/// goes back to 0).
+/// [`Generator::new`]: the CPU stream restarts and every CUDA device's
+/// Philox offset goes back to 0).
 ///
 /// A seed gives the same values on one device every time, but CUDA's values
 /// differ from the CPU's (as in PyTorch): see [`Generator`].
@@ -135,4 +167,46 @@ pub(crate) fn with_global<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
         Generator::new(t)
     });
     f(gen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    #[test]
+    fn each_cuda_device_has_its_own_philox_offset() {
+        let mut g = Generator::new(9);
+        let mut seen = Vec::new();
+        g.philox(1, |seed, off| {
+            seen.push((seed, off));
+            Ok::<u64, ()>(10)
+        })
+        .unwrap();
+        assert_eq!(g.philox_offset(Device::Cuda(1)), 10);
+        assert_eq!(
+            g.philox_offset(Device::Cuda(0)),
+            0,
+            "cuda:1 left cuda:0 alone"
+        );
+        g.philox(0, |seed, off| {
+            seen.push((seed, off));
+            Ok::<u64, ()>(3)
+        })
+        .unwrap();
+        g.philox(1, |seed, off| {
+            seen.push((seed, off));
+            Ok::<u64, ()>(5)
+        })
+        .unwrap();
+        assert_eq!(seen, vec![(9, 0), (9, 0), (9, 10)]);
+        assert_eq!(g.philox_offset(Device::Cuda(0)), 3);
+        assert_eq!(g.philox_offset(Device::Cuda(1)), 15);
+        assert_eq!(g.philox_offset(Device::Cuda(7)), 0);
+        assert_eq!(g.philox_offset(Device::Cpu), 0);
+        // A failed fill moves nothing; the CPU stream is untouched throughout.
+        assert_eq!(g.philox(0, |_, _| Err::<u64, &str>("boom")), Err("boom"));
+        assert_eq!(g.philox_offset(Device::Cuda(0)), 3);
+        assert_eq!(g.next_u64(), Generator::new(9).next_u64());
+    }
 }

@@ -104,14 +104,22 @@ pub(crate) fn scatter(
 ) -> Result<()> {
     err(d.op, ordinal(dst))
 }
-pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
+pub(crate) fn masked_count(mask: &Operand) -> Result<crate::backend::MaskCount> {
     err("masked_select", ordinal(mask))
 }
-pub(crate) fn masked_select(src: &Operand, _mask: &Operand, _dst: &Operand) -> Result<()> {
+pub(crate) fn masked_select(
+    src: &Operand,
+    _mask: &Operand,
+    _count: &crate::backend::MaskCount,
+    _dst: &Operand,
+) -> Result<()> {
     err("masked_select", ordinal(src))
 }
 pub(crate) fn rand_uniform(dst: &Operand, _lo: f64, _hi: f64, _s: u64, _o: u64) -> Result<u64> {
     err("uniform_", ordinal(dst))
+}
+pub(crate) fn rand_bernoulli(dst: &Operand, _p: f64, _s: u64, _o: u64) -> Result<u64> {
+    err("bernoulli_", ordinal(dst))
 }
 pub(crate) fn rand_normal(dst: &Operand, _m: f64, _sd: f64, _s: u64, _o: u64) -> Result<u64> {
     err("normal_", ordinal(dst))

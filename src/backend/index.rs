@@ -106,22 +106,42 @@ pub(crate) fn scatter(
     }
 }
 
+/// How many elements of a mask are true, as [`masked_count`] found them.
+pub(crate) struct MaskCount {
+    /// The number of true elements: the length of `masked_select`'s output.
+    pub total: usize,
+    /// On CUDA, the per-chunk counts the count kernel left on the device
+    /// (and the chunk length), which `masked_select` reads there instead
+    /// of counting again: a selection waits for the device once.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub device_counts: Option<(crate::storage::Storage, usize)>,
+}
+
 /// The number of true elements of a bool `mask` (any layout).
-pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
+pub(crate) fn masked_count(mask: &Operand) -> Result<MaskCount> {
     let _l = lock(&[mask.storage], &[]);
     match mask.storage.device() {
-        Device::Cpu => Ok(cpu::index::masked_count(mask)),
+        Device::Cpu => Ok(MaskCount {
+            total: cpu::index::masked_count(mask),
+            device_counts: None,
+        }),
         Device::Cuda(_) => cuda::masked_count(mask),
     }
 }
 
 /// The elements of `src` where `mask` (same shape) is true, in row-major
-/// order, into the contiguous 1-D `dst` sized by [`masked_count`].
-pub(crate) fn masked_select(src: &Operand, mask: &Operand, dst: &Operand) -> Result<()> {
+/// order, into the contiguous 1-D `dst` of `count.total` elements, `count`
+/// being what [`masked_count`] returned for this `mask`.
+pub(crate) fn masked_select(
+    src: &Operand,
+    mask: &Operand,
+    count: &MaskCount,
+    dst: &Operand,
+) -> Result<()> {
     let dev = device_of("masked_select", &[src, mask, dst])?;
     let _l = lock(&[src.storage, mask.storage], &[dst.storage]);
     match dev {
         Device::Cpu => cpu::index::masked_select(src, mask, dst),
-        Device::Cuda(_) => cuda::masked_select(src, mask, dst),
+        Device::Cuda(_) => cuda::masked_select(src, mask, count, dst),
     }
 }

@@ -1,5 +1,5 @@
 //! Dispatch of the counter-based (Philox 4x32-10) random kernels, which
-//! generate on the device: uniform and normal fills, and dropout with its
+//! generate on the device: uniform, normal and Bernoulli fills, and dropout with its
 //! saved mask. Only CUDA has them; the CPU draws on the host from the
 //! generator's own stream (`src/creation.rs`, `src/nn/dropout.rs`).
 //!
@@ -19,6 +19,8 @@ pub(crate) enum Dist {
     Uniform { low: f64, high: f64 },
     /// Normal with `mean` and `std`.
     Normal { mean: f64, std: f64 },
+    /// 1 with probability `p`, else 0 (any dtype).
+    Bernoulli { p: f64 },
 }
 
 fn cpu_has_none(op: &'static str) -> Error {
@@ -35,6 +37,8 @@ pub(crate) fn philox_fill(dst: &Operand, dist: Dist, seed: u64, offset: u64) -> 
     match (dst.storage.device(), dist) {
         (Device::Cpu, Dist::Uniform { .. }) => Err(cpu_has_none("uniform_")),
         (Device::Cpu, Dist::Normal { .. }) => Err(cpu_has_none("normal_")),
+        (Device::Cpu, Dist::Bernoulli { .. }) => Err(cpu_has_none("bernoulli_")),
+        (Device::Cuda(_), Dist::Bernoulli { p }) => cuda::rand_bernoulli(dst, p, seed, offset),
         (Device::Cuda(_), Dist::Uniform { low, high }) => {
             cuda::rand_uniform(dst, low, high, seed, offset)
         }

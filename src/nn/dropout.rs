@@ -5,7 +5,7 @@ use crate::autograd::{attach, needs_grad, Saved};
 use crate::backend::{self, Operand};
 use crate::error::{bail, Error, Result};
 use crate::random::with_global;
-use crate::{DType, Tensor};
+use crate::{DType, Device, Tensor};
 
 /// Zeroes each element with probability `p` in training mode and scales the
 /// kept ones by `1 / (1 - p)`; the identity in evaluation mode. A new layer
@@ -86,9 +86,14 @@ impl Dropout {
         let y = Tensor::alloc(x.shape(), x.dtype(), x.device())?;
         let mask = Tensor::alloc(x.shape(), DType::Bool, x.device())?;
         let p = self.p;
+        let Device::Cuda(ordinal) = x.device() else {
+            bail!(Error::arg("Dropout", "the fused kernel runs on CUDA only"));
+        };
         let (ox, oy, om) = (Operand::of(&x), Operand::of(&y), Operand::of(&mask));
         with_global(|g| {
-            g.philox(|seed, off| backend::philox_dropout(&ox, &oy, &om, p, seed, off))
+            g.philox(ordinal, |seed, off| {
+                backend::philox_dropout(&ox, &oy, &om, p, seed, off)
+            })
         })?;
         drop((ox, oy, om));
         if !needs_grad(&[&x]) {

@@ -265,9 +265,9 @@ impl Tensor {
         let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
         let src = Operand::with(self, self.layout().broadcast_to(&shape)?);
         let m = Operand::with(mask, mask.layout().broadcast_to(&shape)?);
-        let n = backend::masked_count(&m)?;
-        let out = Tensor::alloc(&[n], self.dtype(), self.device())?;
-        backend::masked_select(&src, &m, &Operand::of(&out))?;
+        let count = backend::masked_count(&m)?;
+        let out = Tensor::alloc(&[count.total], self.dtype(), self.device())?;
+        backend::masked_select(&src, &m, &count, &Operand::of(&out))?;
         crate::autograd::formulas_more::masked_select(self, mask, out)
     }
 

@@ -19,7 +19,7 @@ use super::kernels;
 use super::launch::{dptr, Geom};
 use super::stream::{current, Stream};
 use super::transfer;
-use crate::backend::index::{IndexedDim, ScatterMode, ScatterSrc};
+use crate::backend::index::{IndexedDim, MaskCount, ScatterMode, ScatterSrc};
 use crate::backend::Operand;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -231,8 +231,9 @@ pub(crate) fn scatter(
     read_report(g, &s, &err, d)
 }
 
-/// Per-chunk counts of true mask elements: `(chunk, counts)` on the host.
-fn chunk_counts(g: &Gpu, s: &Stream, geom: &Geom<2>, mask: &Operand) -> Result<(usize, Vec<i64>)> {
+/// Launches `masked_count` over `mask` (one block per chunk) into a new
+/// device buffer of per-chunk counts; returns it with the chunk length.
+fn chunk_counts(g: &Gpu, s: &Stream, geom: &Geom<2>, mask: &Operand) -> Result<(Storage, usize)> {
     const OP: &str = "masked_select";
     let n = mask.layout.numel();
     // Chunks: at least 4096 elements, at most ~8 blocks per multiprocessor.
@@ -246,10 +247,7 @@ fn chunk_counts(g: &Gpu, s: &Stream, geom: &Geom<2>, mask: &Operand) -> Result<(
     // SAFETY: masked_count(Geom<2>, i64, const u8*, i64, i64*), one block
     // per chunk, `counts` holding one i64 per block.
     unsafe { f.launch(OP, s, g.blocks(blocks as u64), &args)? };
-    let mut host = vec![0i64; blocks];
-    // SAFETY: `blocks` i64 on both sides.
-    unsafe { transfer::device_to_host(g, s, host.as_mut_ptr() as *mut u8, pc, blocks * 8)? };
-    Ok((chunk, host))
+    Ok((counts, chunk))
 }
 
 fn check_mask(mask: &Operand) -> Result<()> {
@@ -259,22 +257,50 @@ fn check_mask(mask: &Operand) -> Result<()> {
     Ok(())
 }
 
-/// The number of true elements of a bool `mask` (any layout). Waits for it.
-pub(crate) fn masked_count(mask: &Operand) -> Result<usize> {
+/// The number of true elements of a bool `mask` (any layout), with the
+/// per-chunk counts left on the device for [`masked_select`]. Waits for
+/// the count: the one device-to-host read of a selection.
+pub(crate) fn masked_count(mask: &Operand) -> Result<MaskCount> {
     let g = gpu_for("masked_select", &[mask])?;
     check_mask(mask)?;
     if mask.layout.numel() == 0 {
-        return Ok(0);
+        return Ok(MaskCount {
+            total: 0,
+            device_counts: None,
+        });
     }
     let s = current(g);
     let geom = Geom::<2>::new("masked_select", [&mask.layout, &mask.layout])?;
-    let (_, counts) = chunk_counts(g, &s, &geom, mask)?;
-    Ok(counts.iter().sum::<i64>() as usize)
+    let (counts, chunk) = chunk_counts(g, &s, &geom, mask)?;
+    let blocks = counts.nbytes() / 8;
+    let mut host = vec![0i64; blocks];
+    // SAFETY: `blocks` i64 on both sides.
+    unsafe {
+        transfer::device_to_host(
+            g,
+            &s,
+            host.as_mut_ptr() as *mut u8,
+            counts.addr() as u64,
+            blocks * 8,
+        )?
+    };
+    Ok(MaskCount {
+        total: host.iter().sum::<i64>() as usize,
+        device_counts: Some((counts, chunk)),
+    })
 }
 
 /// The elements of `src` where `mask` (same shape) is true, in row-major
-/// order, into the contiguous 1-D `dst` sized by [`masked_count`].
-pub(crate) fn masked_select(src: &Operand, mask: &Operand, dst: &Operand) -> Result<()> {
+/// order, into the contiguous 1-D `dst` of `count.total` elements. Reads
+/// the chunk counts [`masked_count`] left on the device (counting again,
+/// on the device, only if `count` has none that fit), so nothing here
+/// waits for the device. The kernel never writes past `dst`'s length.
+pub(crate) fn masked_select(
+    src: &Operand,
+    mask: &Operand,
+    count: &MaskCount,
+    dst: &Operand,
+) -> Result<()> {
     const OP: &str = "masked_select";
     let g = gpu_for(OP, &[src, mask, dst])?;
     check_mask(mask)?;
@@ -300,45 +326,47 @@ pub(crate) fn masked_select(src: &Operand, mask: &Operand, dst: &Operand) -> Res
     }
     let n = src.layout.numel();
     let cap = dst.layout.numel();
-    if n == 0 {
-        return if cap == 0 {
-            Ok(())
-        } else {
-            Err(mask_changed(cap, 0))
-        };
+    if cap != count.total {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "the output has {cap} elements, the mask {} true ones",
+                count.total
+            ),
+        ));
+    }
+    if n == 0 || cap == 0 {
+        return Ok(());
     }
     let s = current(g);
     let geom = Geom::<2>::new(OP, [&src.layout, &mask.layout])?;
-    let (chunk, mut starts) = chunk_counts(g, &s, &geom, mask)?;
-    let mut total = 0i64;
-    for c in starts.iter_mut() {
-        let k = *c;
-        *c = total;
-        total += k;
-    }
-    if total as usize != cap {
-        return Err(mask_changed(cap, total as usize));
-    }
-    if total == 0 {
-        return Ok(());
-    }
-    let blocks = starts.len();
-    let st = Storage::new(g.device(), blocks * 8)?;
-    let pst = st.addr() as u64;
-    // SAFETY: `st` holds `blocks` i64; `starts` is readable for that many.
-    unsafe { transfer::host_to_device(g, &s, pst, starts.as_ptr() as *const u8, blocks * 8)? };
+    let recount;
+    let (counts, chunk) = match &count.device_counts {
+        Some((c, chunk)) if c.device() == g.device() && c.nbytes() / 8 == n.div_ceil(*chunk) => {
+            (c, *chunk)
+        }
+        _ => {
+            recount = chunk_counts(g, &s, &geom, mask)?;
+            (&recount.0, recount.1)
+        }
+    };
+    let blocks = n.div_ceil(chunk);
     let f = g.kernel(OP, &kernels::masked_select(src.dtype))?;
     let (n64, chunk64) = (n as i64, chunk as i64);
-    let args = (geom, n64, dptr(dst), dptr(src), dptr(mask), chunk64, pst);
+    let pc = counts.addr() as u64;
+    let args = (
+        geom,
+        n64,
+        dptr(dst),
+        dptr(src),
+        dptr(mask),
+        chunk64,
+        pc,
+        cap as i64,
+    );
     // SAFETY: masked_select_b<B>(Geom<2>, i64, bits*, const bits*, const u8*,
-    // i64, const i64*), `dst` holding exactly `total` elements (the counts
-    // were taken under the same read lock of the mask).
+    // i64, const i64*, i64): `counts` holds one i64 per chunk, written
+    // earlier on this stream, and the kernel writes only below `cap`, the
+    // length of `dst`.
     unsafe { f.launch(OP, &s, g.blocks(blocks as u64), &args) }
-}
-
-fn mask_changed(cap: usize, got: usize) -> Error {
-    Error::Backend {
-        op: "masked_select",
-        msg: format!("the mask changed while it was read: {cap} true elements counted, then {got}"),
-    }
 }

@@ -257,8 +257,9 @@ pub(crate) type IndexCheckArgs = (Geom<1>, i64, Ptr, i64, i32, Ptr);
 pub(crate) type GatherArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, Ptr);
 /// `masked_count`: (geometry, n, mask, chunk, counts).
 pub(crate) type MaskedCountArgs = (Geom<2>, i64, Ptr, i64, Ptr);
-/// `masked_select_b<B>`: (geometry, n, out, src, mask, chunk, chunk starts).
-pub(crate) type MaskedSelectArgs = (Geom<2>, i64, Ptr, Ptr, Ptr, i64, Ptr);
+/// `masked_select_b<B>`: (geometry, n, out, src, mask, chunk, chunk
+/// counts, out's length).
+pub(crate) type MaskedSelectArgs = (Geom<2>, i64, Ptr, Ptr, Ptr, i64, Ptr, i64);
 /// `rand_uniform_<dt>`, `rand_normal_<dt>`: (out, n, seed, offset, a, b).
 pub(crate) type RandArgs = (Ptr, i64, u64, u64, f64, f64);
 /// `rand_bernoulli_<dt>`: (out, n, seed, offset, p).

@@ -66,7 +66,8 @@ pub(crate) use blas::batched_matmul as matmul;
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
 pub(crate) use nn::{
-    dropout, dropout_backward, layer_norm, layer_norm_backward, rand_normal, rand_uniform,
+    dropout, dropout_backward, layer_norm, layer_norm_backward, rand_bernoulli, rand_normal,
+    rand_uniform,
 };
 pub(crate) use optim::{adam_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax};

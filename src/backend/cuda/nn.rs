@@ -12,9 +12,8 @@
 //! `nn::Dropout` generate here, at the generator's Philox offset (see
 //! `crate::random::Generator`).
 
-// `nn::LayerNorm` runs the fused layer-norm kernels on CUDA. Bernoulli
-// (`rand_bernoulli`) has no op-layer entry yet (there is no public
-// `bernoulli_`); the unit tests exercise it.
+// `nn::LayerNorm` runs the fused layer-norm kernels on CUDA, and
+// `Tensor::bernoulli_` the Bernoulli fill.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::device::gpu_of;

@@ -7,6 +7,8 @@
 //!   run: the target is add ≥ 0.85 × copy;
 //! * allocation + free served from the cache: `Tensor::empty(&[256], F32)`
 //!   + drop (ns per pair, host clock), and the caching allocator alone;
+//! * what cudarc's per-allocation event tracking costs (its `alloc` + drop
+//!   with tracking on and off), which tensorscope turns off;
 //! * matmul 8192 × 8192 × 8192 in f32 (TF32 off) and bf16 (TFLOP/s);
 //! * one Adam training step of the MLP 784-1024-1024-10 at batch 128 (ms)
 //!   and its `max_memory_allocated` (bytes, peak reset before the step).
@@ -171,6 +173,38 @@ fn alloc_free(cfg: &Cfg) -> R<()> {
     Ok(())
 }
 
+/// What cudarc's own per-allocation event tracking costs, which
+/// tensorscope turns off (src/backend/cuda/device.rs): cudarc's
+/// `CudaStream::alloc` + drop of 1 KiB on two fresh handles to device 0's
+/// primary context, one with tracking on (cudarc's default: two
+/// `cuEventCreate` per allocation and two `cuEventDestroy` per free) and one
+/// with it off. Both go through cudarc's stream-ordered
+/// `cuMemAllocAsync`/`cuMemFreeAsync`, so the difference is the tracking.
+/// CUDA only (a smoke run prints a note).
+fn cudarc_tracking(cfg: &Cfg) -> R<()> {
+    let Device::Cuda(ordinal) = cfg.dev else {
+        println!("# {}cudarc_tracking: CUDA only", cfg.pre);
+        return Ok(());
+    };
+    for (name, tracking) in [("on", true), ("off", false)] {
+        let ctx = cudarc::driver::CudaContext::new(ordinal)?;
+        if !tracking {
+            // SAFETY: this context's slices are used on its default stream only.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        let stream = ctx.default_stream();
+        let ns = host_ns(cfg.reps(50), PAIRS, || {
+            // SAFETY: the slice is never read or written; it is freed at once.
+            let s = unsafe { stream.alloc::<f32>(256) }?;
+            drop(black_box(s));
+            Ok(())
+        })?;
+        stream.synchronize()?;
+        println!("cudarc_alloc_free_tracking_{name} {ns:.1} ns");
+    }
+    Ok(())
+}
+
 fn matmul(cfg: &Cfg, dt: DType, name: &str, reps: usize) -> R<()> {
     let (dev, mm, pre) = (cfg.dev, cfg.mm, cfg.pre);
     let a = Tensor::randn(&[mm, mm], DType::F32, dev)?.to_dtype(dt)?;
@@ -283,9 +317,10 @@ fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
         cuda::set_allow_tf32(false);
         println!("# allow_tf32 {}", cuda::allow_tf32());
     }
-    let workloads: [(&str, &dyn Fn() -> R<()>); 5] = [
+    let workloads: [(&str, &dyn Fn() -> R<()>); 6] = [
         ("add", &|| add_and_copy(cfg)),
         ("alloc", &|| alloc_free(cfg)),
+        ("cudarc_tracking", &|| cudarc_tracking(cfg)),
         ("matmul_f32", &|| {
             matmul(cfg, DType::F32, "matmul_8192_f32", 10)
         }),

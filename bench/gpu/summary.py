@@ -25,6 +25,8 @@ ROWS = [
     ("add_over_copy_bandwidth", "add bandwidth / copy bandwidth, same library, same run", True),
     ("alloc_free_cached", "allocation + free from the cache: `empty([256], f32)` + drop", False),
     ("alloc_free_raw", "the caching allocator alone (1 KiB), no tensor", False),
+    ("cudarc_alloc_free_tracking_on", "cudarc `alloc` + drop, 1 KiB, event tracking on (cudarc's default)", False),
+    ("cudarc_alloc_free_tracking_off", "cudarc `alloc` + drop, 1 KiB, event tracking off (as tensorscope runs it)", False),
     ("matmul_8192_f32", "matmul 8192², f32, TF32 off", True),
     ("matmul_8192_bf16", "matmul 8192², bf16 (f32 accumulation)", True),
     ("mlp_adam_step", "Adam training step, MLP 784-1024-1024-10, batch 128", False),
@@ -147,7 +149,7 @@ def main():
         L += ["", "`max_memory_allocated`: PyTorch allocates its cuBLAS workspace through its caching allocator, so "
               "its absolute figure may include it (it is then part of the memory at start too); the peak above start "
               "compares the step itself."]
-        missing = [n for n, _, _ in ROWS[:9] if n not in ts]
+        missing = [n for n, _, _ in ROWS[:11] if n not in ts]
         if missing:
             L += ["", f"Missing from tensorscope's log: {', '.join(missing)} (see bench-tensorscope.log)."]
     else:

@@ -851,3 +851,94 @@ fn gpu_matmul_matches_naive() {
     let e = super::blas::matmul(&Operand::of(&i), &Operand::of(&i), &Operand::of(&i)).unwrap_err();
     assert!(e.to_string().contains("matmul"), "{e}");
 }
+
+// ------------------------------------------- host-side review (rev-host) ---
+
+/// cuBLAS's own argument checks for `cublasGemmStridedBatchedEx` (it answers
+/// `CUBLAS_STATUS_INVALID_VALUE` otherwise): `m, n, k >= 0`, and each
+/// leading dimension at least the row count of the matrix as stored.
+fn cublas_accepts(p: &GemmPlan) -> bool {
+    let rows_a = if p.transa { p.k } else { p.m };
+    let rows_b = if p.transb { p.n } else { p.k };
+    p.lda >= rows_a.max(1) && p.ldb >= rows_b.max(1) && p.ldc >= p.m.max(1)
+}
+
+#[test]
+fn every_gemm_plan_is_one_cublas_accepts_and_computes_the_product() {
+    // Every small shape and every stride pattern (0 = broadcast, 1 = unit,
+    // larger = padded or transposed): whatever `plan` accepts must pass
+    // cuBLAS's checks and compute the row-major product.
+    let strides = [0usize, 1, 2, 3, 7];
+    let mut accepted = 0;
+    for (m, k, n) in [
+        (1, 1, 1),
+        (1, 3, 2),
+        (3, 1, 2),
+        (2, 3, 1),
+        (3, 2, 4),
+        (4, 4, 4),
+    ] {
+        for &ars in &strides {
+            for &acs in &strides {
+                for &brs in &strides {
+                    for &bcs in &strides {
+                        let a = Mat {
+                            ptr: 10,
+                            rows: m,
+                            cols: k,
+                            rs: ars,
+                            cs: acs,
+                            bs: 0,
+                        };
+                        let b = Mat {
+                            ptr: 500,
+                            rows: k,
+                            cols: n,
+                            rs: brs,
+                            cs: bcs,
+                            bs: 0,
+                        };
+                        let c = Mat {
+                            ptr: 1000,
+                            rows: m,
+                            cols: n,
+                            rs: n,
+                            cs: 1,
+                            bs: 0,
+                        };
+                        let Some(p) = plan(&a, &b, &c, 1) else {
+                            continue;
+                        };
+                        accepted += 1;
+                        assert!(cublas_accepts(&p), "{a:?} {b:?}: {p:?}");
+                        let mut mem = vec![0.0; 2000];
+                        for r in 0..m {
+                            for q in 0..k {
+                                mem[elem(&a, 0, r, q)] = (r * 5 + q) as f64 - 3.0;
+                            }
+                        }
+                        for r in 0..k {
+                            for q in 0..n {
+                                mem[elem(&b, 0, r, q)] = (r * 2 + q * 3) as f64 - 4.0;
+                            }
+                        }
+                        // Aliased elements (stride 0 or overlapping rows)
+                        // hold the last value written: read the inputs back.
+                        let av: Vec<f64> =
+                            (0..m * k).map(|i| mem[elem(&a, 0, i / k, i % k)]).collect();
+                        let bv: Vec<f64> =
+                            (0..k * n).map(|i| mem[elem(&b, 0, i / n, i % n)]).collect();
+                        emulate(&p, &mut mem);
+                        for r in 0..m {
+                            for q in 0..n {
+                                let want: f64 = (0..k).map(|l| av[r * k + l] * bv[l * n + q]).sum();
+                                assert_eq!(mem[elem(&c, 0, r, q)], want, "{a:?} {b:?} [{r},{q}]");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(accepted > 100, "only {accepted} layouts accepted");
+}

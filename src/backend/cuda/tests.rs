@@ -942,3 +942,24 @@ fn every_gemm_plan_is_one_cublas_accepts_and_computes_the_product() {
     }
     assert!(accepted > 100, "only {accepted} layouts accepted");
 }
+
+#[test]
+fn elapsed_time_needs_two_timing_events_and_a_driver_with_the_v2_entry_point() {
+    use super::event::elapsed_unsupported;
+    assert_eq!(elapsed_unsupported(true, true, true), None);
+    for (s, e, v2, word) in [
+        (false, true, true, "start"),
+        (true, false, true, "end"),
+        (false, false, true, "neither"),
+        // cudarc's CUDA 13 bindings call cuEventElapsedTime_v2 and panic
+        // on a driver without it: that must be an Err instead.
+        (true, true, false, "cuEventElapsedTime_v2"),
+    ] {
+        let why = elapsed_unsupported(s, e, v2).expect("unsupported");
+        assert!(why.contains(word), "{why}");
+    }
+    // Without a driver there is no symbol to call (and no panic looking).
+    if !super::probe::probe().driver {
+        assert!(!super::probe::has_elapsed_v2());
+    }
+}

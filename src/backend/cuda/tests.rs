@@ -963,3 +963,19 @@ fn elapsed_time_needs_two_timing_events_and_a_driver_with_the_v2_entry_point() {
         assert!(!super::probe::has_elapsed_v2());
     }
 }
+
+#[test]
+fn a_pinned_block_whose_event_cannot_be_queried_is_not_reused() {
+    use super::pinned::first_reusable;
+    use cudarc::driver::{sys::CUresult, DriverError};
+    let err = || Err(DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT));
+    // An error used to count as "complete": the block was handed out while
+    // a DMA might still be using it.
+    assert_eq!(
+        first_reusable([err(), Ok(false), Ok(true)].into_iter()),
+        Some(2)
+    );
+    assert_eq!(first_reusable([err(), Ok(false)].into_iter()), None);
+    assert_eq!(first_reusable([Ok(true), err()].into_iter()), Some(0));
+    assert_eq!(first_reusable(std::iter::empty()), None);
+}

@@ -229,10 +229,14 @@ pub fn set_current_stream(stream: &Stream) -> Option<Stream> {
 
 /// Makes a stream current on its device for the guard's lifetime
 /// (`torch.cuda.stream(s)` as a context manager).
+///
+/// The guard is not `Send`: the current stream is per thread, so it must be
+/// dropped (and the previous stream restored) on the thread that made it.
 #[must_use = "the stream stops being current when the guard is dropped"]
 pub struct StreamGuard {
     ordinal: usize,
     prev: Option<Stream>,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl StreamGuard {
@@ -241,6 +245,7 @@ impl StreamGuard {
         StreamGuard {
             ordinal: stream.ordinal(),
             prev: set_current_stream(stream),
+            _not_send: std::marker::PhantomData,
         }
     }
 }

@@ -979,3 +979,20 @@ fn a_pinned_block_whose_event_cannot_be_queried_is_not_reused() {
     assert_eq!(first_reusable([Ok(true), err()].into_iter()), Some(0));
     assert_eq!(first_reusable(std::iter::empty()), None);
 }
+
+#[test]
+fn a_stream_guard_cannot_leave_its_thread() {
+    // The current stream is a thread-local: a guard dropped on another
+    // thread would restore *that* thread's stream and leave its own
+    // thread's side stream current for good. `StreamGuard` must not be
+    // `Send` (this fails to compile, "type annotations needed", if it is).
+    trait AmbiguousIfSend<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+    impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+    <super::StreamGuard as AmbiguousIfSend<_>>::check();
+    // ... while a stream itself may be shared across threads.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<super::Stream>();
+}

@@ -51,6 +51,17 @@ struct StreamInner {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // The stream's cuBLAS handle (made by its first matmul) holds the
+        // stream and a workspace: release them with the last handle, or
+        // every stream ever used for a matmul would stay alive.
+        if self.id != 0 {
+            super::blas::release_handle(self.ordinal, self.id);
+        }
+    }
+}
+
 impl Stream {
     pub(crate) fn default_for(ordinal: usize, cu: Arc<CudaStream>) -> Stream {
         Stream {

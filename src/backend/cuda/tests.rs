@@ -996,3 +996,27 @@ fn a_stream_guard_cannot_leave_its_thread() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<super::Stream>();
 }
+
+#[test]
+fn gpu_dropping_a_stream_releases_its_cublas_handle() {
+    let Some(dev) = gpu() else { return };
+    let g = super::device::gpu("test", 0).unwrap();
+    let side = super::Stream::new(dev).unwrap();
+    let id = side.id();
+    let a = Tensor::ones(&[4, 3], DType::F32, dev).unwrap();
+    let b = Tensor::ones(&[3, 5], DType::F32, dev).unwrap();
+    side.wait_stream(&super::current_stream(dev).unwrap())
+        .unwrap();
+    let c = super::with_stream(&side, || a.matmul(&b).unwrap());
+    side.synchronize().unwrap();
+    assert!(
+        g.blas.lock().unwrap().contains_key(&id),
+        "made on first use"
+    );
+    assert_eq!(host(&c), vec![3.0; 20]);
+    drop(side);
+    assert!(
+        !g.blas.lock().unwrap().contains_key(&id),
+        "the handle (which holds the stream) goes with the stream"
+    );
+}

@@ -533,3 +533,41 @@ fn device_information() {
     let e = Tensor::zeros(&[1], DType::F32, Device::Cuda(libs.devices)).unwrap_err();
     assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e:?}");
 }
+
+#[test]
+fn elapsed_time_of_events_without_timing_is_an_error() {
+    let _g = lock();
+    let Some(dev) = cuda_or_skip("elapsed_time_of_events_without_timing_is_an_error") else {
+        return;
+    };
+    let s = cuda::current_stream(dev).unwrap();
+    let (plain, timed) = (
+        cuda::Event::new(dev, false).unwrap(),
+        cuda::Event::new(dev, true).unwrap(),
+    );
+    plain.record(&s).unwrap();
+    timed.record(&s).unwrap();
+    for e in [
+        plain.elapsed_ms(&timed).unwrap_err(),
+        timed.elapsed_ms(&plain).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    op: "Event::elapsed_ms",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("timing"), "{e}");
+    }
+    let t2 = s.record_event().unwrap();
+    assert!(timed.elapsed_ms(&t2).unwrap() >= 0.0);
+    plain.synchronize().unwrap();
+    assert!(
+        plain.query().unwrap(),
+        "a timing-less event still orders work"
+    );
+}

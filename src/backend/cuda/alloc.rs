@@ -81,9 +81,20 @@ struct EventFence {
 
 impl Fence for EventFence {
     fn is_done(&self) -> bool {
-        self.event
-            .as_ref()
-            .is_none_or(|e| e.try_is_complete().unwrap_or(true))
+        // The query runs with the event's context current (cudarc's does not
+        // bind it, and an allocation may come from a thread where another
+        // device's context, or none, is current). If it still fails, the
+        // event is waited for (`synchronize` binds the context itself)
+        // before the block is released: an error must never hand out memory
+        // a stream may still use. A broken context returns at once and runs
+        // nothing more, so the block is then released rather than leaked.
+        self.event.as_ref().is_none_or(|e| {
+            let _ = e.context().bind_to_thread();
+            e.try_is_complete().unwrap_or_else(|_| {
+                let _ = e.synchronize();
+                true
+            })
+        })
     }
     fn wait(&self) {
         if let Some(e) = &self.event {

@@ -275,7 +275,12 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
                 layout: Cow::Owned(layout.clone()),
                 dtype: out.dtype,
             };
-            let p = plan(&am, &bm, &mat_of(&tmp), batch).expect("every operand is now expressible");
+            // Cannot fail (both inputs passed `storage_order`, the output is
+            // contiguous), but an Err is cheaper to live with than a panic.
+            let p = plan(&am, &bm, &mat_of(&tmp), batch).ok_or_else(|| Error::Backend {
+                op: OP,
+                msg: format!("no cuBLAS layout for {sa:?} x {sb:?} -> {so:?}"),
+            })?;
             (Some((st, layout)), p)
         }
     };
@@ -364,6 +369,23 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Destroys the cuBLAS handle of stream `id` on device `ordinal`, if it has
+/// one (called when the stream's last handle is dropped).
+pub(crate) fn release_handle(ordinal: usize, id: u64) {
+    let Ok(g) = super::device::gpu("Stream::drop", ordinal) else {
+        return;
+    };
+    let h = g.blas.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    if let Some(h) = h {
+        // cublasDestroy runs on the current context: it must be this one.
+        if g.bind("Stream::drop").is_ok() {
+            drop(h);
+        } else {
+            std::mem::forget(h); // a broken context: leak rather than fail
+        }
+    }
 }
 
 /// Batched `dst = a @ b` with the dispatch's layouts: rank >= 2 with one

@@ -22,6 +22,31 @@ use cudarc::driver::{sys, CudaEvent};
 pub struct Event {
     cu: CudaEvent,
     ordinal: usize,
+    /// Made with timing enabled (`CU_EVENT_DEFAULT`), so that
+    /// [`elapsed_ms`](Event::elapsed_ms) can read it.
+    timing: bool,
+}
+
+/// Why `elapsed_ms` cannot be asked of the driver, if it cannot: an event
+/// made without timing (the driver would answer `CUDA_ERROR_INVALID_HANDLE`),
+/// or a driver without `cuEventElapsedTime_v2` (CUDA 12.8+), the only entry
+/// point cudarc's CUDA 13 bindings call, which would *panic* on its missing
+/// symbol.
+pub(crate) fn elapsed_unsupported(
+    start_timing: bool,
+    end_timing: bool,
+    driver_has_v2: bool,
+) -> Option<String> {
+    match (start_timing, end_timing) {
+        (false, false) => Some("neither event was made with timing enabled".into()),
+        (false, true) => Some("the start event was made without timing".into()),
+        (true, false) => Some("the end event was made without timing".into()),
+        (true, true) if !driver_has_v2 => Some(
+            "the CUDA driver lacks cuEventElapsedTime_v2 (a driver for CUDA 12.8 or newer is needed)"
+                .into(),
+        ),
+        (true, true) => None,
+    }
 }
 
 impl Event {
@@ -38,6 +63,7 @@ impl Event {
         Ok(Event {
             cu,
             ordinal: g.ordinal,
+            timing,
         })
     }
 
@@ -70,15 +96,31 @@ impl Event {
 
     /// `true` if the recorded work has finished (or nothing was recorded).
     pub fn query(&self) -> Result<bool> {
+        // cudarc's query does not make the event's context current.
+        self.cu
+            .context()
+            .bind_to_thread()
+            .map_err(drv("Event::query"))?;
         self.cu.try_is_complete().map_err(drv("Event::query"))
     }
 
     /// Milliseconds between this (start) event and `end`, waiting for both.
-    /// Both must have been made with timing enabled.
+    /// Both must have been made with timing enabled (an `Err` otherwise).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        self.cu
-            .elapsed_ms(&end.cu)
-            .map_err(drv("Event::elapsed_ms"))
+        const OP: &str = "Event::elapsed_ms";
+        if end.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op: OP,
+                lhs: self.device(),
+                rhs: end.device(),
+            });
+        }
+        if let Some(why) =
+            elapsed_unsupported(self.timing, end.timing, super::probe::has_elapsed_v2())
+        {
+            return Err(Error::arg(OP, why));
+        }
+        self.cu.elapsed_ms(&end.cu).map_err(drv(OP))
     }
 }
 

@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::Device;
-use cudarc::driver::{result, sys, CudaContext, CudaEvent};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, DriverError};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Smallest pinned block.
@@ -92,20 +92,23 @@ pub(crate) fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBlock>
             p.ctx = Some(ctx.clone());
         }
         let list = &mut p.free[class];
-        let i = list.iter().position(|c| {
-            c.event
-                .as_ref()
-                .is_none_or(|e| e.try_is_complete().unwrap_or(true))
-        })?;
+        let i = first_reusable(list.iter().map(|c| event_done(c.event.as_ref())))?;
         let c = list.swap_remove(i);
         p.stats.allocated_bytes += size;
         Some(c.addr)
     });
+    let op = "pinned alloc";
+    // The event checks may have made another device's context current; the
+    // caller goes on with raw driver calls on `ctx`'s device.
+    if let Err(e) = ctx.bind_to_thread() {
+        if let Some(addr) = hit {
+            free(PinnedBlock { addr, size }, None); // its last use has finished
+        }
+        return Err(super::device::drv(op)(e));
+    }
     if let Some(addr) = hit {
         return Ok(PinnedBlock { addr, size });
     }
-    let op = "pinned alloc";
-    ctx.bind_to_thread().map_err(super::device::drv(op))?;
     let mut tried_release = false;
     loop {
         // SAFETY: a plain page-locked host allocation of `size` bytes.
@@ -143,6 +146,29 @@ pub(crate) fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBlock>
             }
         }
     }
+}
+
+/// Whether a cached block's last use has finished: `Ok(true)` with no
+/// event, else the event's state, queried with its context current (the
+/// driver may refuse an event of a context that is not).
+fn event_done(e: Option<&CudaEvent>) -> std::result::Result<bool, DriverError> {
+    match e {
+        None => Ok(true),
+        Some(e) => {
+            e.context().bind_to_thread()?;
+            e.try_is_complete()
+        }
+    }
+}
+
+/// The first block whose last use has certainly finished. A block whose
+/// event could not be queried is *not* reused: a DMA may still be reading or
+/// writing it (it stays cached; [`empty_pinned_cache`] waits for it before
+/// freeing it).
+pub(crate) fn first_reusable(
+    states: impl Iterator<Item = std::result::Result<bool, DriverError>>,
+) -> Option<usize> {
+    states.into_iter().position(|s| matches!(s, Ok(true)))
 }
 
 /// Returns a block to the cache; `event` (recorded after the last use on a

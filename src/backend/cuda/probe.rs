@@ -99,6 +99,24 @@ pub fn device_count() -> usize {
     probe().devices
 }
 
+/// Whether the driver library exports `cuEventElapsedTime_v2` (CUDA 12.8+),
+/// which cudarc's CUDA 13 bindings call for every elapsed-time query and
+/// whose absence they turn into a panic. Looked up once.
+pub(crate) fn has_elapsed_v2() -> bool {
+    static V2: OnceLock<bool> = OnceLock::new();
+    *V2.get_or_init(|| {
+        // SAFETY: `culib` opens the driver library (present: checked first;
+        // it panics only when it is missing) and `get` only looks a symbol
+        // up, calling nothing.
+        probe().driver
+            && unsafe {
+                cudarc::driver::sys::culib()
+                    .get::<unsafe extern "C" fn()>(b"cuEventElapsedTime_v2")
+                    .is_ok()
+            }
+    })
+}
+
 /// Why CUDA device `ordinal` cannot be used, or `None` if it can.
 pub(crate) fn unusable_reason(ordinal: usize) -> Option<String> {
     let p = probe();

@@ -51,6 +51,17 @@ struct StreamInner {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // The stream's cuBLAS handle (made by its first matmul) holds the
+        // stream and a workspace: release them with the last handle, or
+        // every stream ever used for a matmul would stay alive.
+        if self.id != 0 {
+            super::blas::release_handle(self.ordinal, self.id);
+        }
+    }
+}
+
 impl Stream {
     pub(crate) fn default_for(ordinal: usize, cu: Arc<CudaStream>) -> Stream {
         Stream {
@@ -229,10 +240,14 @@ pub fn set_current_stream(stream: &Stream) -> Option<Stream> {
 
 /// Makes a stream current on its device for the guard's lifetime
 /// (`torch.cuda.stream(s)` as a context manager).
+///
+/// The guard is not `Send`: the current stream is per thread, so it must be
+/// dropped (and the previous stream restored) on the thread that made it.
 #[must_use = "the stream stops being current when the guard is dropped"]
 pub struct StreamGuard {
     ordinal: usize,
     prev: Option<Stream>,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl StreamGuard {
@@ -241,6 +256,7 @@ impl StreamGuard {
         StreamGuard {
             ordinal: stream.ordinal(),
             prev: set_current_stream(stream),
+            _not_send: std::marker::PhantomData,
         }
     }
 }

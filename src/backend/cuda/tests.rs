@@ -856,3 +856,172 @@ fn gpu_matmul_matches_naive() {
     let e = super::blas::matmul(&Operand::of(&i), &Operand::of(&i), &Operand::of(&i)).unwrap_err();
     assert!(e.to_string().contains("matmul"), "{e}");
 }
+
+// ------------------------------------------- host-side review (rev-host) ---
+
+/// cuBLAS's own argument checks for `cublasGemmStridedBatchedEx` (it answers
+/// `CUBLAS_STATUS_INVALID_VALUE` otherwise): `m, n, k >= 0`, and each
+/// leading dimension at least the row count of the matrix as stored.
+fn cublas_accepts(p: &GemmPlan) -> bool {
+    let rows_a = if p.transa { p.k } else { p.m };
+    let rows_b = if p.transb { p.n } else { p.k };
+    p.lda >= rows_a.max(1) && p.ldb >= rows_b.max(1) && p.ldc >= p.m.max(1)
+}
+
+#[test]
+fn every_gemm_plan_is_one_cublas_accepts_and_computes_the_product() {
+    // Every small shape and every stride pattern (0 = broadcast, 1 = unit,
+    // larger = padded or transposed): whatever `plan` accepts must pass
+    // cuBLAS's checks and compute the row-major product.
+    let strides = [0usize, 1, 2, 3, 7];
+    let mut accepted = 0;
+    for (m, k, n) in [
+        (1, 1, 1),
+        (1, 3, 2),
+        (3, 1, 2),
+        (2, 3, 1),
+        (3, 2, 4),
+        (4, 4, 4),
+    ] {
+        for &ars in &strides {
+            for &acs in &strides {
+                for &brs in &strides {
+                    for &bcs in &strides {
+                        let a = Mat {
+                            ptr: 10,
+                            rows: m,
+                            cols: k,
+                            rs: ars,
+                            cs: acs,
+                            bs: 0,
+                        };
+                        let b = Mat {
+                            ptr: 500,
+                            rows: k,
+                            cols: n,
+                            rs: brs,
+                            cs: bcs,
+                            bs: 0,
+                        };
+                        let c = Mat {
+                            ptr: 1000,
+                            rows: m,
+                            cols: n,
+                            rs: n,
+                            cs: 1,
+                            bs: 0,
+                        };
+                        let Some(p) = plan(&a, &b, &c, 1) else {
+                            continue;
+                        };
+                        accepted += 1;
+                        assert!(cublas_accepts(&p), "{a:?} {b:?}: {p:?}");
+                        let mut mem = vec![0.0; 2000];
+                        for r in 0..m {
+                            for q in 0..k {
+                                mem[elem(&a, 0, r, q)] = (r * 5 + q) as f64 - 3.0;
+                            }
+                        }
+                        for r in 0..k {
+                            for q in 0..n {
+                                mem[elem(&b, 0, r, q)] = (r * 2 + q * 3) as f64 - 4.0;
+                            }
+                        }
+                        // Aliased elements (stride 0 or overlapping rows)
+                        // hold the last value written: read the inputs back.
+                        let av: Vec<f64> =
+                            (0..m * k).map(|i| mem[elem(&a, 0, i / k, i % k)]).collect();
+                        let bv: Vec<f64> =
+                            (0..k * n).map(|i| mem[elem(&b, 0, i / n, i % n)]).collect();
+                        emulate(&p, &mut mem);
+                        for r in 0..m {
+                            for q in 0..n {
+                                let want: f64 = (0..k).map(|l| av[r * k + l] * bv[l * n + q]).sum();
+                                assert_eq!(mem[elem(&c, 0, r, q)], want, "{a:?} {b:?} [{r},{q}]");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(accepted > 100, "only {accepted} layouts accepted");
+}
+
+#[test]
+fn elapsed_time_needs_two_timing_events_and_a_driver_with_the_v2_entry_point() {
+    use super::event::elapsed_unsupported;
+    assert_eq!(elapsed_unsupported(true, true, true), None);
+    for (s, e, v2, word) in [
+        (false, true, true, "start"),
+        (true, false, true, "end"),
+        (false, false, true, "neither"),
+        // cudarc's CUDA 13 bindings call cuEventElapsedTime_v2 and panic
+        // on a driver without it: that must be an Err instead.
+        (true, true, false, "cuEventElapsedTime_v2"),
+    ] {
+        let why = elapsed_unsupported(s, e, v2).expect("unsupported");
+        assert!(why.contains(word), "{why}");
+    }
+    // Without a driver there is no symbol to call (and no panic looking).
+    if !super::probe::probe().driver {
+        assert!(!super::probe::has_elapsed_v2());
+    }
+}
+
+#[test]
+fn a_pinned_block_whose_event_cannot_be_queried_is_not_reused() {
+    use super::pinned::first_reusable;
+    use cudarc::driver::{sys::CUresult, DriverError};
+    let err = || Err(DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT));
+    // An error used to count as "complete": the block was handed out while
+    // a DMA might still be using it.
+    assert_eq!(
+        first_reusable([err(), Ok(false), Ok(true)].into_iter()),
+        Some(2)
+    );
+    assert_eq!(first_reusable([err(), Ok(false)].into_iter()), None);
+    assert_eq!(first_reusable([Ok(true), err()].into_iter()), Some(0));
+    assert_eq!(first_reusable(std::iter::empty()), None);
+}
+
+#[test]
+fn a_stream_guard_cannot_leave_its_thread() {
+    // The current stream is a thread-local: a guard dropped on another
+    // thread would restore *that* thread's stream and leave its own
+    // thread's side stream current for good. `StreamGuard` must not be
+    // `Send` (this fails to compile, "type annotations needed", if it is).
+    trait AmbiguousIfSend<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+    impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+    <super::StreamGuard as AmbiguousIfSend<_>>::check();
+    // ... while a stream itself may be shared across threads.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<super::Stream>();
+}
+
+#[test]
+fn gpu_dropping_a_stream_releases_its_cublas_handle() {
+    let Some(dev) = gpu() else { return };
+    let g = super::device::gpu("test", 0).unwrap();
+    let side = super::Stream::new(dev).unwrap();
+    let id = side.id();
+    let a = Tensor::ones(&[4, 3], DType::F32, dev).unwrap();
+    let b = Tensor::ones(&[3, 5], DType::F32, dev).unwrap();
+    side.wait_stream(&super::current_stream(dev).unwrap())
+        .unwrap();
+    let c = super::with_stream(&side, || a.matmul(&b).unwrap());
+    side.synchronize().unwrap();
+    assert!(
+        g.blas.lock().unwrap().contains_key(&id),
+        "made on first use"
+    );
+    assert_eq!(host(&c), vec![3.0; 20]);
+    drop(side);
+    assert!(
+        !g.blas.lock().unwrap().contains_key(&id),
+        "the handle (which holds the stream) goes with the stream"
+    );
+}

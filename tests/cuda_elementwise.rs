@@ -495,3 +495,72 @@ fn where_and_masked_fill(dev: Device) {
         assert_eq!(read(&x), want, "masked_fill_ {dt}");
     }
 }
+
+// ------------------------------------------- kernel review additions ---
+
+/// Cases found reviewing the CUDA kernels, run on both devices.
+mod kernel_review {
+    use super::common::devices::{also_cpu, on_both, tensor};
+    use super::common::read;
+    use tensorscope::{DType, Device, Tensor};
+
+    on_both!(integer_scalars_wrap);
+
+    /// An integral scalar keeps an integer tensor's dtype and is converted
+    /// by wrapping through i64 (PyTorch's rule): `u8 + (-2)` subtracts 2
+    /// modulo 256, `i32 + (2^32 + 5)` adds 5. (CUDA saturated the scalar:
+    /// `u8 + (-2)` added 0.)
+    fn integer_scalars_wrap(dev: Device) {
+        let v: Vec<f64> = vec![0.0, 1.0, 7.0, 200.0, 255.0, 9.0, 3.0, 128.0];
+        // A stepped view: [0, 7, 255, 3].
+        let make = |d: Device| tensor(&v, &[8], DType::U8, d).slice(0, 0, 8, 2).unwrap();
+        let x = make(dev);
+        let xs = read(&x);
+        type S = fn(&Tensor, f64) -> tensorscope::Result<Tensor>;
+        let cases: [(&str, S, f64, fn(i64, i64) -> i64); 4] = [
+            ("add", Tensor::add_scalar, -2.0, |a, s| a + s),
+            ("sub", Tensor::sub_scalar, 300.0, |a, s| a - s),
+            ("mul", Tensor::mul_scalar, -1.0, |a, s| a * s),
+            ("maximum", Tensor::maximum_scalar, -1.0, |a, s| a.max(s.rem_euclid(256))),
+        ];
+        for (name, f, s, r) in cases {
+            let y = f(&x, s).unwrap();
+            assert_eq!(y.dtype(), DType::U8, "{name}");
+            let want: Vec<f64> = xs
+                .iter()
+                .map(|&a| r(a as i64, s as i64).rem_euclid(256) as f64)
+                .collect();
+            assert_eq!(read(&y), want, "u8 {name}_scalar({s})");
+            also_cpu(dev, |d| f(&make(d), s).unwrap(), &y, 0.0, name);
+        }
+        // In place, on the same stepped view.
+        let base = tensor(&v, &[8], DType::U8, dev);
+        let mut view = base.slice(0, 0, 8, 2).unwrap();
+        view.add_scalar_(-2.0).unwrap();
+        let want: Vec<f64> = v
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                if i % 2 == 0 {
+                    (a as i64 - 2).rem_euclid(256) as f64
+                } else {
+                    a
+                }
+            })
+            .collect();
+        assert_eq!(read(&base), want, "u8 add_scalar_(-2) in place");
+        // i32: a scalar beyond i32 wraps; i64: a negative scalar.
+        let w: Vec<f64> = vec![-3.0, 0.0, 5.0, 1000.0];
+        let x32 = tensor(&w, &[2, 2], DType::I32, dev).t().unwrap();
+        let y = x32.add_scalar(4294967301.0).unwrap();
+        assert_eq!(y.dtype(), DType::I32);
+        assert_eq!(read(&y), vec![2.0, 10.0, 5.0, 1005.0], "i32 + (2^32 + 5)");
+        let y = x32.mul_scalar(-4294967294.0).unwrap(); // wraps to 2
+        assert_eq!(read(&y), vec![-6.0, 10.0, 0.0, 2000.0], "i32 * (-2^32 + 2)");
+        let x64 = tensor(&w, &[4], DType::I64, dev);
+        assert_eq!(
+            read(&x64.sub_scalar(-7.0).unwrap()),
+            vec![4.0, 7.0, 12.0, 1007.0]
+        );
+    }
+}

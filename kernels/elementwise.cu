@@ -135,9 +135,11 @@ DEV double op_minimum(double a, double b) { return (a != a || b != b) ? __longlo
     DEV T op_mul(T a, T b) { return (T)((U)a * (U)b); }                              \
     DEV T op_maximum(T a, T b) { return a > b ? a : b; }                             \
     DEV T op_minimum(T a, T b) { return a < b ? a : b; }                             \
+    /* A negative exponent gives 1/a truncated: 1 for 1, +-1 for -1 (by the   */ \
+    /* exponent's parity), 0 otherwise; the whole u64 exponent range counts.   */ \
     DEV T op_pow(T a, T b) {                                                          \
-        if (b < 0) return a == 1 ? 1 : 0;                                             \
-        u32 e = (u32)b;                                                               \
+        if (b < 0) return a == 1 ? (T)1 : (a == (T)-1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0); \
+        u64 e = (u64)b;                                                               \
         U base = (U)a, r = 1;                                                         \
         while (e) {                                                                   \
             if (e & 1u) r = r * base;                                                 \

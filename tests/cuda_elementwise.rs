@@ -504,7 +504,7 @@ mod kernel_review {
     use super::common::read;
     use tensorscope::{DType, Device, Tensor};
 
-    on_both!(integer_scalars_wrap);
+    on_both!(integer_scalars_wrap, integer_pow_edges);
 
     /// An integral scalar keeps an integer tensor's dtype and is converted
     /// by wrapping through i64 (PyTorch's rule): `u8 + (-2)` subtracts 2
@@ -562,5 +562,60 @@ mod kernel_review {
             read(&x64.sub_scalar(-7.0).unwrap()),
             vec![4.0, 7.0, 12.0, 1007.0]
         );
+    }
+
+    /// `a.wrapping_pow(e)` for a u64 exponent, by repeated squaring.
+    fn wpow(a: i64, mut e: u64) -> i64 {
+        let (mut base, mut acc) = (a, 1i64);
+        while e > 0 {
+            if e & 1 == 1 {
+                acc = acc.wrapping_mul(base);
+            }
+            base = base.wrapping_mul(base);
+            e >>= 1;
+        }
+        acc
+    }
+
+    /// Integer `pow` of two tensors: a negative exponent gives 1/a truncated
+    /// (1 for 1, +-1 for -1 by parity, 0 otherwise) and an i64 exponent of
+    /// 2^32 or more counts in full. (CUDA gave 0 for (-1)^-1 and truncated
+    /// the exponent to 32 bits: 2^(2^32) was 1.)
+    fn integer_pow_edges(dev: Device) {
+        let a = [-1i64, -1, 1, 2, 0, 3, -2, -1];
+        let b = [-1i64, -2, -3, -1, -1, 0, -1, -7];
+        let want = [-1i64, 1, 1, 0, 0, 1, 0, -1];
+        for dt in [DType::I64, DType::I32] {
+            // a: [2, 4]; b: the transpose of a [4, 2] storage (strides [1, 2]).
+            let bt: Vec<i64> = (0..8).map(|p| b[(p % 2) * 4 + p / 2]).collect();
+            let make = |d: Device| {
+                let ta = Tensor::from_slice(&a, &[2, 4], d).unwrap().to_dtype(dt).unwrap();
+                let tb = Tensor::from_slice(&bt, &[4, 2], d).unwrap().to_dtype(dt).unwrap();
+                (ta, tb.t().unwrap())
+            };
+            let (ta, tb) = make(dev);
+            let y = ta.pow(&tb).unwrap();
+            assert_eq!(y.dtype(), dt);
+            assert_eq!(y.to_vec::<i64>().unwrap(), want, "{dt} pow, negative exponents");
+            also_cpu(
+                dev,
+                |d| {
+                    let (ta, tb) = make(d);
+                    ta.pow(&tb).unwrap()
+                },
+                &y,
+                0.0,
+                "pow negative exponents",
+            );
+        }
+        let a = [2i64, -1, 3, 1, 3, 5];
+        let e: [u64; 6] = [1 << 32, (1 << 32) + 1, (1 << 32) + 3, 1 << 40, 40, (1 << 33) + 7];
+        let b: Vec<i64> = e.iter().map(|&x| x as i64).collect();
+        let want: Vec<i64> = a.iter().zip(&e).map(|(&x, &k)| wpow(x, k)).collect();
+        let ta = Tensor::from_slice(&a, &[6], dev).unwrap();
+        let tb = Tensor::from_slice(&b, &[6], dev).unwrap();
+        let y = ta.pow(&tb).unwrap();
+        assert_eq!(y.to_vec::<i64>().unwrap(), want, "i64 pow, exponents >= 2^32");
+        assert_eq!(want[0], 0, "2^(2^32) wraps to 0");
     }
 }

@@ -504,7 +504,7 @@ mod kernel_review {
     use super::common::read;
     use tensorscope::{DType, Device, Tensor};
 
-    on_both!(integer_scalars_wrap, integer_pow_edges);
+    on_both!(integer_scalars_wrap, integer_pow_edges, gelu_f64_tail);
 
     /// An integral scalar keeps an integer tensor's dtype and is converted
     /// by wrapping through i64 (PyTorch's rule): `u8 + (-2)` subtracts 2
@@ -617,5 +617,33 @@ mod kernel_review {
         let y = ta.pow(&tb).unwrap();
         assert_eq!(y.to_vec::<i64>().unwrap(), want, "i64 pow, exponents >= 2^32");
         assert_eq!(want[0], 0, "2^(2^32) wraps to 0");
+    }
+
+    /// erfc(z) = 2/sqrt(pi) * integral of exp(-t^2) from z to z + 8
+    /// (Simpson, step 1e-4): independent of the library's erfc.
+    fn erfc_ref(z: f64) -> f64 {
+        let n = 80_000;
+        let h = 8.0 / n as f64;
+        let f = |t: f64| (-t * t).exp();
+        let mut s = f(z) + f(z + 8.0);
+        for i in 1..n {
+            s += f(z + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    /// f64 gelu in its negative tail is x/2 * erfc(-x/sqrt 2), to f64
+    /// accuracy relative to the (tiny) value: 1 + erf(x/sqrt 2) cancels
+    /// (CUDA gave 0 for gelu(-10) = -7.6e-23).
+    fn gelu_f64_tail(dev: Device) {
+        let xs = [-12.0, -10.0, -8.0, -6.0, -4.5];
+        let x = tensor(&xs, &[5], DType::F64, dev);
+        let y = read(&x.gelu().unwrap());
+        for (i, &v) in xs.iter().enumerate() {
+            let want = 0.5 * v * erfc_ref(-v / std::f64::consts::SQRT_2);
+            assert!(want < 0.0 && want > -1e-3, "reference gelu({v}) = {want}");
+            let rel = ((y[i] - want) / want).abs();
+            assert!(rel < 1e-9, "gelu({v}): got {}, want {want} (rel {rel:e})", y[i]);
+        }
     }
 }

@@ -521,7 +521,9 @@ mod kernel_review {
             ("add", Tensor::add_scalar, -2.0, |a, s| a + s),
             ("sub", Tensor::sub_scalar, 300.0, |a, s| a - s),
             ("mul", Tensor::mul_scalar, -1.0, |a, s| a * s),
-            ("maximum", Tensor::maximum_scalar, -1.0, |a, s| a.max(s.rem_euclid(256))),
+            ("maximum", Tensor::maximum_scalar, -1.0, |a, s| {
+                a.max(s.rem_euclid(256))
+            }),
         ];
         for (name, f, s, r) in cases {
             let y = f(&x, s).unwrap();
@@ -589,14 +591,24 @@ mod kernel_review {
             // a: [2, 4]; b: the transpose of a [4, 2] storage (strides [1, 2]).
             let bt: Vec<i64> = (0..8).map(|p| b[(p % 2) * 4 + p / 2]).collect();
             let make = |d: Device| {
-                let ta = Tensor::from_slice(&a, &[2, 4], d).unwrap().to_dtype(dt).unwrap();
-                let tb = Tensor::from_slice(&bt, &[4, 2], d).unwrap().to_dtype(dt).unwrap();
+                let ta = Tensor::from_slice(&a, &[2, 4], d)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap();
+                let tb = Tensor::from_slice(&bt, &[4, 2], d)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap();
                 (ta, tb.t().unwrap())
             };
             let (ta, tb) = make(dev);
             let y = ta.pow(&tb).unwrap();
             assert_eq!(y.dtype(), dt);
-            assert_eq!(y.to_vec::<i64>().unwrap(), want, "{dt} pow, negative exponents");
+            assert_eq!(
+                y.to_vec::<i64>().unwrap(),
+                want,
+                "{dt} pow, negative exponents"
+            );
             also_cpu(
                 dev,
                 |d| {
@@ -609,13 +621,24 @@ mod kernel_review {
             );
         }
         let a = [2i64, -1, 3, 1, 3, 5];
-        let e: [u64; 6] = [1 << 32, (1 << 32) + 1, (1 << 32) + 3, 1 << 40, 40, (1 << 33) + 7];
+        let e: [u64; 6] = [
+            1 << 32,
+            (1 << 32) + 1,
+            (1 << 32) + 3,
+            1 << 40,
+            40,
+            (1 << 33) + 7,
+        ];
         let b: Vec<i64> = e.iter().map(|&x| x as i64).collect();
         let want: Vec<i64> = a.iter().zip(&e).map(|(&x, &k)| wpow(x, k)).collect();
         let ta = Tensor::from_slice(&a, &[6], dev).unwrap();
         let tb = Tensor::from_slice(&b, &[6], dev).unwrap();
         let y = ta.pow(&tb).unwrap();
-        assert_eq!(y.to_vec::<i64>().unwrap(), want, "i64 pow, exponents >= 2^32");
+        assert_eq!(
+            y.to_vec::<i64>().unwrap(),
+            want,
+            "i64 pow, exponents >= 2^32"
+        );
         assert_eq!(want[0], 0, "2^(2^32) wraps to 0");
     }
 
@@ -643,7 +666,11 @@ mod kernel_review {
             let want = 0.5 * v * erfc_ref(-v / std::f64::consts::SQRT_2);
             assert!(want < 0.0 && want > -1e-3, "reference gelu({v}) = {want}");
             let rel = ((y[i] - want) / want).abs();
-            assert!(rel < 1e-9, "gelu({v}): got {}, want {want} (rel {rel:e})", y[i]);
+            assert!(
+                rel < 1e-9,
+                "gelu({v}): got {}, want {want} (rel {rel:e})",
+                y[i]
+            );
         }
     }
 }

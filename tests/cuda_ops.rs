@@ -1458,22 +1458,37 @@ mod kernel_review {
         (sum_row[0], sum_row[256], sum_row[512]) = (3e38, 3e38, -3e38);
         let mut prod_row = vec![1.0; n];
         (prod_row[0], prod_row[256], prod_row[512], prod_row[768]) = (1e30, 1e30, 1e-30, 1e-30);
-        let std_row: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 2e19 } else { -2e19 }).collect();
+        let std_row: Vec<f64> = (0..n)
+            .map(|i| if i % 2 == 0 { 2e19 } else { -2e19 })
+            .collect();
         let small: Vec<f64> = (0..n).map(|i| (i % 7) as f64 * 0.25 - 0.5).collect();
         for dt in [DType::F32, DType::BF16] {
             for transposed in [false, true] {
                 let what = format!("{dt} transposed={transposed}");
                 type R = fn(&Tensor) -> Tensor;
                 let cases: [(&str, Vec<f64>, R, fn(&[f64]) -> f64); 3] = [
-                    ("sum", sum_row.clone(), |x| x.sum(&[1], false).unwrap(), |g| g.iter().sum()),
-                    ("prod", prod_row.clone(), |x| x.prod(&[1], false).unwrap(), |g| {
-                        g.iter().product()
-                    }),
-                    ("std", std_row.clone(), |x| x.std(&[1], 1, false).unwrap(), |g| {
-                        let m = g.iter().sum::<f64>() / g.len() as f64;
-                        let ss: f64 = g.iter().map(|x| (x - m) * (x - m)).sum();
-                        (ss / (g.len() - 1) as f64).sqrt()
-                    }),
+                    (
+                        "sum",
+                        sum_row.clone(),
+                        |x| x.sum(&[1], false).unwrap(),
+                        |g| g.iter().sum(),
+                    ),
+                    (
+                        "prod",
+                        prod_row.clone(),
+                        |x| x.prod(&[1], false).unwrap(),
+                        |g| g.iter().product(),
+                    ),
+                    (
+                        "std",
+                        std_row.clone(),
+                        |x| x.std(&[1], 1, false).unwrap(),
+                        |g| {
+                            let m = g.iter().sum::<f64>() / g.len() as f64;
+                            let ss: f64 = g.iter().map(|x| (x - m) * (x - m)).sum();
+                            (ss / (g.len() - 1) as f64).sqrt()
+                        },
+                    ),
                 ];
                 for (name, row, f, r) in cases {
                     let rows = vec![small.clone(), row];
@@ -1483,7 +1498,10 @@ mod kernel_review {
                     // The reference folds the values as stored, in f64.
                     let xs = read(&x);
                     let want: Vec<f64> = xs.chunks(n).map(|g| store(dt, r(g))).collect();
-                    assert!(want.iter().all(|w| w.is_finite()), "{name}: reference {want:?}");
+                    assert!(
+                        want.iter().all(|w| w.is_finite()),
+                        "{name}: reference {want:?}"
+                    );
                     assert_close(&read(&y), &want, tol(dt), &format!("{name} {what}"));
                     also_cpu(dev, |d| f(&make(d)), &y, tol(dt), &format!("{name} {what}"));
                 }

@@ -300,7 +300,13 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
     check_binary_dtypes(op, a.dtype, a.dtype, dst.dtype)?;
     let (s, f) = prepare(g, name, &kernels::bscalar(op, a.dtype))?;
     let geom = Geom::<2>::new(name, [&dst.layout, &a.layout])?;
-    let args = (geom, n, dptr(dst), dptr(a), arith_scalar_bits(a.dtype, scalar));
+    let args = (
+        geom,
+        n,
+        dptr(dst),
+        dptr(a),
+        arith_scalar_bits(a.dtype, scalar),
+    );
     // SAFETY: bscalar_<op>_<dt>(Geom<2>, i64, O*, const T*, u64).
     unsafe { f.launch(name, &s, g.grid(n), &args) }
 }

@@ -877,7 +877,11 @@ fn arith_scalar_bits_wrap_like_the_cpu() {
         f64::NAN,
     ];
     for v in vals {
-        assert_eq!(arith_scalar_bits(DType::U8, v), <u8 as Num>::scalar(v) as u64, "u8 {v}");
+        assert_eq!(
+            arith_scalar_bits(DType::U8, v),
+            <u8 as Num>::scalar(v) as u64,
+            "u8 {v}"
+        );
         assert_eq!(
             arith_scalar_bits(DType::I32, v),
             <i32 as Num>::scalar(v) as u32 as u64,

@@ -517,7 +517,8 @@ mod kernel_review {
         let x = make(dev);
         let xs = read(&x);
         type S = fn(&Tensor, f64) -> tensorscope::Result<Tensor>;
-        let cases: [(&str, S, f64, fn(i64, i64) -> i64); 4] = [
+        type Ref = fn(i64, i64) -> i64;
+        let cases: [(&str, S, f64, Ref); 4] = [
             ("add", Tensor::add_scalar, -2.0, |a, s| a + s),
             ("sub", Tensor::sub_scalar, 300.0, |a, s| a - s),
             ("mul", Tensor::mul_scalar, -1.0, |a, s| a * s),

@@ -1466,7 +1466,8 @@ mod kernel_review {
             for transposed in [false, true] {
                 let what = format!("{dt} transposed={transposed}");
                 type R = fn(&Tensor) -> Tensor;
-                let cases: [(&str, Vec<f64>, R, fn(&[f64]) -> f64); 3] = [
+                type Ref = fn(&[f64]) -> f64;
+                let cases: [(&str, Vec<f64>, R, Ref); 3] = [
                     (
                         "sum",
                         sum_row.clone(),

@@ -31,8 +31,11 @@ FLOAT_UNARY(sin, sinf(x), sin(x))
 FLOAT_UNARY(cos, cosf(x), cos(x))
 FLOAT_UNARY(tanh, tanhf(x), tanh(x))
 FLOAT_UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+// f64 gelu as the CPU's gelu_f64: below 0, x/2 * erfc(-x/sqrt 2), because
+// 1 + erf(x/sqrt 2) cancels to 0 in the tail (gelu(-10) is -7.6e-23, not -0).
 FLOAT_UNARY(gelu, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)),
-            0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+            x >= 0.0 ? 0.5 * x * (1.0 + erf(x * 0.70710678118654752))
+                     : 0.5 * x * erfc(-(x * 0.70710678118654752)))
 FLOAT_UNARY(erf, erff(x), erf(x))
 FLOAT_UNARY(reciprocal, 1.0f / x, 1.0 / x)
 
@@ -135,9 +138,11 @@ DEV double op_minimum(double a, double b) { return (a != a || b != b) ? __longlo
     DEV T op_mul(T a, T b) { return (T)((U)a * (U)b); }                              \
     DEV T op_maximum(T a, T b) { return a > b ? a : b; }                             \
     DEV T op_minimum(T a, T b) { return a < b ? a : b; }                             \
+    /* A negative exponent gives 1/a truncated: 1 for 1, +-1 for -1 (by the   */ \
+    /* exponent's parity), 0 otherwise; the whole u64 exponent range counts.   */ \
     DEV T op_pow(T a, T b) {                                                          \
-        if (b < 0) return a == 1 ? 1 : 0;                                             \
-        u32 e = (u32)b;                                                               \
+        if (b < 0) return a == 1 ? (T)1 : (a == (T)-1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0); \
+        u64 e = (u64)b;                                                               \
         U base = (U)a, r = 1;                                                         \
         while (e) {                                                                   \
             if (e & 1u) r = r * base;                                                 \

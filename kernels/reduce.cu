@@ -15,7 +15,10 @@
 //
 // One group of `group` threads (32: a warp, or TS_BLOCK: the whole block)
 // reduces one output element; launch with TS_BLOCK threads per block.
-// Floats accumulate in f32 (f64 for f64); integers in 64 bits, wrapping.
+// Float sums, means, products and variances accumulate in f64 and round
+// once to the output (T::from_f64), as the CPU backend does; logsumexp
+// takes its max and exponentials in f32 (f64 for f64) and sums them in f64,
+// also as the CPU does. Integers accumulate in 64 bits, wrapping.
 // max/min propagate NaN; argmax/argmin return the first NaN if there is one,
 // else the first occurrence of the extreme value. An empty reduction writes
 // the identity (0 for sum, 1 for prod, NaN for mean and var, -inf for
@@ -89,23 +92,25 @@ DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, 
     }
 }
 
-// Accumulator of a storage type: f32 for f16/bf16/f32, f64 for f64.
-template <typename T> struct FAcc { typedef float A; };
-template <> struct FAcc<double> { typedef double A; };
-
+// Float accumulators are f64 for every float dtype, as on the CPU: an f32
+// running sum over a long row loses digits (each of the 256 lanes of a
+// block folds n/256 elements), and an f32 product or sum can overflow where
+// the f64 one and the CPU's result do not (sum [3e38, 3e38, -3e38]). The
+// result is rounded once with T::from_f64 semantics (FromF64: no double
+// rounding through f32 for f16/bf16).
 template <typename T> struct SumF {
-    typedef typename FAcc<T>::A Acc;
+    typedef double Acc;
     static DEV Acc identity() { return 0; }
-    static DEV Acc make(T x, i64) { return (Acc)load(x); }
+    static DEV Acc make(T x, i64) { return to_f64(x); }
     static DEV Acc combine(Acc a, Acc b) { return a + b; }
-    static DEV T finish(Acc a, i64) { return Store<T>::from(a); }
+    static DEV T finish(Acc a, i64) { return FromF64<T>::cvt(a); }
 };
 template <typename T> struct MeanF : SumF<T> {
-    typedef typename FAcc<T>::A Acc;
-    static DEV T finish(Acc a, i64 n) { return Store<T>::from(a / (Acc)n); }
+    typedef double Acc;
+    static DEV T finish(Acc a, i64 n) { return FromF64<T>::cvt(a / (double)n); }
 };
 template <typename T> struct ProdF : SumF<T> {
-    typedef typename FAcc<T>::A Acc;
+    typedef double Acc;
     static DEV Acc identity() { return 1; }
     static DEV Acc combine(Acc a, Acc b) { return a * b; }
 };
@@ -202,7 +207,7 @@ template <typename C> struct Welford {
     C m2;
 };
 template <typename T> struct VarOp {
-    typedef typename FAcc<T>::A C;
+    typedef double C;
     typedef Welford<C> Acc;
     i64 correction;
     i32 take_sqrt;
@@ -216,7 +221,7 @@ template <typename T> struct VarOp {
     static DEV Acc make(T x, i64) {
         Acc a;
         a.n = 1;
-        a.mean = (C)load(x);
+        a.mean = to_f64(x);
         a.m2 = 0;
         return a;
     }
@@ -236,21 +241,25 @@ template <typename T> struct VarOp {
         if (dof < 0) dof = 0;
         C v = a.m2 / dof;
         if (take_sqrt) v = sqrt_(v);
-        return Store<T>::from(v);
+        return FromF64<T>::cvt(v);
     }
 };
 
 // log(sum(exp(x))) as a running (max, sum of exp(x - max)). A NaN element
 // makes the sum NaN; an infinite max contributes exp(0) = 1 per element
-// equal to it, so +inf gives +inf and an all -inf run gives -inf.
+// equal to it, so +inf gives +inf and an all -inf run gives -inf. The max
+// and the exponentials are in the compute type C (f32, f64 for f64), the
+// sum in f64, as on the CPU.
 template <typename C> struct LseAcc {
     C m;
-    C s;
+    double s;
 };
+template <typename T> struct FAcc { typedef float A; };
+template <> struct FAcc<double> { typedef double A; };
 template <typename T> struct LseOp {
     typedef typename FAcc<T>::A C;
     typedef LseAcc<C> Acc;
-    static DEV C rel(C x, C m) { return x == m ? (C)1 : exp_(x - m); }
+    static DEV double rel(C x, C m) { return x == m ? 1.0 : (double)exp_(x - m); }
     static DEV Acc identity() {
         Acc a;
         a.m = Limits<C>::lo();
@@ -262,7 +271,7 @@ template <typename T> struct LseOp {
         Acc a;
         if (is_nan(v)) {
             a.m = 0;
-            a.s = v;
+            a.s = (double)v;
         } else {
             a.m = v;
             a.s = 1;
@@ -279,7 +288,9 @@ template <typename T> struct LseOp {
         r.s = a.s * rel(a.m, r.m) + b.s * rel(b.m, r.m);
         return r;
     }
-    static DEV T finish(Acc a, i64) { return Store<T>::from(a.s == 0 ? Limits<C>::lo() : a.m + log_(a.s)); }
+    static DEV T finish(Acc a, i64) {
+        return FromF64<T>::cvt(a.s == 0 ? Limits<double>::lo() : (double)a.m + log_(a.s));
+    }
 };
 
 #define REDUCE_KERNEL(NAME, SUF, T, O, ...)                                                            \

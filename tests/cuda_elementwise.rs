@@ -495,3 +495,183 @@ fn where_and_masked_fill(dev: Device) {
         assert_eq!(read(&x), want, "masked_fill_ {dt}");
     }
 }
+
+// ------------------------------------------- kernel review additions ---
+
+/// Cases found reviewing the CUDA kernels, run on both devices.
+mod kernel_review {
+    use super::common::devices::{also_cpu, on_both, tensor};
+    use super::common::read;
+    use tensorscope::{DType, Device, Tensor};
+
+    on_both!(integer_scalars_wrap, integer_pow_edges, gelu_f64_tail);
+
+    /// An integral scalar keeps an integer tensor's dtype and is converted
+    /// by wrapping through i64 (PyTorch's rule): `u8 + (-2)` subtracts 2
+    /// modulo 256, `i32 + (2^32 + 5)` adds 5. (CUDA saturated the scalar:
+    /// `u8 + (-2)` added 0.)
+    fn integer_scalars_wrap(dev: Device) {
+        let v: Vec<f64> = vec![0.0, 1.0, 7.0, 200.0, 255.0, 9.0, 3.0, 128.0];
+        // A stepped view: [0, 7, 255, 3].
+        let make = |d: Device| tensor(&v, &[8], DType::U8, d).slice(0, 0, 8, 2).unwrap();
+        let x = make(dev);
+        let xs = read(&x);
+        type S = fn(&Tensor, f64) -> tensorscope::Result<Tensor>;
+        type Ref = fn(i64, i64) -> i64;
+        let cases: [(&str, S, f64, Ref); 4] = [
+            ("add", Tensor::add_scalar, -2.0, |a, s| a + s),
+            ("sub", Tensor::sub_scalar, 300.0, |a, s| a - s),
+            ("mul", Tensor::mul_scalar, -1.0, |a, s| a * s),
+            ("maximum", Tensor::maximum_scalar, -1.0, |a, s| {
+                a.max(s.rem_euclid(256))
+            }),
+        ];
+        for (name, f, s, r) in cases {
+            let y = f(&x, s).unwrap();
+            assert_eq!(y.dtype(), DType::U8, "{name}");
+            let want: Vec<f64> = xs
+                .iter()
+                .map(|&a| r(a as i64, s as i64).rem_euclid(256) as f64)
+                .collect();
+            assert_eq!(read(&y), want, "u8 {name}_scalar({s})");
+            also_cpu(dev, |d| f(&make(d), s).unwrap(), &y, 0.0, name);
+        }
+        // In place, on the same stepped view.
+        let base = tensor(&v, &[8], DType::U8, dev);
+        let mut view = base.slice(0, 0, 8, 2).unwrap();
+        view.add_scalar_(-2.0).unwrap();
+        let want: Vec<f64> = v
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                if i % 2 == 0 {
+                    (a as i64 - 2).rem_euclid(256) as f64
+                } else {
+                    a
+                }
+            })
+            .collect();
+        assert_eq!(read(&base), want, "u8 add_scalar_(-2) in place");
+        // i32: a scalar beyond i32 wraps; i64: a negative scalar.
+        let w: Vec<f64> = vec![-3.0, 0.0, 5.0, 1000.0];
+        let x32 = tensor(&w, &[2, 2], DType::I32, dev).t().unwrap();
+        let y = x32.add_scalar(4294967301.0).unwrap();
+        assert_eq!(y.dtype(), DType::I32);
+        assert_eq!(read(&y), vec![2.0, 10.0, 5.0, 1005.0], "i32 + (2^32 + 5)");
+        let y = x32.mul_scalar(-4294967294.0).unwrap(); // wraps to 2
+        assert_eq!(read(&y), vec![-6.0, 10.0, 0.0, 2000.0], "i32 * (-2^32 + 2)");
+        let x64 = tensor(&w, &[4], DType::I64, dev);
+        assert_eq!(
+            read(&x64.sub_scalar(-7.0).unwrap()),
+            vec![4.0, 7.0, 12.0, 1007.0]
+        );
+    }
+
+    /// `a.wrapping_pow(e)` for a u64 exponent, by repeated squaring.
+    fn wpow(a: i64, mut e: u64) -> i64 {
+        let (mut base, mut acc) = (a, 1i64);
+        while e > 0 {
+            if e & 1 == 1 {
+                acc = acc.wrapping_mul(base);
+            }
+            base = base.wrapping_mul(base);
+            e >>= 1;
+        }
+        acc
+    }
+
+    /// Integer `pow` of two tensors: a negative exponent gives 1/a truncated
+    /// (1 for 1, +-1 for -1 by parity, 0 otherwise) and an i64 exponent of
+    /// 2^32 or more counts in full. (CUDA gave 0 for (-1)^-1 and truncated
+    /// the exponent to 32 bits: 2^(2^32) was 1.)
+    fn integer_pow_edges(dev: Device) {
+        let a = [-1i64, -1, 1, 2, 0, 3, -2, -1];
+        let b = [-1i64, -2, -3, -1, -1, 0, -1, -7];
+        let want = [-1i64, 1, 1, 0, 0, 1, 0, -1];
+        for dt in [DType::I64, DType::I32] {
+            // a: [2, 4]; b: the transpose of a [4, 2] storage (strides [1, 2]).
+            let bt: Vec<i64> = (0..8).map(|p| b[(p % 2) * 4 + p / 2]).collect();
+            let make = |d: Device| {
+                let ta = Tensor::from_slice(&a, &[2, 4], d)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap();
+                let tb = Tensor::from_slice(&bt, &[4, 2], d)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap();
+                (ta, tb.t().unwrap())
+            };
+            let (ta, tb) = make(dev);
+            let y = ta.pow(&tb).unwrap();
+            assert_eq!(y.dtype(), dt);
+            assert_eq!(
+                y.to_vec::<i64>().unwrap(),
+                want,
+                "{dt} pow, negative exponents"
+            );
+            also_cpu(
+                dev,
+                |d| {
+                    let (ta, tb) = make(d);
+                    ta.pow(&tb).unwrap()
+                },
+                &y,
+                0.0,
+                "pow negative exponents",
+            );
+        }
+        let a = [2i64, -1, 3, 1, 3, 5];
+        let e: [u64; 6] = [
+            1 << 32,
+            (1 << 32) + 1,
+            (1 << 32) + 3,
+            1 << 40,
+            40,
+            (1 << 33) + 7,
+        ];
+        let b: Vec<i64> = e.iter().map(|&x| x as i64).collect();
+        let want: Vec<i64> = a.iter().zip(&e).map(|(&x, &k)| wpow(x, k)).collect();
+        let ta = Tensor::from_slice(&a, &[6], dev).unwrap();
+        let tb = Tensor::from_slice(&b, &[6], dev).unwrap();
+        let y = ta.pow(&tb).unwrap();
+        assert_eq!(
+            y.to_vec::<i64>().unwrap(),
+            want,
+            "i64 pow, exponents >= 2^32"
+        );
+        assert_eq!(want[0], 0, "2^(2^32) wraps to 0");
+    }
+
+    /// erfc(z) = 2/sqrt(pi) * integral of exp(-t^2) from z to z + 8
+    /// (Simpson, step 1e-4): independent of the library's erfc.
+    fn erfc_ref(z: f64) -> f64 {
+        let n = 80_000;
+        let h = 8.0 / n as f64;
+        let f = |t: f64| (-t * t).exp();
+        let mut s = f(z) + f(z + 8.0);
+        for i in 1..n {
+            s += f(z + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    /// f64 gelu in its negative tail is x/2 * erfc(-x/sqrt 2), to f64
+    /// accuracy relative to the (tiny) value: 1 + erf(x/sqrt 2) cancels
+    /// (CUDA gave 0 for gelu(-10) = -7.6e-23).
+    fn gelu_f64_tail(dev: Device) {
+        let xs = [-12.0, -10.0, -8.0, -6.0, -4.5];
+        let x = tensor(&xs, &[5], DType::F64, dev);
+        let y = read(&x.gelu().unwrap());
+        for (i, &v) in xs.iter().enumerate() {
+            let want = 0.5 * v * erfc_ref(-v / std::f64::consts::SQRT_2);
+            assert!(want < 0.0 && want > -1e-3, "reference gelu({v}) = {want}");
+            let rel = ((y[i] - want) / want).abs();
+            assert!(
+                rel < 1e-9,
+                "gelu({v}): got {}, want {want} (rel {rel:e})",
+                y[i]
+            );
+        }
+    }
+}

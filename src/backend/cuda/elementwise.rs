@@ -33,6 +33,25 @@ pub(crate) fn scalar_bits(dt: DType, v: f64) -> u64 {
     })
 }
 
+/// The bits of an arithmetic scalar `v` for `dt`, converted as the CPU's
+/// `binary_scalar` converts it (`Num::scalar`): rounded for floats (as
+/// [`scalar_bits`]), wrapped through i64 for integers (`v as i64 as T`, so
+/// `u8_tensor + (-2)` adds 254 and wraps, as PyTorch does; [`scalar_bits`]
+/// saturates, which is right for `fill` and clamp bounds but not here),
+/// `v != 0` for bool.
+pub(crate) fn arith_scalar_bits(dt: DType, v: f64) -> u64 {
+    if dt.is_int() {
+        // Two's complement: the low `size` bytes of `v as i64` are `v as i64 as T`.
+        let bits = (v as i64) as u64;
+        match dt.size_in_bytes() {
+            8 => bits,
+            n => bits & ((1u64 << (8 * n)) - 1),
+        }
+    } else {
+        scalar_bits(dt, v)
+    }
+}
+
 /// `true` when the operand's elements are one dense run.
 fn dense(o: &Operand) -> bool {
     o.layout.is_contiguous()
@@ -269,7 +288,8 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> R
     unsafe { f.launch(name, &s, g.grid(n), &args) }
 }
 
-/// `dst = op(a, scalar)`, the scalar converted to `a`'s dtype.
+/// `dst = op(a, scalar)`, the scalar converted to `a`'s dtype as the CPU
+/// converts it ([`arith_scalar_bits`]).
 pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operand) -> Result<()> {
     let name = op.name();
     let g = gpu_of(name, dst.storage.device())?;
@@ -280,7 +300,13 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
     check_binary_dtypes(op, a.dtype, a.dtype, dst.dtype)?;
     let (s, f) = prepare(g, name, &kernels::bscalar(op, a.dtype))?;
     let geom = Geom::<2>::new(name, [&dst.layout, &a.layout])?;
-    let args = (geom, n, dptr(dst), dptr(a), scalar_bits(a.dtype, scalar));
+    let args = (
+        geom,
+        n,
+        dptr(dst),
+        dptr(a),
+        arith_scalar_bits(a.dtype, scalar),
+    );
     // SAFETY: bscalar_<op>_<dt>(Geom<2>, i64, O*, const T*, u64).
     unsafe { f.launch(name, &s, g.grid(n), &args) }
 }

@@ -1025,3 +1025,52 @@ fn gpu_dropping_a_stream_releases_its_cublas_handle() {
         "the handle (which holds the stream) goes with the stream"
     );
 }
+
+// ------------------------------------------- kernel review (no GPU) ---
+
+/// The scalar of `binary_scalar` reaches the kernel converted as the CPU's
+/// `Num::scalar` converts it: integers wrap through i64 (`u8 + (-2)` adds
+/// 254), where `scalar_bits` (fill, clamp) saturates.
+#[test]
+fn arith_scalar_bits_wrap_like_the_cpu() {
+    use super::elementwise::arith_scalar_bits;
+    use crate::backend::cpu::num::Num;
+    let vals = [
+        -2.0,
+        -1.0,
+        0.0,
+        3.0,
+        255.0,
+        256.0,
+        300.0,
+        -300.0,
+        4294967301.0,
+        -4294967301.0,
+        1e19,
+        -1e19,
+        f64::NAN,
+    ];
+    for v in vals {
+        assert_eq!(
+            arith_scalar_bits(DType::U8, v),
+            <u8 as Num>::scalar(v) as u64,
+            "u8 {v}"
+        );
+        assert_eq!(
+            arith_scalar_bits(DType::I32, v),
+            <i32 as Num>::scalar(v) as u32 as u64,
+            "i32 {v}"
+        );
+        assert_eq!(
+            arith_scalar_bits(DType::I64, v),
+            <i64 as Num>::scalar(v) as u64,
+            "i64 {v}"
+        );
+        for dt in [DType::F32, DType::F64, DType::F16, DType::BF16, DType::Bool] {
+            assert_eq!(arith_scalar_bits(dt, v), scalar_bits(dt, v), "{dt} {v}");
+        }
+    }
+    assert_eq!(arith_scalar_bits(DType::U8, -2.0), 254);
+    assert_eq!(arith_scalar_bits(DType::I32, 4294967301.0), 5);
+    assert_eq!(scalar_bits(DType::U8, -2.0), 0, "fill saturates");
+}

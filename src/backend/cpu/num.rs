@@ -114,7 +114,7 @@ macro_rules! num_int {
                     0
                 } else {
                     let q = self.wrapping_div(o);
-                    if (self % o != 0) && ((self < 0) != (o < 0)) {
+                    if (self.wrapping_rem(o) != 0) && ((self < 0) != (o < 0)) {
                         q - 1
                     } else {
                         q

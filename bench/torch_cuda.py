@@ -89,6 +89,16 @@ def add_and_copy(cfg):
     print(f"{pre}add_over_copy_bandwidth {add_gbs / copy_gbs:.3f} ratio")
 
 
+def full_sum(cfg):
+    torch, dev, n, pre = cfg.torch, cfg.dev, cfg.n_add, cfg.pre
+    x = torch.rand(n, device=dev)
+    ms = gpu_ms(cfg, cfg.reps(5), cfg.reps(30), lambda: x.sum())
+    got, want = x.sum().item(), x.double().sum().item()
+    assert abs(got - want) <= 1e-4 * abs(want), f"sum {got} but {want} in f64"
+    print(f"{pre}sum_256M_f32 {n * 4 / (ms * 1e-3) / 1e9:.1f} GB/s")
+    print(f"{pre}sum_256M_f32_time {ms:.4f} ms")
+
+
 def alloc_free(cfg):
     torch, dev = cfg.torch, cfg.dev
 
@@ -173,6 +183,7 @@ def main():
     cfg = Cfg(torch, a.smoke)
     workloads = [
         ("add", lambda: add_and_copy(cfg)),
+        ("sum", lambda: full_sum(cfg)),
         ("alloc", lambda: alloc_free(cfg)),
         ("matmul_f32", lambda: matmul(cfg, torch.float32, "matmul_8192_f32", 10)),
         ("matmul_bf16", lambda: matmul(cfg, torch.bfloat16, "matmul_8192_bf16", 30)),

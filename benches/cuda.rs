@@ -5,6 +5,8 @@
 //!   (GB/s counting 3 × 1 GiB moved), next to a device-to-device copy of
 //!   the same 1 GiB (`copy_`, GB/s counting 2 × 1 GiB) measured in the same
 //!   run: the target is add ≥ 0.85 × copy;
+//! * a full sum of 256M f32 (GB/s; not one of the targets: it
+//!   shows the split reduction);
 //! * allocation + free served from the cache: `Tensor::empty(&[256], F32)`
 //!   + drop (ns per pair, host clock), and the caching allocator alone;
 //! * what cudarc's per-allocation event tracking costs (its `alloc` + drop
@@ -155,6 +157,28 @@ fn add_and_copy(cfg: &Cfg) -> R<()> {
         "{pre}add_over_copy_bandwidth {:.3} ratio",
         add_gbs / copy_gbs
     );
+    Ok(())
+}
+
+/// A full sum of 256M f32 (GB/s counting the 1 GiB read): a reduction to
+/// one output, which the CUDA backend splits across blocks.
+fn full_sum(cfg: &Cfg) -> R<()> {
+    let (dev, n, pre) = (cfg.dev, cfg.n_add, cfg.pre);
+    let x = Tensor::rand(&[n], DType::F32, dev)?;
+    let ms = gpu_ms(dev, cfg.reps(5), cfg.reps(30), || {
+        black_box(x.sum_all()?);
+        Ok(())
+    })?;
+    let got = x.sum_all()?.to_dtype(DType::F64)?.item::<f64>()?;
+    let want = x.to_dtype(DType::F64)?.sum_all()?.item::<f64>()?;
+    if (got - want).abs() > 1e-4 * want.abs() {
+        return Err(format!("sum: {got} but {want} in f64").into());
+    }
+    println!(
+        "{pre}sum_256M_f32 {:.1} GB/s",
+        (n * 4) as f64 / (ms * 1e-3) / 1e9
+    );
+    println!("{pre}sum_256M_f32_time {ms:.4} ms");
     Ok(())
 }
 
@@ -317,8 +341,9 @@ fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
         cuda::set_allow_tf32(false);
         println!("# allow_tf32 {}", cuda::allow_tf32());
     }
-    let workloads: [(&str, &dyn Fn() -> R<()>); 6] = [
+    let workloads: [(&str, &dyn Fn() -> R<()>); 7] = [
         ("add", &|| add_and_copy(cfg)),
+        ("sum", &|| full_sum(cfg)),
         ("alloc", &|| alloc_free(cfg)),
         ("cudarc_tracking", &|| cudarc_tracking(cfg)),
         ("matmul_f32", &|| {

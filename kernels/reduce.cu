@@ -1,8 +1,9 @@
 // Reductions over a set of dimensions.
 //
-//   reduce_<op>_<dtype>(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group)
+//   reduce_<op>_<dtype>(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group,
+//                       u8* work, i64 splits)
 //   reduce_var_<dtype>(RGeom g, i64 n_out, i64 n_red, T* out, const T* in, i32 group,
-//                      i64 correction, i32 take_sqrt)
+//                      i64 correction, i32 take_sqrt, u8* work, i64 splits)
 //
 // <op> is the lower-case `ReduceOp` variant: sum, mean, max, min, argmax,
 // argmin, prod, or logsumexp. Output dtypes: sum and prod of integers and
@@ -13,8 +14,20 @@
 // deviations by max(0, N - correction) (0/0 is NaN, as in PyTorch) and takes
 // the square root when take_sqrt != 0 (std).
 //
-// One group of `group` threads (32: a warp, or TS_BLOCK: the whole block)
-// reduces one output element; launch with TS_BLOCK threads per block.
+// With splits == 1, one group of `group` threads (32: a warp, or TS_BLOCK:
+// the whole block) reduces one output element; launch with TS_BLOCK threads
+// per block, `work` unused (may be null).
+//
+// With splits > 1 (few outputs, long reductions: a full sum would otherwise
+// run on one block of one multiprocessor), `splits` blocks share each
+// output: block unit u = o * splits + s folds the s-th of `splits` equal
+// slices of output o's reduction (group must be TS_BLOCK) and stores its
+// accumulator in work[u] (slots of TS_PARTIAL bytes); the last block of an
+// output to finish (a per-output u32 counter after the n_out * splits
+// slots, zeroed by the host before the launch) folds the slots in slice
+// order, so the result does not depend on which block finished last, and
+// writes the output. `make` still sees the element's index over the whole
+// reduction (argmax/argmin).
 // Float sums, means, products and variances accumulate in f64 and round
 // once to the output (T::from_f64), as the CPU backend does; logsumexp
 // takes its max and exponentials in f32 (f64 for f64) and sums them in f64,
@@ -65,11 +78,70 @@ DEV i64 red_offset(const RGeom& g, i64 r) {
     return off;
 }
 
+// Bytes of one partial accumulator slot of a split reduction (the largest
+// accumulator, var's Welford triple, takes 24).
+#define TS_PARTIAL 32
+
+// The split form of reduce_impl (see the header comment).
+template <typename Op, typename T, typename O>
+DEV void reduce_split(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, const Op& op, u8* work,
+                      i64 splits) {
+    typedef typename Op::Acc A;
+    static_assert(sizeof(A) <= TS_PARTIAL, "a partial accumulator must fit its slot");
+    __shared__ __align__(16) unsigned char smem[TS_BLOCK * sizeof(A)];
+    __shared__ int last;
+    A* scratch = (A*)smem;
+    A* slots = (A*)work;
+    u32* done = (u32*)(work + (u64)n_out * (u64)splits * TS_PARTIAL);
+    const int tid = threadIdx.x;
+    const i64 slice = (n_red + splits - 1) / splits;
+    // `u` is the same for every thread of the block: uniform barriers.
+    for (i64 u = blockIdx.x; u < n_out * splits; u += gridDim.x) {
+        const i64 o = u / splits, sl = u % splits;
+        const i64 r0 = sl * slice;
+        const i64 r1 = r0 + slice < n_red ? r0 + slice : n_red;
+        i64 out_off = 0, in_off = 0;
+        kept_offsets(g, o, out_off, in_off);
+        A acc = Op::identity();
+        for (i64 r = r0 + tid; r < r1; r += TS_BLOCK) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
+        acc = group_reduce(acc, scratch, TS_BLOCK, [](A a, A b) { return Op::combine(a, b); });
+        if (tid == 0) {
+            *(A*)((u8*)slots + (u64)u * TS_PARTIAL) = acc;
+            // Publish the slot before counting this block as done.
+            __threadfence();
+            last = atomicAdd(&done[o], 1u) == (u32)(splits - 1);
+        }
+        __syncthreads();
+        if (last) {
+            // Every other block of `o` published its slot before its count.
+            __threadfence();
+            A a = Op::identity();
+            const volatile u8* base = (const volatile u8*)slots + (u64)o * (u64)splits * TS_PARTIAL;
+            // Thread t folds slots t, t + TS_BLOCK, ... in order; the tree
+            // then combines the threads in order: a fixed order overall.
+            for (i64 k = tid; k < splits; k += TS_BLOCK) {
+                A part;
+                u8* dst = (u8*)&part;
+                for (int b = 0; b < (int)sizeof(A); ++b) dst[b] = base[k * TS_PARTIAL + b];
+                a = Op::combine(a, part);
+            }
+            a = group_reduce(a, scratch, TS_BLOCK, [](A x, A y) { return Op::combine(x, y); });
+            if (tid == 0) out[out_off] = op.finish(a, n_red);
+        }
+        __syncthreads();
+    }
+}
+
 // `op` supplies the fold through its static identity/make/combine and the
 // result through `op.finish` (which may read run-time parameters of `op`,
 // e.g. var's correction).
 template <typename Op, typename T, typename O>
-DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, int group, const Op& op) {
+DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, int group, const Op& op, u8* work,
+                     i64 splits) {
+    if (splits > 1) {
+        reduce_split<Op, T, O>(g, n_out, n_red, out, in, op, work, splits);
+        return;
+    }
     typedef typename Op::Acc A;
     __shared__ __align__(16) unsigned char smem[TS_BLOCK * sizeof(A)];
     A* scratch = (A*)smem;
@@ -293,9 +365,10 @@ template <typename T> struct LseOp {
     }
 };
 
-#define REDUCE_KERNEL(NAME, SUF, T, O, ...)                                                            \
-    KERNEL void reduce_##NAME##_##SUF(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group) { \
-        reduce_impl<__VA_ARGS__>(g, n_out, n_red, out, in, group, __VA_ARGS__());                      \
+#define REDUCE_KERNEL(NAME, SUF, T, O, ...)                                                          \
+    KERNEL void reduce_##NAME##_##SUF(RGeom g, i64 n_out, i64 n_red, O* out, const T* in, i32 group, \
+                                      u8* work, i64 splits) {                                        \
+        reduce_impl<__VA_ARGS__>(g, n_out, n_red, out, in, group, __VA_ARGS__(), work, splits);     \
     }
 
 #define REDUCE_FLOAT(SUF, T)                                \
@@ -308,11 +381,11 @@ template <typename T> struct LseOp {
     REDUCE_KERNEL(argmin, SUF, T, i64, ArgOp<T, false>)    \
     REDUCE_KERNEL(logsumexp, SUF, T, T, LseOp<T>)           \
     KERNEL void reduce_var_##SUF(RGeom g, i64 n_out, i64 n_red, T* out, const T* in, i32 group, i64 correction, \
-                                 i32 take_sqrt) {                                                            \
+                                 i32 take_sqrt, u8* work, i64 splits) {                                      \
         VarOp<T> op;                                                                                      \
         op.correction = correction;                                                                       \
         op.take_sqrt = take_sqrt;                                                                         \
-        reduce_impl<VarOp<T> >(g, n_out, n_red, out, in, group, op);                                      \
+        reduce_impl<VarOp<T> >(g, n_out, n_red, out, in, group, op, work, splits);                        \
     }
 
 #define REDUCE_INT(SUF, T)                                  \

@@ -17,6 +17,7 @@ use tensorscope::{memory, DType, Device, Error, Result, Tensor};
 
 on_both!(
     reductions,
+    long_reductions,
     arg_reductions,
     softmax_family,
     matmul_ranks,
@@ -27,6 +28,129 @@ on_both!(
 );
 
 // ------------------------------------------- reductions and softmax ---
+
+/// Few outputs of many elements each (a full reduction of a million
+/// elements, three rows of 200,001 seen contiguous and transposed): on
+/// CUDA these are split across many blocks per output (reduce.rs's
+/// `split_count`), whose partial results are combined in slice order.
+/// Against f64 references; on CUDA also against the CPU.
+fn long_reductions(dev: Device) {
+    let n = 1_000_003usize;
+    // Multiples of 1/8 in [-2, 2): sums are exact in f64.
+    let v: Vec<f64> = sample(n, DType::F32, 91).iter().map(|x| x / 2.0).collect();
+    let x = tensor(&v, &[n], DType::F32, dev);
+    let exact_sum: f64 = v.iter().sum();
+    let item = |t: Tensor| read(&t)[0];
+    assert_eq!(
+        item(x.sum(&[], false).unwrap()),
+        exact_sum as f32 as f64,
+        "sum"
+    );
+    let mean = exact_sum / n as f64;
+    assert_close(&[item(x.mean(&[], false).unwrap())], &[mean], 1e-6, "mean");
+    let var = v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / (n - 1) as f64;
+    assert_close(&[item(x.var(&[], 1, false).unwrap())], &[var], 1e-6, "var");
+    assert_close(
+        &[item(x.std(&[], 0, false).unwrap())],
+        &[(var * (n - 1) as f64 / n as f64).sqrt()],
+        1e-6,
+        "std",
+    );
+    let m = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let lse = m + v.iter().map(|a| (a - m).exp()).sum::<f64>().ln();
+    assert_close(
+        &[item(x.logsumexp(&[], false).unwrap())],
+        &[lse],
+        1e-5,
+        "logsumexp",
+    );
+    // Products near 1: (1 + 2^-20)^k for k = n counts every element.
+    let ones = Tensor::full(&[n], 1.0 + 1.0 / 1048576.0, DType::F64, dev).unwrap();
+    let want = (1.0f64 + 1.0 / 1048576.0).powi(n as i32);
+    assert_close(
+        &[item(ones.prod(&[], false).unwrap())],
+        &[want],
+        1e-9,
+        "prod",
+    );
+    // Extremes planted late and twice: the first occurrence wins across slices.
+    let mut w = v.clone();
+    for &(i, val) in &[
+        (700_001usize, 9.0),
+        (900_000, 9.0),
+        (300_000, -9.0),
+        (999_999, -9.0),
+    ] {
+        w[i] = val;
+    }
+    let xw = tensor(&w, &[n], DType::F32, dev);
+    assert_eq!(item(xw.max(&[], false).unwrap()), 9.0);
+    assert_eq!(item(xw.min(&[], false).unwrap()), -9.0);
+    assert_eq!(
+        item(xw.argmax(0, false).unwrap()),
+        700_001.0,
+        "argmax: first of two"
+    );
+    assert_eq!(
+        item(xw.argmin(0, false).unwrap()),
+        300_000.0,
+        "argmin: first of two"
+    );
+    w[800_000] = f64::NAN;
+    w[950_000] = f64::NAN;
+    let xn = tensor(&w, &[n], DType::F32, dev);
+    assert!(
+        item(xn.max(&[], false).unwrap()).is_nan(),
+        "max propagates NaN"
+    );
+    assert_eq!(
+        item(xn.argmax(0, false).unwrap()),
+        800_000.0,
+        "argmax: first NaN"
+    );
+    // Integers wrap-free here; bool counts.
+    let iv: Vec<i64> = (0..n as i64).collect();
+    let xi = Tensor::from_slice(&iv, &[n], dev).unwrap();
+    let want_i = (n as i64 - 1) * n as i64 / 2;
+    assert_eq!(
+        xi.sum(&[], false).unwrap().to_vec::<i64>().unwrap(),
+        vec![want_i]
+    );
+    let bools: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
+    let xb = Tensor::from_slice(&bools, &[n], dev).unwrap();
+    assert_eq!(
+        read(&xb.sum(&[], false).unwrap()),
+        vec![n.div_ceil(3) as f64]
+    );
+    // Three long rows, contiguous and transposed (a strided reduced dim).
+    let (rows, cols) = (3usize, 200_001usize);
+    let rv: Vec<f64> = sample(rows * cols, DType::F32, 92).to_vec();
+    let want: Vec<f64> = (0..rows)
+        .map(|r| rv[r * cols..(r + 1) * cols].iter().sum())
+        .collect();
+    let want_arg: Vec<f64> = (0..rows)
+        .map(|r| arg_ref(&rv[r * cols..(r + 1) * cols], true))
+        .collect();
+    let a = tensor(&rv, &[rows, cols], DType::F32, dev);
+    let mut tv = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            tv[c * rows + r] = rv[r * cols + c];
+        }
+    }
+    let b = tensor(&tv, &[cols, rows], DType::F32, dev).t().unwrap();
+    for (name, t) in [("contiguous", &a), ("transposed", &b)] {
+        let got = t.sum(&[1], false).unwrap();
+        assert_close(&read(&got), &want, 1e-6, &format!("row sums, {name}"));
+        let f = |d: Device| t.to_device(d).unwrap().sum(&[1], false).unwrap();
+        also_cpu(dev, f, &got, 1e-6, &format!("row sums, {name}"));
+        assert_eq!(
+            read(&t.argmax(1, false).unwrap()),
+            want_arg,
+            "row argmax, {name}"
+        );
+    }
+}
 
 /// `f` over the elements of each output of a reduction of the row-major
 /// values `v` of `shape` over `dims` (the elements in row-major order of

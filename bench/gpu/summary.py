@@ -23,6 +23,7 @@ ROWS = [
     ("add_256M_f32", "elementwise add, 256M f32, into a preallocated output (3 × 1 GiB moved)", True),
     ("copy_d2d_256M_f32", "device-to-device copy of the same 1 GiB (`copy_`; 2 × 1 GiB moved)", True),
     ("add_over_copy_bandwidth", "add bandwidth / copy bandwidth, same library, same run", True),
+    ("sum_256M_f32", "full sum of 256M f32 (1 GiB read; no target, shows the split reduction)", True),
     ("alloc_free_cached", "allocation + free from the cache: `empty([256], f32)` + drop", False),
     ("alloc_free_raw", "the caching allocator alone (1 KiB), no tensor", False),
     ("cudarc_alloc_free_tracking_on", "cudarc `alloc` + drop, 1 KiB, event tracking on (cudarc's default)", False),
@@ -149,7 +150,7 @@ def main():
         L += ["", "`max_memory_allocated`: PyTorch allocates its cuBLAS workspace through its caching allocator, so "
               "its absolute figure may include it (it is then part of the memory at start too); the peak above start "
               "compares the step itself."]
-        missing = [n for n, _, _ in ROWS[:11] if n not in ts]
+        missing = [n for n, _, _ in ROWS[:12] if n not in ts]
         if missing:
             L += ["", f"Missing from tensorscope's log: {', '.join(missing)} (see bench-tensorscope.log)."]
     else:

@@ -240,10 +240,12 @@ pub(crate) type WhereArgs = (Geom<4>, i64, Ptr, Ptr, Ptr, Ptr);
 pub(crate) type BinaryArgs = (Geom<3>, i64, Ptr, Ptr, Ptr);
 /// `bscalar_<op>_<dt>`: (geometry, n, out, a, scalar bits).
 pub(crate) type ScalarArgs = (Geom<2>, i64, Ptr, Ptr, u64);
-/// `reduce_<op>_<dt>`: (geometry, outputs, elements per output, out, in, group).
-pub(crate) type ReduceArgs = (RGeom, i64, i64, Ptr, Ptr, i32);
-/// `reduce_var_<dt>`: [`ReduceArgs`], then (correction, take the root).
-pub(crate) type VarArgs = (RGeom, i64, i64, Ptr, Ptr, i32, i64, i32);
+/// `reduce_<op>_<dt>`: (geometry, outputs, elements per output, out, in,
+/// group, split workspace, splits).
+pub(crate) type ReduceArgs = (RGeom, i64, i64, Ptr, Ptr, i32, Ptr, i64);
+/// `reduce_var_<dt>`: (geometry, outputs, elements per output, out, in,
+/// group, correction, take the root, split workspace, splits).
+pub(crate) type VarArgs = (RGeom, i64, i64, Ptr, Ptr, i32, i64, i32, Ptr, i64);
 /// `matmul_<dt>`: (geometry, n, out, a, b, k, a's k stride, b's k stride).
 pub(crate) type MatmulArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, i64);
 /// `[log_]softmax_<dt>`: (geometry, rows, out, in, group).

@@ -7,7 +7,7 @@
 
 use super::device::gpu_of;
 use super::kernels;
-use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, MAX_RANK};
+use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, BLOCK, MAX_RANK};
 use crate::backend::{Operand, ReduceOp, Reduction};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -126,6 +126,73 @@ fn rgeom(
     Ok((geom, n_out as i64, n_red as i64))
 }
 
+/// Elements each block of a split reduction folds, at least.
+const MIN_SPLIT: i64 = 4096;
+/// Bytes of one partial accumulator slot (`TS_PARTIAL` of kernels/reduce.cu).
+const PARTIAL: usize = 32;
+
+/// How many blocks share each output of a reduction of `n_out` outputs of
+/// `n_red` elements on a device of `sm_count` multiprocessors: 1 (one group
+/// per output) unless the outputs alone leave the device mostly idle and
+/// each output is long, as for a full reduction; then enough blocks per
+/// output for about 4 per multiprocessor in all, each folding at least
+/// [`MIN_SPLIT`] elements.
+pub(crate) fn split_count(n_out: i64, n_red: i64, sm_count: u32) -> i64 {
+    let target = sm_count.max(1) as i64 * 4;
+    if n_out >= target || n_red < 2 * MIN_SPLIT {
+        return 1;
+    }
+    ((target + n_out - 1) / n_out).min(n_red / MIN_SPLIT).max(1)
+}
+
+/// What a reduction launch needs beyond the geometry: the group size, the
+/// launch configuration, and for a split reduction the workspace (partial
+/// slots, then one zeroed u32 counter per output) that must outlive the
+/// launch's enqueueing.
+struct Plan {
+    group: i32,
+    cfg: cudarc::driver::LaunchConfig,
+    splits: i64,
+    work: Option<crate::storage::Storage>,
+}
+
+impl Plan {
+    fn new(
+        g: &super::device::Gpu,
+        s: &super::stream::Stream,
+        n_out: i64,
+        n_red: i64,
+    ) -> Result<Plan> {
+        let splits = split_count(n_out, n_red, g.sm_count);
+        if splits == 1 {
+            let group = group_for(n_red);
+            return Ok(Plan {
+                group,
+                cfg: g.groups(n_out, group),
+                splits,
+                work: None,
+            });
+        }
+        let (n_out_u, splits_u) = (n_out as usize, splits as usize);
+        let slots = n_out_u * splits_u * PARTIAL;
+        let work = crate::storage::Storage::new(g.device(), slots + n_out_u * 4)?;
+        // SAFETY: the counters lie inside `work`, which was just allocated.
+        unsafe {
+            super::transfer::memset(g, s, work.addr() as u64 + slots as u64, 0, n_out_u * 4)?
+        };
+        Ok(Plan {
+            group: BLOCK as i32,
+            cfg: g.blocks((n_out * splits) as u64),
+            splits,
+            work: Some(work),
+        })
+    }
+
+    fn work_ptr(&self) -> u64 {
+        self.work.as_ref().map_or(0, |w| w.addr() as u64)
+    }
+}
+
 /// The output dtype of reduction `op` over `dt` (the op layer's rule), or
 /// `None` where it is not defined.
 pub(crate) fn reduction_out_dtype(op: Reduction, dt: DType) -> Option<DType> {
@@ -164,16 +231,18 @@ pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand
             ),
         ));
     }
-    let group = group_for(n_red);
     let (po, pi) = (dptr(dst), dptr(src));
-    let cfg = g.groups(n_out, group);
     match kernels::reduction(op, src.dtype) {
         kernels::ReductionKernel::Plain(k) => {
             let (s, f) = prepare(g, name, &k)?;
-            // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32),
-            // with the output dtype checked above; the geometry describes
-            // both layouts.
-            unsafe { f.launch(name, &s, cfg, &(geom, n_out, n_red, po, pi, group)) }
+            let p = Plan::new(g, &s, n_out, n_red)?;
+            let args = (geom, n_out, n_red, po, pi, p.group, p.work_ptr(), p.splits);
+            // SAFETY: reduce_<op>_<dt>(RGeom, i64, i64, O*, const T*, i32,
+            // u8*, i64), with the output dtype checked above; the geometry
+            // describes both layouts; a split launch has its workspace,
+            // counters zeroed, alive until after the launch is queued (it is
+            // freed to this stream's pool, so reused only after the kernel).
+            unsafe { f.launch(name, &s, p.cfg, &args) }
         }
         kernels::ReductionKernel::Var(k) => {
             let (s, f) = prepare(g, name, &k)?;
@@ -182,10 +251,22 @@ pub(crate) fn reduce(op: Reduction, src: &Operand, dims: &[usize], dst: &Operand
                 Reduction::Var(c) => (c as i64, 0i32),
                 _ => (0, 0),
             };
-            let args = (geom, n_out, n_red, po, pi, group, correction, take_sqrt);
+            let p = Plan::new(g, &s, n_out, n_red)?;
+            let args = (
+                geom,
+                n_out,
+                n_red,
+                po,
+                pi,
+                p.group,
+                correction,
+                take_sqrt,
+                p.work_ptr(),
+                p.splits,
+            );
             // SAFETY: reduce_var_<dt>(RGeom, i64, i64, T*, const T*, i32, i64,
-            // i32), as above.
-            unsafe { f.launch(name, &s, cfg, &args) }
+            // i32, u8*, i64), as above.
+            unsafe { f.launch(name, &s, p.cfg, &args) }
         }
     }
 }
@@ -225,11 +306,21 @@ pub(crate) fn arg_reduce(
         ));
     }
     let (s, f) = prepare(g, name, &kernels::reduce(op, src.dtype))?;
-    let group = group_for(n_red);
-    let args = (geom, n_out, n_red, dptr(indices), dptr(src), group);
-    // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32);
-    // the geometry describes both layouts.
-    unsafe { f.launch(name, &s, g.groups(n_out, group), &args)? };
+    let p = Plan::new(g, &s, n_out, n_red)?;
+    let args = (
+        geom,
+        n_out,
+        n_red,
+        dptr(indices),
+        dptr(src),
+        p.group,
+        p.work_ptr(),
+        p.splits,
+    );
+    // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32,
+    // u8*, i64); the geometry describes both layouts; the workspace as in
+    // `reduce`.
+    unsafe { f.launch(name, &s, p.cfg, &args)? };
     let Some(values) = values else {
         return Ok(());
     };

@@ -519,6 +519,41 @@ fn large_copies_are_staged_through_pinned_memory() {
 }
 
 #[test]
+fn copies_work_with_one_staging_buffer_or_none() {
+    let _g = lock();
+    let Some(dev) = cuda_or_skip("copies_work_with_one_staging_buffer_or_none") else {
+        return;
+    };
+    // 40 MB: three 16 MiB chunks each way.
+    let n = 10_000_000;
+    let v: Vec<f32> = (0..n).map(|i| (i % 65_521) as f32 - 7.0).collect();
+    cuda::empty_pinned_cache();
+    // No cap afterwards, whatever happens here.
+    let _reset = scopeguard::guard((), |_| cuda::set_pinned_memory_limit(None));
+    // Room for one 16 MiB buffer: chunk by chunk through it.
+    cuda::set_pinned_memory_limit(Some(16 << 20));
+    let t = Tensor::from_slice(&v, &[n], dev).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), v, "one buffer");
+    let s = cuda::pinned_memory_stats();
+    assert!(s.reserved_bytes <= 16 << 20, "{s:?}");
+    // No page-locked memory at all: straight from and into pageable memory.
+    cuda::empty_pinned_cache();
+    cuda::set_pinned_memory_limit(Some(0));
+    let before = cuda::pinned_memory_stats().num_host_alloc;
+    let t = Tensor::from_slice(&v, &[n], dev).unwrap();
+    let back = t.to_vec::<f32>().unwrap();
+    let small = Tensor::from_slice(&[1.5f32, -2.0], &[2], dev).unwrap();
+    cuda::set_pinned_memory_limit(None);
+    assert_eq!(back, v, "no buffer");
+    assert_eq!(small.to_vec::<f32>().unwrap(), vec![1.5, -2.0]);
+    assert_eq!(
+        cuda::pinned_memory_stats().num_host_alloc,
+        before,
+        "nothing was page-locked"
+    );
+}
+
+#[test]
 fn device_information() {
     let _g = lock();
     let Some(dev) = cuda_or_skip("device_information") else {

@@ -748,6 +748,12 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
     }
 
+    /// The stream `block` was allocated on (whose pool it returns to).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // only CUDA has other streams
+    pub(crate) fn stream_of(&self, block: &Block) -> u64 {
+        self.lock().blocks[block.id as usize].stream
+    }
+
     /// Returns every whole cached segment to the system.
     pub(crate) fn empty_cache(&self) {
         let victims = self.lock().release_cached();

@@ -224,6 +224,13 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
         } else {
             None
         };
+        // Work on the block's own stream is ordered before its reuse anyway
+        // (PyTorch ignores record_stream on the allocation stream too).
+        let uses = uses.map(|mut u| {
+            let own = self.caching.stream_of(&block);
+            u.retain(|s| s.id() != own);
+            u
+        });
         match uses {
             Some(streams) if !streams.is_empty() => {
                 let fences = streams.iter().map(|s| s.record()).collect();

@@ -58,7 +58,9 @@ pub use alloc::record_stream;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use device::{compute_capability, device_name, synchronize};
 pub use event::Event;
-pub use pinned::{empty_pinned_cache, pinned_memory_stats, PinnedMemoryStats};
+pub use pinned::{
+    empty_pinned_cache, pinned_memory_stats, set_pinned_memory_limit, PinnedMemoryStats,
+};
 pub use probe::{device_count, is_available, libraries, Libraries};
 pub use stream::{current_stream, set_current_stream, with_stream, Stream, StreamGuard};
 

@@ -21,6 +21,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const MIN_PINNED: usize = 4096;
 const CLASSES: usize = 64;
 
+/// Caps the page-locked host memory the staging allocator may hold
+/// (`None`: no cap, the default). Cached blocks above a new cap are released
+/// at the next allocation that would pass it. Copies between the host and a
+/// device that cannot get a staging buffer under the cap still work: with one
+/// buffer they stage chunk by chunk, with none they copy from (or into) the
+/// caller's pageable memory and wait for the copy, as PyTorch does for
+/// pageable memory.
+pub fn set_pinned_memory_limit(limit: Option<usize>) {
+    with_inner(|i| i.limit = limit);
+}
+
 /// Statistics of the pinned-host allocator (shared by every device).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PinnedMemoryStats {
@@ -47,6 +58,8 @@ struct Inner {
     stats: PinnedMemoryStats,
     /// A context to make current for host allocations and frees.
     ctx: Option<Arc<CudaContext>>,
+    /// Cap on `stats.reserved_bytes` ([`set_pinned_memory_limit`]).
+    limit: Option<usize>,
 }
 
 static POOL: Mutex<Option<Inner>> = Mutex::new(None);
@@ -61,6 +74,7 @@ fn with_inner<R>(f: impl FnOnce(&mut Inner) -> R) -> R {
         free: (0..CLASSES).map(|_| Vec::new()).collect(),
         stats: PinnedMemoryStats::default(),
         ctx: None,
+        limit: None,
     });
     f(inner)
 }
@@ -111,8 +125,14 @@ pub(crate) fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBlock>
     }
     let mut tried_release = false;
     loop {
-        // SAFETY: a plain page-locked host allocation of `size` bytes.
-        match unsafe { result::malloc_host(size, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+        let over = with_inner(|i| i.limit.is_some_and(|l| i.stats.reserved_bytes + size > l));
+        let got = if over {
+            Err(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY))
+        } else {
+            // SAFETY: a plain page-locked host allocation of `size` bytes.
+            unsafe { result::malloc_host(size, sys::CU_MEMHOSTALLOC_PORTABLE) }
+        };
+        match got {
             Ok(p) => {
                 return Ok(with_inner(|i| {
                     i.stats.allocated_bytes += size;

@@ -494,6 +494,29 @@ fn record_stream_defers_reuse_until_the_event_completes() {
 }
 
 #[test]
+fn record_stream_on_the_allocation_stream_changes_nothing() {
+    let a = fake_alloc(usize::MAX);
+    let done = Arc::new(AtomicBool::new(false));
+    let recorded = Arc::new(AtomicUsize::new(0));
+    let b = a.allocate(1000, 3).unwrap();
+    let addr = b.addr;
+    a.record_use(
+        addr,
+        Box::new(FakeStream {
+            id: 3,
+            done: done.clone(),
+            recorded: recorded.clone(),
+        }),
+    );
+    a.free(b);
+    assert_eq!(recorded.load(Ordering::SeqCst), 0, "no event recorded");
+    assert_eq!(a.stats().active_bytes.all.current, 0, "back in the pool");
+    let c = a.allocate(1000, 3).unwrap();
+    assert_eq!(c.addr, addr, "reused at once, the fence never completed");
+    a.free(c);
+}
+
+#[test]
 fn record_stream_pending_blocks_are_waited_for_before_empty_cache_and_oom() {
     let a = fake_alloc(2 << 20); // room for exactly one small segment
     let done = Arc::new(AtomicBool::new(false));

@@ -9,11 +9,18 @@
 //!   copy is asynchronous with respect to the host);
 //! * device → host returns when the bytes have arrived (the caller reads
 //!   them next).
+//!
+//! When page-locked memory runs out (or [`set_pinned_memory_limit`] caps
+//! it), a copy that gets one buffer stages chunk by chunk through it, and
+//! one that gets none copies straight from or into the caller's pageable
+//! memory and waits for the copy.
+//!
+//! [`set_pinned_memory_limit`]: super::set_pinned_memory_limit
 
 use super::device::{drv, Gpu};
 use super::pinned;
 use super::stream::Stream;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::{sys, CudaEvent};
 use std::ffi::c_void;
 
@@ -42,23 +49,43 @@ pub(crate) unsafe fn host_to_device(
     }
     g.bind(OP)?;
     let chunk = bytes.min(CHUNK);
-    let mut bufs: [Option<(pinned::PinnedBlock, Option<CudaEvent>)>; 2] = [None, None];
+    let first = match pinned::alloc(&g.ctx, chunk) {
+        Ok(b) => b,
+        // No page-locked memory to be had: copy from the caller's memory
+        // directly and wait (PyTorch's copy from pageable memory).
+        Err(Error::OutOfMemory { .. }) => {
+            // SAFETY: the caller's ranges; the copy is waited for below.
+            return unsafe { pageable(OP, s, dst, src as u64, bytes, Dir::HostToDevice) };
+        }
+        Err(e) => return Err(e),
+    };
+    let mut bufs: [Option<(pinned::PinnedBlock, Option<CudaEvent>)>; 2] =
+        [Some((first, None)), None];
+    // Two buffers, or one when a second cannot be had (then each chunk
+    // waits for the previous one's DMA before overwriting the buffer).
+    let mut nbuf = 2;
     let mut result = Ok(());
     let mut done = 0usize;
     let mut k = 0usize;
     while done < bytes {
         let n = chunk.min(bytes - done);
-        let slot = &mut bufs[k % 2];
-        if slot.is_none() {
+        if bufs[k % nbuf].is_none() {
             match pinned::alloc(&g.ctx, chunk) {
-                Ok(b) => *slot = Some((b, None)),
+                Ok(b) => bufs[k % nbuf] = Some((b, None)),
+                Err(Error::OutOfMemory { .. }) => nbuf = 1,
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             }
         }
-        let (buf, ev) = slot.as_mut().expect("just filled");
+        let Some((buf, ev)) = bufs[k % nbuf].as_mut() else {
+            result = Err(Error::Backend {
+                op: OP,
+                msg: "no staging buffer".into(),
+            });
+            break;
+        };
         if let Some(e) = ev.take() {
             // The buffer's previous chunk must have left before it is rewritten.
             if let Err(e) = e.synchronize().map_err(drv(OP)) {
@@ -124,15 +151,30 @@ pub(crate) unsafe fn device_to_host(
     g.bind(OP)?;
     let chunk = bytes.min(CHUNK);
     let nchunks = bytes.div_ceil(chunk);
+    // Two staging buffers, or one when a second cannot be had (then each
+    // chunk is copied out before the next is queued), or none: then the
+    // copy goes straight into the caller's memory and is waited for.
     let mut bufs: Vec<pinned::PinnedBlock> = Vec::with_capacity(2);
+    for _ in 0..nchunks.min(2) {
+        match pinned::alloc(&g.ctx, chunk) {
+            Ok(b) => bufs.push(b),
+            Err(Error::OutOfMemory { .. }) => break,
+            Err(e) => {
+                bufs.into_iter().for_each(|b| pinned::free(b, None));
+                return Err(e);
+            }
+        }
+    }
+    if bufs.is_empty() {
+        // SAFETY: the caller's ranges; the copy is waited for.
+        return unsafe { pageable(OP, s, dst as u64, src, bytes, Dir::DeviceToHost) };
+    }
+    let nbuf = bufs.len();
     let mut events: [Option<CudaEvent>; 2] = [None, None];
     let issue = |k: usize,
                  bufs: &mut Vec<pinned::PinnedBlock>,
                  events: &mut [Option<CudaEvent>; 2]|
      -> Result<()> {
-        if bufs.len() <= k % 2 {
-            bufs.push(pinned::alloc(&g.ctx, chunk)?);
-        }
         let off = k * chunk;
         let n = chunk.min(bytes - off);
         // SAFETY: the pinned buffer holds `chunk >= n` bytes and is not in
@@ -140,7 +182,7 @@ pub(crate) unsafe fn device_to_host(
         // range is valid (caller).
         unsafe {
             sys::cuMemcpyDtoHAsync_v2(
-                bufs[k % 2].ptr() as *mut c_void,
+                bufs[k % nbuf].ptr() as *mut c_void,
                 src + off as u64,
                 n,
                 s.cu().cu_stream(),
@@ -148,20 +190,20 @@ pub(crate) unsafe fn device_to_host(
         }
         .result()
         .map_err(drv(OP))?;
-        events[k % 2] = Some(record(OP, s)?);
+        events[k % nbuf] = Some(record(OP, s)?);
         Ok(())
     };
     let mut result = issue(0, &mut bufs, &mut events);
     let mut k = 0;
     while result.is_ok() && k < nchunks {
         // Queue the next chunk into the other buffer before reading this one.
-        if k + 1 < nchunks {
+        if nbuf == 2 && k + 1 < nchunks {
             if let Err(e) = issue(k + 1, &mut bufs, &mut events) {
                 result = Err(e);
                 break;
             }
         }
-        if let Some(e) = events[k % 2].take() {
+        if let Some(e) = events[k % nbuf].take() {
             if let Err(e) = e.synchronize().map_err(drv(OP)) {
                 result = Err(e);
                 break;
@@ -171,8 +213,15 @@ pub(crate) unsafe fn device_to_host(
         let n = chunk.min(bytes - off);
         // SAFETY: the chunk has arrived in the pinned buffer; `dst + off` is
         // writable for n bytes (caller).
-        unsafe { std::ptr::copy_nonoverlapping(bufs[k % 2].ptr(), dst.add(off), n) };
+        unsafe { std::ptr::copy_nonoverlapping(bufs[k % nbuf].ptr(), dst.add(off), n) };
         k += 1;
+        if nbuf == 1 && k < nchunks {
+            // The only buffer is free again: queue the next chunk into it.
+            if let Err(e) = issue(k, &mut bufs, &mut events) {
+                result = Err(e);
+                break;
+            }
+        }
     }
     if result.is_err() {
         let _ = s.cu().synchronize();
@@ -181,6 +230,42 @@ pub(crate) unsafe fn device_to_host(
         pinned::free(b, None);
     }
     result
+}
+
+/// The direction of a [`pageable`] copy.
+enum Dir {
+    HostToDevice,
+    DeviceToHost,
+}
+
+/// Copies `bytes` between pageable host memory and the device on `s`,
+/// ordered after the work queued there, and waits for the copy: the path
+/// when no page-locked staging buffer can be allocated.
+///
+/// # Safety
+/// `dst`/`src` are the caller's ranges, valid for `bytes` bytes (host
+/// addresses as integers for the host side).
+unsafe fn pageable(
+    op: &'static str,
+    s: &Stream,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    dir: Dir,
+) -> Result<()> {
+    let cs = s.cu().cu_stream();
+    // SAFETY: the caller's ranges; the stream is synchronised before return,
+    // so neither range is used afterwards.
+    let r = unsafe {
+        match dir {
+            Dir::HostToDevice => sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, cs),
+            Dir::DeviceToHost => sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, bytes, cs),
+        }
+    }
+    .result()
+    .map_err(drv(op));
+    let w = s.cu().synchronize().map_err(drv(op));
+    r.and(w)
 }
 
 /// Copies `bytes` between device addresses on one device, on `s`.

@@ -30,7 +30,7 @@ LIMIT=$((64 * 1024 * 1024))
 # fit (the CUDA tests, nn, autograd, optim and memory are never dropped).
 DROP_ORDER="display shape borrowed threads scope sequential leak long_running state index reduce views_copies
   elementwise matmul errors creation nn_options"
-KEEP_ALWAYS="lib cuda cuda_elementwise cuda_ops cuda_random nvrtc nn autograd optim memory"
+KEEP_ALWAYS="lib cuda cuda_elementwise cuda_ops cuda_random cuda_autograd nvrtc nn autograd optim memory"
 
 export CARGO_TERM_COLOR=never
 json=$(mktemp)
@@ -134,7 +134,7 @@ fi
         case $name in
             bench-*) kind=bench ;;
             example-*) kind=example ;;
-            test-lib | test-cuda | test-cuda_elementwise | test-cuda_ops | test-cuda_random) kind=test-cuda ;;
+            test-lib | test-cuda | test-cuda_elementwise | test-cuda_ops | test-cuda_random | test-cuda_autograd) kind=test-cuda ;;
             *) kind=test ;;
         esac
         printf '%s\t%s\t%s\t%s\n' "$kind" "$name" "$(stat -c %s "$DEST/$name")" "$(sha256sum "$DEST/$name" | cut -d' ' -f1)"

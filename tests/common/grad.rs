@@ -22,6 +22,8 @@ pub fn vals(t: &Tensor) -> Vec<f64> {
 
 /// Checks the analytic gradient of `sum(f(xs) * w)` (w random, fixed) against
 /// central finite differences, for every element of every input (f64).
+/// Device-agnostic: `w` lives on the output's device and each perturbed
+/// input on its input's device (on the CPU the moves are no-ops).
 #[track_caller]
 pub fn gradcheck(
     name: &str,
@@ -29,7 +31,9 @@ pub fn gradcheck(
     f: impl Fn(&[Tensor]) -> tensorscope::Result<Tensor>,
 ) {
     let out = f(inputs).unwrap();
-    let w = randn(out.shape(), DType::F64, 99);
+    let w = randn(out.shape(), DType::F64, 99)
+        .to_device(out.device())
+        .unwrap();
     let loss = |xs: &[Tensor]| -> f64 {
         f(xs)
             .unwrap()
@@ -60,7 +64,10 @@ pub fn gradcheck(
                     .enumerate()
                     .map(|(j, t)| {
                         if j == k {
-                            Tensor::from_slice(&v, t.shape(), CPU).unwrap()
+                            Tensor::from_slice(&v, t.shape(), CPU)
+                                .unwrap()
+                                .to_device(t.device())
+                                .unwrap()
                         } else {
                             t.detach()
                         }

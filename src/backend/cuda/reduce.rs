@@ -305,27 +305,10 @@ pub(crate) fn arg_reduce(
             ),
         ));
     }
-    let (s, f) = prepare(g, name, &kernels::reduce(op, src.dtype))?;
-    let p = Plan::new(g, &s, n_out, n_red)?;
-    let args = (
-        geom,
-        n_out,
-        n_red,
-        dptr(indices),
-        dptr(src),
-        p.group,
-        p.work_ptr(),
-        p.splits,
-    );
-    // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32,
-    // u8*, i64); the geometry describes both layouts; the workspace as in
-    // `reduce`.
-    unsafe { f.launch(name, &s, p.cfg, &args)? };
-    let Some(values) = values else {
-        return Ok(());
-    };
-    if values.dtype != src.dtype {
-        return Err(Error::dtype(name, src.dtype.name(), values.dtype));
+    if let Some(values) = values {
+        if values.dtype != src.dtype {
+            return Err(Error::dtype(name, src.dtype.name(), values.dtype));
+        }
     }
     // values = src[.., indices, ..]: a gather along `dim` with the indices
     // just computed (all valid), every operand seen with `dim` as size 1.
@@ -367,7 +350,30 @@ pub(crate) fn arg_reduce(
             0,
         ))
     };
-    let (lv, li) = (as_keepdim(values)?, as_keepdim(indices)?);
+    // Every argument is checked before anything is written.
+    let layouts = match values {
+        Some(v) => Some((as_keepdim(v)?, as_keepdim(indices)?)),
+        None => None,
+    };
+    let (s, f) = prepare(g, name, &kernels::reduce(op, src.dtype))?;
+    let p = Plan::new(g, &s, n_out, n_red)?;
+    let args = (
+        geom,
+        n_out,
+        n_red,
+        dptr(indices),
+        dptr(src),
+        p.group,
+        p.work_ptr(),
+        p.splits,
+    );
+    // SAFETY: reduce_arg{max,min}_<dt>(RGeom, i64, i64, i64*, const T*, i32,
+    // u8*, i64); the geometry describes both layouts; the workspace as in
+    // `reduce`.
+    unsafe { f.launch(name, &s, p.cfg, &args)? };
+    let (Some(values), Some((lv, li))) = (values, layouts) else {
+        return Ok(());
+    };
     super::index::launch_gather(
         g,
         &s,

@@ -2,8 +2,7 @@
 //! aliasing, and the memory statistics that prove each point.
 //!
 //! Run with `cargo run --release --example tour`. It uses CUDA device 0 when
-//! tensorscope is built with the `cuda` feature and a GPU is present, and the
-//! CPU otherwise.
+//! a GPU is present (the `cuda` feature is a default) and the CPU otherwise.
 
 use tensorscope::{memory, DType, Device, Tensor};
 

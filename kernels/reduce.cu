@@ -107,14 +107,22 @@ DEV void reduce_split(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in,
         acc = group_reduce(acc, scratch, TS_BLOCK, [](A a, A b) { return Op::combine(a, b); });
         if (tid == 0) {
             *(A*)((u8*)slots + (u64)u * TS_PARTIAL) = acc;
-            // Publish the slot before counting this block as done.
+            // Publish the slot before counting this block as done (release).
             __threadfence();
-            last = atomicAdd(&done[o], 1u) == (u32)(splits - 1);
+            const bool is_last = atomicAdd(&done[o], 1u) == (u32)(splits - 1);
+            // Acquire, in the thread whose atomic observed the other blocks'
+            // counts, before the barrier hands the result to the block: every
+            // other block of `o` published its slot before its count, and the
+            // barrier orders this fence before the other threads' reads (a
+            // fence in each reading thread after the barrier does not follow
+            // the observing atomic in that thread, so the PTX memory model
+            // does not order it after the other blocks' stores; this is the
+            // pattern of cooperative groups' grid sync).
+            if (is_last) __threadfence();
+            last = is_last;
         }
         __syncthreads();
         if (last) {
-            // Every other block of `o` published its slot before its count.
-            __threadfence();
             A a = Op::identity();
             const volatile u8* base = (const volatile u8*)slots + (u64)o * (u64)splits * TS_PARTIAL;
             // Thread t folds slots t, t + TS_BLOCK, ... in order; the tree

@@ -21,6 +21,7 @@ on_both!(
     arg_reductions,
     softmax_family,
     matmul_ranks,
+    linear_with_bias,
     index_ops,
     optimizer_steps,
     clip_grad_norm_on_device,
@@ -570,6 +571,101 @@ fn matmul_ref(
         }
     }
     out
+}
+
+/// `x.linear(w, b)` (`x @ w^T + b`: on CUDA the bias is copied into the
+/// output and one GEMM adds the product to it) against a naive reference,
+/// with and without a bias, a transposed input, integer and float dtypes,
+/// an empty inner dimension (the output is the bias), and its gradients.
+fn linear_with_bias(dev: Device) {
+    let (m, k, n) = (5usize, 3usize, 4usize);
+    let xv = sample(m * k, DType::F32, 71);
+    let wv = sample(n * k, DType::F32, 72);
+    let bv = sample(n, DType::F32, 73);
+    // The reference from the inputs as the dtype holds them, rounded once.
+    let want = |bias: bool, dt: DType| -> Vec<f64> {
+        let c = |v: f64| cast_ref(v, dt);
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| c(xv[i * k + p]) * c(wv[j * k + p])).sum();
+                y[i * n + j] = c(dot + if bias { c(bv[j]) } else { 0.0 });
+            }
+        }
+        y
+    };
+    for dt in [
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+        DType::F16,
+        DType::I64,
+        DType::I32,
+    ] {
+        let x = tensor(&xv, &[m, k], dt, dev);
+        // The same values, stored transposed: a non-contiguous input.
+        let mut xt_v = vec![0.0; m * k];
+        for i in 0..m {
+            for p in 0..k {
+                xt_v[p * m + i] = xv[i * k + p];
+            }
+        }
+        let xt = tensor(&xt_v, &[k, m], dt, dev).t().unwrap();
+        let w = tensor(&wv, &[n, k], dt, dev);
+        let b = tensor(&bv, &[n], dt, dev);
+        for (name, xin) in [("contiguous", &x), ("transposed", &xt)] {
+            for bias in [true, false] {
+                let y = xin.linear(&w, bias.then_some(&b)).unwrap();
+                assert_eq!(y.shape(), &[m, n]);
+                let r = want(bias, dt);
+                assert_close(
+                    &read(&y),
+                    &r,
+                    tol(dt).max(1e-6) * 8.0,
+                    &format!("linear {dt} {name} bias={bias}"),
+                );
+            }
+        }
+    }
+    // k = 0: the product is empty, the output is the bias on every row.
+    let x0 = Tensor::zeros(&[m, 0], DType::F32, dev).unwrap();
+    let w0 = Tensor::zeros(&[n, 0], DType::F32, dev).unwrap();
+    let b = tensor(&bv, &[n], DType::F32, dev);
+    let y = x0.linear(&w0, Some(&b)).unwrap();
+    assert_eq!(read(&y), bv.repeat(m), "k = 0");
+    // Gradients: dL/dx = g w, dL/dw = g^T x, dL/db = column sums of g, for
+    // L = sum(y * g) with a fixed g.
+    let x = tensor(&xv, &[m, k], DType::F64, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let w = tensor(&wv, &[n, k], DType::F64, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let b = tensor(&bv, &[n], DType::F64, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let gv = sample(m * n, DType::F32, 74);
+    let g = tensor(&gv, &[m, n], DType::F64, dev);
+    x.linear(&w, Some(&b))
+        .unwrap()
+        .mul(&g)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let gx: Vec<f64> = (0..m * k)
+        .map(|e| (0..n).map(|j| gv[e / k * n + j] * wv[j * k + e % k]).sum())
+        .collect();
+    let gw: Vec<f64> = (0..n * k)
+        .map(|e| (0..m).map(|i| gv[i * n + e / k] * xv[i * k + e % k]).sum())
+        .collect();
+    let gb: Vec<f64> = (0..n)
+        .map(|j| (0..m).map(|i| gv[i * n + j]).sum())
+        .collect();
+    assert_close(&read(&x.grad().unwrap()), &gx, 1e-12, "linear dx");
+    assert_close(&read(&w.grad().unwrap()), &gw, 1e-12, "linear dw");
+    assert_close(&read(&b.grad().unwrap()), &gb, 1e-12, "linear db");
 }
 
 fn matmul_ranks(dev: Device) {

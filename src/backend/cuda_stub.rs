@@ -104,6 +104,14 @@ pub(crate) fn scatter(
 ) -> Result<()> {
     err(d.op, ordinal(dst))
 }
+pub(crate) fn linear(
+    x: &Operand,
+    _wt: &Operand,
+    _bias: Option<&Operand>,
+    _dst: &Operand,
+) -> Result<()> {
+    err("linear", ordinal(x))
+}
 pub(crate) fn masked_count(mask: &Operand) -> Result<crate::backend::MaskCount> {
     err("masked_select", ordinal(mask))
 }

@@ -345,7 +345,8 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
 }
 
 /// `dst = x @ wt (+ bias)`: `x: [m, k]`, `wt: [k, n]`, a bias broadcast to
-/// `[m, n]`, a fresh `dst: [m, n]` (Linear's forward); CPU only.
+/// `[m, n]`, a fresh `dst: [m, n]` (Linear's forward): the CPU's fused
+/// kernel, or on CUDA the bias copied into `dst` and one GEMM adding to it.
 pub(crate) fn linear(
     x: &Operand,
     wt: &Operand,
@@ -363,11 +364,7 @@ pub(crate) fn linear(
             cpu::matmul::linear(x, wt, bias, dst);
             Ok(())
         }
-        device => Err(Error::DeviceUnavailable {
-            op: "linear",
-            device,
-            reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
-        }),
+        Device::Cuda(_) => cuda::linear(x, wt, bias, dst),
     }
 }
 

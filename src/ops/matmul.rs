@@ -215,13 +215,6 @@ impl Tensor {
             shape.push(n as isize);
             return y.reshape(&shape);
         }
-        if !self.device().is_cpu() {
-            let y = self.matmul(&weight.t()?)?;
-            return match bias {
-                Some(b) => y.add(b),
-                None => Ok(y),
-            };
-        }
         let m = self.shape()[0];
         let out = Tensor::alloc(&[m, n], self.dtype(), self.device())?;
         let wt = Operand::with(weight, weight.layout().transpose(0, 1)?);

@@ -184,6 +184,12 @@ fn to_i32(op: &'static str, what: &str, v: usize) -> Result<i32> {
 /// dtypes are an error (cuBLAS has no integer GEMM). The op layer flattens
 /// further batch dimensions and broadcasts batches before calling this.
 pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
+    gemm(a, b, out, false)
+}
+
+/// [`matmul`], adding the product to what `out` holds when `accumulate`
+/// (cuBLAS's beta = 1) instead of overwriting it.
+fn gemm(a: &Operand, b: &Operand, out: &Operand, accumulate: bool) -> Result<()> {
     const OP: &str = "matmul";
     let (sa, sb, so) = (a.layout.shape(), b.layout.shape(), out.layout.shape());
     let r = so.len();
@@ -235,7 +241,12 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
         return Ok(());
     }
     if k == 0 {
-        return super::elementwise::fill(out, 0.0);
+        // An empty sum: nothing to add, or zeros.
+        return if accumulate {
+            Ok(())
+        } else {
+            super::elementwise::fill(out, 0.0)
+        };
     }
     if !probe().cublas {
         return Err(Error::Backend {
@@ -281,6 +292,10 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
                 op: OP,
                 msg: format!("no cuBLAS layout for {sa:?} x {sb:?} -> {so:?}"),
             })?;
+            if accumulate {
+                // The temporary starts as `out`, which the product adds to.
+                copy_on_device(g, &s, out, &tmp)?;
+            }
             (Some((st, layout)), p)
         }
     };
@@ -302,11 +317,16 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, out: &Operand) -> Result<()> {
             sys::cublasOperation_t::CUBLAS_OP_N
         }
     };
-    let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
-    let (alpha, beta): (*const c_void, *const c_void) = if a.dtype == DType::F64 {
-        (&one64 as *const f64 as _, &zero64 as *const f64 as _)
+    let (one32, one64) = (1.0f32, 1.0f64);
+    let (beta32, beta64) = if accumulate {
+        (1.0f32, 1.0f64)
     } else {
-        (&one32 as *const f32 as _, &zero32 as *const f32 as _)
+        (0.0f32, 0.0f64)
+    };
+    let (alpha, beta): (*const c_void, *const c_void) = if a.dtype == DType::F64 {
+        (&one64 as *const f64 as _, &beta64 as *const f64 as _)
+    } else {
+        (&one32 as *const f32 as _, &beta32 as *const f32 as _)
     };
     g.bind(OP)?;
     {
@@ -484,6 +504,50 @@ pub(crate) fn batched_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<
         matmul(&a3, &b3, &d3)?;
     }
     Ok(())
+}
+
+/// `dst = x @ wt + bias` (`x: [m, k]`, `wt: [k, n]`, any strides, `bias`
+/// broadcast to `[m, n]`, `dst` a fresh `[m, n]`): Linear's forward, like
+/// PyTorch's addmm. Floats copy the bias into `dst` and let cuBLAS add the
+/// product to it (beta = 1): one GEMM and no `[m, n]` temporary; integers
+/// multiply with the integer kernel and add the bias in place.
+pub(crate) fn linear(
+    x: &Operand,
+    wt: &Operand,
+    bias: Option<&Operand>,
+    dst: &Operand,
+) -> Result<()> {
+    let Some(bias) = bias else {
+        return batched_matmul(x, wt, dst);
+    };
+    if bias.layout.shape() != dst.layout.shape() || bias.dtype != dst.dtype {
+        return Err(Error::shape(
+            "linear",
+            bias.layout.shape(),
+            dst.layout.shape(),
+            format!(
+                "the bias must be broadcast to the output and have its dtype ({} vs {})",
+                bias.dtype, dst.dtype
+            ),
+        ));
+    }
+    if !dst.dtype.is_float() {
+        batched_matmul(x, wt, dst)?;
+        return super::elementwise::binary(crate::backend::BinaryOp::Add, dst, bias, dst);
+    }
+    if x.layout.rank() != 2 || wt.layout.rank() != 2 || dst.layout.rank() != 2 {
+        return Err(Error::arg(
+            "linear",
+            format!(
+                "takes [m, k] x [k, n] -> [m, n], got {:?} x {:?} -> {:?}",
+                x.layout.shape(),
+                wt.layout.shape(),
+                dst.layout.shape()
+            ),
+        ));
+    }
+    super::elementwise::copy(bias, dst)?;
+    gemm(x, wt, dst, true)
 }
 
 /// Integer matmul (`matmul_<dt>` of kernels/reduce.cu): one thread per

@@ -64,7 +64,7 @@ pub use pinned::{
 pub use probe::{device_count, is_available, libraries, Libraries};
 pub use stream::{current_stream, set_current_stream, with_stream, Stream, StreamGuard};
 
-pub(crate) use blas::batched_matmul as matmul;
+pub(crate) use blas::{batched_matmul as matmul, linear};
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
 pub(crate) use nn::{

@@ -50,6 +50,7 @@ pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::PendingHost;
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;

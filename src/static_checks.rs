@@ -40,3 +40,9 @@ assert_eq_size!(TensorViewMut<'static>, usize);
 // Leak reports are plain data that can cross threads (e.g. be returned from a
 // test thread).
 assert_impl_all!(crate::leak::LeakReport: Send, Sync, std::error::Error);
+
+// A copy in flight to the host can be handed to another thread (a data
+// loader waits for it there), and cannot be duplicated: its tensor is
+// reachable once, through `wait`.
+assert_impl_all!(crate::PendingHost: Send, Sync);
+assert_not_impl_any!(crate::PendingHost: Copy, Clone);

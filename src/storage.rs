@@ -38,6 +38,11 @@ pub(crate) struct StorageInner {
 
 struct BlockId(Block);
 
+/// The `id` of a [`Block`] that came from the pinned-host allocator (a
+/// pinned CPU tensor) rather than the device's caching allocator, whose ids
+/// index its block table and never come near this value.
+const PINNED_BLOCK: u32 = u32::MAX - 1;
+
 /// A refcounted handle to one storage. Cloning it is internal only: the public
 /// handle is [`Tensor`](crate::Tensor), which is never implicitly duplicated.
 ///
@@ -173,6 +178,44 @@ impl Storage {
         Ok(Storage(p.cast()))
     }
 
+    /// `nbytes` uninitialised bytes of page-locked CPU memory, from the
+    /// pinned-host caching allocator (a pinned tensor's storage). Needs the
+    /// CUDA backend and a usable device.
+    pub(crate) fn new_pinned(nbytes: usize) -> Result<Storage> {
+        if nbytes == 0 {
+            return Storage::new(Device::Cpu, 0);
+        }
+        let (addr, size) = crate::backend::cuda::pinned_tensor::alloc_block(nbytes)?;
+        let block = Block {
+            addr,
+            size,
+            id: PINNED_BLOCK,
+        };
+        let p = spare_take();
+        // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
+        unsafe {
+            p.as_ptr().write(MaybeUninit::new(StorageInner {
+                refs: AtomicUsize::new(1),
+                device: Device::Cpu,
+                addr,
+                nbytes,
+                block_bytes: size,
+                block: Some(BlockId(block)),
+                lock: RwLock::new(()),
+                version: AtomicU64::new(0),
+            }))
+        };
+        Ok(Storage(p.cast()))
+    }
+
+    /// The address of the pinned block behind this storage, if it is one.
+    pub(crate) fn pinned_block(&self) -> Option<usize> {
+        match &self.inner().block {
+            Some(BlockId(b)) if b.id == PINNED_BLOCK => Some(b.addr),
+            _ => None,
+        }
+    }
+
     #[inline]
     fn inner(&self) -> &StorageInner {
         // SAFETY: the pointee lives while any handle does.
@@ -215,6 +258,10 @@ impl Storage {
 impl Drop for StorageInner {
     fn drop(&mut self) {
         if let Some(BlockId(b)) = self.block.take() {
+            if b.id == PINNED_BLOCK {
+                crate::backend::cuda::pinned_tensor::release_block(b.addr, b.size);
+                return;
+            }
             // The device's allocator existed when the block was allocated.
             if let Ok(a) = allocator(self.device) {
                 a.free(b);

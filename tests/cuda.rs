@@ -606,3 +606,135 @@ fn elapsed_time_of_events_without_timing_is_an_error() {
         "a timing-less event still orders work"
     );
 }
+
+// ------------------------------------------------------ pinned tensors ---
+
+/// Without a usable GPU, pinning is an error naming the op (never a
+/// panic); wrong devices are errors everywhere; the non-blocking copies
+/// degrade to plain ones where nothing is pinned.
+#[test]
+fn pinned_tensors_errors_and_fallbacks() {
+    let _g = lock();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu).unwrap();
+    match x.pin_memory() {
+        Ok(p) => {
+            assert!(cuda::is_available());
+            assert!(p.is_pinned() && !x.is_pinned());
+        }
+        Err(e) => {
+            assert!(!cuda::is_available(), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::DeviceUnavailable {
+                        op: "pin_memory",
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+        }
+    }
+    // A CPU tensor "to the host": already there, nothing to wait for.
+    let h = x.to_host_non_blocking().unwrap();
+    assert!(h.is_done());
+    assert_eq!(
+        h.wait().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0]
+    );
+    // An unpinned tensor to the CPU: a plain to_device.
+    let y = x.to_device_non_blocking(Device::Cpu).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    if let Some(dev) = common::devices::gpu() {
+        let d = x.to_device(dev).unwrap();
+        let e = d.pin_memory().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    op: "pin_memory",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    } else {
+        let e = x.to_device_non_blocking(Device::Cuda(0)).unwrap_err();
+        assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e:?}");
+    }
+}
+
+#[test]
+fn pinned_tensors_copy_without_waiting() {
+    let _g = lock();
+    let Some(dev) = cuda_or_skip("pinned_tensors_copy_without_waiting") else {
+        return;
+    };
+    // 40 MB: the DMA takes long enough for the host to run ahead.
+    let n = 10_000_000;
+    let v: Vec<f32> = (0..n).map(|i| (i % 65_521) as f32 - 3.0).collect();
+    let x = Tensor::from_slice(&v, &[n], Device::Cpu).unwrap();
+    let cpu_before = memory::memory_allocated(Device::Cpu);
+    let pinned_before = cuda::pinned_memory_stats().allocated_bytes;
+    let p = x.pin_memory().unwrap();
+    assert!(p.is_pinned() && p.is_contiguous());
+    assert!(p.narrow(0, 5, 10).unwrap().is_pinned(), "views of it too");
+    assert_eq!(
+        memory::memory_allocated(Device::Cpu),
+        cpu_before,
+        "pinned bytes are not the CPU allocator's"
+    );
+    assert!(cuda::pinned_memory_stats().allocated_bytes >= pinned_before + n * 4);
+    assert!(p.pin_memory().unwrap().is_pinned());
+    // Host to device, then the source dropped at once: its block must not be
+    // reused (and overwritten) before the DMA has read it.
+    let d = p.to_device_non_blocking(dev).unwrap();
+    drop(p);
+    let mut q = Tensor::zeros(&[n], DType::F32, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    q.fill_(-1.0).unwrap();
+    assert_eq!(d.to_vec::<f32>().unwrap(), v, "host to device");
+    drop(q);
+    assert_eq!(
+        cuda::pinned_memory_stats().allocated_bytes,
+        pinned_before,
+        "both pinned blocks are back in the cache"
+    );
+    // Device to host, contiguous and transposed sources.
+    let h = d.to_host_non_blocking().unwrap();
+    let got = h.wait().unwrap();
+    assert!(got.is_pinned());
+    assert_eq!(got.to_vec::<f32>().unwrap(), v, "device to host");
+    let m = d
+        .narrow(0, 0, 12)
+        .unwrap()
+        .view(&[3, 4])
+        .unwrap()
+        .t()
+        .unwrap();
+    let ht = m.to_host_non_blocking().unwrap().wait().unwrap();
+    assert_eq!(ht.shape(), &[4, 3]);
+    let want: Vec<f32> = (0..12).map(|i| v[(i % 3) * 4 + i / 3]).collect();
+    assert_eq!(ht.to_vec::<f32>().unwrap(), want, "transposed source");
+    // A pending copy dropped unwaited leaves nothing behind.
+    drop(d.to_host_non_blocking().unwrap());
+    drop((got, ht));
+    cuda::synchronize(dev).unwrap();
+    assert_eq!(cuda::pinned_memory_stats().allocated_bytes, pinned_before);
+    // Autograd sees both copies.
+    let leaf = Tensor::ones(&[4], DType::F64, Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = leaf
+        .pin_memory()
+        .unwrap()
+        .to_device_non_blocking(dev)
+        .unwrap()
+        .mul_scalar(3.0)
+        .unwrap();
+    y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(read(&leaf.grad().unwrap()), vec![3.0; 4]);
+}

@@ -35,6 +35,19 @@ pub fn device_count() -> usize {
     0
 }
 
+/// Pinned tensors need the CUDA backend.
+pub(crate) mod pinned_tensor {
+    use super::*;
+    pub(crate) fn alloc_block(_nbytes: usize) -> Result<(usize, usize)> {
+        err("pin_memory", 0)
+    }
+    /// Never called: no pinned block exists without the backend.
+    pub(crate) fn release_block(_addr: usize, _size: usize) {}
+    pub(crate) fn to_device_async(_src: &Operand, _block: usize, dst: &Operand) -> Result<()> {
+        err("to_device_non_blocking", ordinal(dst))
+    }
+}
+
 pub(crate) fn allocator(ordinal: usize) -> Result<&'static dyn DeviceAllocator> {
     err("allocate", ordinal)
 }

@@ -5,6 +5,8 @@ mod elementwise;
 mod index;
 mod matmul;
 mod operators;
+mod pinned;
+pub use pinned::PendingHost;
 mod reduce;
 mod shape;
 mod views;

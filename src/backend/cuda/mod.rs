@@ -46,6 +46,7 @@ pub(crate) mod launch;
 pub(crate) mod nn;
 pub(crate) mod optim;
 mod pinned;
+pub(crate) mod pinned_tensor;
 mod probe;
 pub(crate) mod reduce;
 mod stream;

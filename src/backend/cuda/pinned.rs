@@ -60,6 +60,10 @@ struct Inner {
     ctx: Option<Arc<CudaContext>>,
     /// Cap on `stats.reserved_bytes` ([`set_pinned_memory_limit`]).
     limit: Option<usize>,
+    /// Events after the asynchronous copies from or into pinned *tensors*
+    /// ([`record_tensor_use`]), by block address: the block goes back to
+    /// the cache guarded by them.
+    uses: std::collections::HashMap<usize, Vec<CudaEvent>>,
 }
 
 static POOL: Mutex<Option<Inner>> = Mutex::new(None);
@@ -75,6 +79,7 @@ fn with_inner<R>(f: impl FnOnce(&mut Inner) -> R) -> R {
         stats: PinnedMemoryStats::default(),
         ctx: None,
         limit: None,
+        uses: std::collections::HashMap::new(),
     });
     f(inner)
 }
@@ -203,6 +208,41 @@ pub(crate) fn free(block: PinnedBlock, event: Option<CudaEvent>) {
             event,
         });
     });
+}
+
+/// Notes an asynchronous copy from or into the pinned tensor block at
+/// `addr`, ended by `event`: the block is not handed out again before the
+/// event completes. Events already complete are dropped.
+pub(crate) fn record_tensor_use(addr: usize, event: CudaEvent) {
+    let stale = with_inner(|p| {
+        let list = p.uses.entry(addr).or_default();
+        let old = std::mem::take(list);
+        list.push(event);
+        old
+    });
+    // Completed events are dropped; pending ones go back to the list.
+    let pending: Vec<CudaEvent> = stale
+        .into_iter()
+        .filter(|e| !matches!(event_done(Some(e)), Ok(true)))
+        .collect();
+    if !pending.is_empty() {
+        with_inner(|p| p.uses.entry(addr).or_default().extend(pending));
+    }
+}
+
+/// Gives a pinned tensor's block back to the cache, guarded by the newest
+/// event of its pending copies (older pending ones, from other copies of
+/// the same tensor still in flight, are waited for here: one event guards a
+/// cached block).
+pub(crate) fn release_tensor_block(block: PinnedBlock) {
+    let mut events = with_inner(|p| p.uses.remove(&block.addr)).unwrap_or_default();
+    let last = events.pop();
+    for e in events {
+        if e.context().bind_to_thread().is_ok() {
+            let _ = e.synchronize();
+        }
+    }
+    free(block, last);
 }
 
 /// The pinned-host allocator's statistics.

@@ -1,0 +1,116 @@
+//! Pinned CPU tensors (PyTorch's `pin_memory()`) and the asynchronous
+//! copies between them and a device.
+//!
+//! A pinned tensor is a CPU tensor whose storage block comes from the
+//! pinned-host caching allocator (`pinned.rs`) rather than the CPU's caching
+//! allocator: the CPU backend reads and writes it like any other, and the
+//! DMA engine can copy it without staging, so a copy to or from a device
+//! can be queued on a stream and return at once. Each such copy records an
+//! event as a use of the block ([`pinned::record_tensor_use`]), so when the
+//! tensor's last handle goes, the block returns to the pinned cache guarded
+//! by that event and is not handed out again before the copy has finished.
+
+use super::device::{drv, gpu, gpu_of};
+use super::launch::dptr;
+use super::pinned::{self, PinnedBlock};
+use super::stream::current;
+use crate::backend::Operand;
+use crate::error::{Error, Result};
+use cudarc::driver::{sys, CudaEvent};
+use std::ffi::c_void;
+
+/// A page-locked block for a pinned tensor of `nbytes` bytes: `(address,
+/// rounded size)`. Allocated with device 0's context (the memory is
+/// portable: every device's DMA engine can use it).
+pub(crate) fn alloc_block(nbytes: usize) -> Result<(usize, usize)> {
+    let g = gpu("pin_memory", 0)?;
+    let b = pinned::alloc(&g.ctx, nbytes)?;
+    Ok((b.addr, b.size))
+}
+
+/// Gives a pinned tensor's block back to the pinned cache (guarded by the
+/// events of the copies still using it).
+pub(crate) fn release_block(addr: usize, size: usize) {
+    pinned::release_tensor_block(PinnedBlock { addr, size });
+}
+
+fn dense_bytes(op: &'static str, o: &Operand) -> Result<usize> {
+    if !o.layout.is_contiguous() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "needs a contiguous operand, got strides {:?}",
+                o.layout.strides()
+            ),
+        ));
+    }
+    Ok(o.layout.numel() * o.dtype.size_in_bytes())
+}
+
+/// Queues `dst = src` from the dense pinned CPU operand `src` (whose block
+/// starts at `block`) into the dense CUDA operand `dst` of the same dtype
+/// on `dst`'s current stream, and returns without waiting.
+pub(crate) fn to_device_async(src: &Operand, block: usize, dst: &Operand) -> Result<()> {
+    const OP: &str = "to_device_non_blocking";
+    let g = gpu_of(OP, dst.storage.device())?;
+    let bytes = dense_bytes(OP, src)?;
+    if bytes != dense_bytes(OP, dst)? || src.dtype != dst.dtype {
+        return Err(Error::shape(
+            OP,
+            src.layout.shape(),
+            dst.layout.shape(),
+            "a copy without conversion between two dense operands of one size and dtype",
+        ));
+    }
+    if bytes == 0 {
+        return Ok(());
+    }
+    let s = current(g);
+    g.bind(OP)?;
+    let host = src.storage.addr() + src.layout.offset() * src.dtype.size_in_bytes();
+    // SAFETY: `host` is `bytes` bytes of a live pinned block (kept out of
+    // reuse until the event below completes, see `record_tensor_use`);
+    // `dst` is a dense device range of `bytes` bytes.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dptr(dst), host as *const c_void, bytes, s.cu().cu_stream())
+    }
+    .result()
+    .map_err(drv(OP))?;
+    let ev = s.cu().record_event(None).map_err(drv(OP))?;
+    pinned::record_tensor_use(block, ev);
+    Ok(())
+}
+
+/// Queues `dst = src` from the dense CUDA operand `src` into the dense
+/// pinned CPU operand `dst` (whose block starts at `block`) on `src`'s
+/// current stream; returns the event that completes with the copy.
+pub(crate) fn to_host_async(src: &Operand, dst: &Operand, block: usize) -> Result<CudaEvent> {
+    const OP: &str = "to_host_non_blocking";
+    let g = gpu_of(OP, src.storage.device())?;
+    let bytes = dense_bytes(OP, src)?;
+    if bytes != dense_bytes(OP, dst)? || src.dtype != dst.dtype {
+        return Err(Error::shape(
+            OP,
+            src.layout.shape(),
+            dst.layout.shape(),
+            "a copy without conversion between two dense operands of one size and dtype",
+        ));
+    }
+    let s = current(g);
+    g.bind(OP)?;
+    if bytes > 0 {
+        let host = dst.storage.addr() + dst.layout.offset() * dst.dtype.size_in_bytes();
+        // SAFETY: `host` is `bytes` writable bytes of a live pinned block,
+        // which nothing reads before the returned event completes (the
+        // caller hands the tensor out only through `PendingHost::wait`, and
+        // the block is kept out of reuse by the event recorded below).
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(host as *mut c_void, dptr(src), bytes, s.cu().cu_stream())
+        }
+        .result()
+        .map_err(drv(OP))?;
+    }
+    let guard = s.cu().record_event(None).map_err(drv(OP))?;
+    pinned::record_tensor_use(block, guard);
+    s.cu().record_event(None).map_err(drv(OP))
+}

@@ -9,10 +9,10 @@
 mod common;
 
 use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
-use common::optim_ref::{ref_adam, ref_sgd, RefStep};
+use common::optim_ref::{adam_option_sets, ref_adam, ref_sgd, sgd_option_sets, RefStep};
 use common::{assert_close, read, store, ALL, FLOATS, NUMERIC};
 use tensorscope::nn::{LayerNorm, Module};
-use tensorscope::optim::{clip_grad_norm_, Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use tensorscope::optim::{clip_grad_norm_, Adam, AdamW, Optimizer, Sgd};
 use tensorscope::{memory, DType, Device, Error, Result, Tensor};
 
 on_both!(
@@ -1261,52 +1261,8 @@ type Case = (String, Box<dyn Fn() -> Box<dyn Optimizer>>, Box<RefStep>);
 
 /// The optimizers the device test runs, with their references.
 fn optimizer_cases(dt: DType) -> Vec<Case> {
-    let adams = [
-        AdamConfig {
-            lr: 0.01,
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.02,
-            betas: (0.8, 0.99),
-            eps: 1e-6,
-            weight_decay: 0.1,
-            ..Default::default()
-        },
-        // 1 - beta1 >= 0.5 (ATen's other lerp form), amsgrad, maximize
-        AdamConfig {
-            lr: 0.03,
-            betas: (0.3, 0.95),
-            eps: 1e-4,
-            weight_decay: 0.2,
-            amsgrad: true,
-            maximize: true,
-        },
-    ];
-    let sgds = [
-        SgdConfig {
-            lr: 0.1,
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.9,
-            dampening: 0.3,
-            weight_decay: 0.02,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.8,
-            nesterov: true,
-            weight_decay: 0.05,
-            maximize: true,
-            ..Default::default()
-        },
-    ];
     let mut v: Vec<Case> = Vec::new();
-    for c in adams {
+    for c in adam_option_sets() {
         v.push((
             format!("Adam {c:?}"),
             Box::new(move || Box::new(Adam::new(c).unwrap())),
@@ -1318,7 +1274,7 @@ fn optimizer_cases(dt: DType) -> Vec<Case> {
             ref_adam(c, true, dt),
         ));
     }
-    for c in sgds {
+    for c in sgd_option_sets() {
         v.push((
             format!("Sgd {c:?}"),
             Box::new(move || Box::new(Sgd::new(c).unwrap())),

@@ -11,7 +11,7 @@ use tensorscope::{memory, DType, Device, Error, Generator, Result, Tensor};
 
 mod common;
 use common::layouts::{self, make, Kind};
-use common::optim_ref::RefOpt;
+use common::optim_ref::{adam_option_sets, sgd_option_sets, RefOpt};
 use common::store;
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -147,46 +147,11 @@ fn compare(
     }
 }
 
-/// Rounds an f64 to `dt` and back (the reference keeps its state in the
-/// parameter's dtype, as the optimizers do).
-fn sgd_configs() -> Vec<SgdConfig> {
-    vec![
-        SgdConfig {
-            lr: 0.1,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.1,
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.9,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.9,
-            dampening: 0.3,
-            weight_decay: 0.02,
-            ..Default::default()
-        },
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.8,
-            nesterov: true,
-            weight_decay: 0.05,
-            ..Default::default()
-        },
-    ]
-}
-
 #[test]
 fn sgd_matches_reference() {
     let _l = lock();
     for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
-        for c in sgd_configs() {
+        for c in sgd_option_sets() {
             let mut opt = Sgd::new(c).unwrap();
             let mut r = RefOpt::sgd(c, dt);
             compare(
@@ -203,21 +168,8 @@ fn sgd_matches_reference() {
 #[test]
 fn adam_and_adamw_match_reference() {
     let _l = lock();
-    let cfgs = [
-        AdamConfig {
-            lr: 0.01,
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.02,
-            betas: (0.8, 0.99),
-            eps: 1e-6,
-            weight_decay: 0.1,
-            ..Default::default()
-        },
-    ];
     for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
-        for c in cfgs {
+        for c in adam_option_sets() {
             let mut opt = Adam::new(c).unwrap();
             let mut r = RefOpt::adam(c, false, dt);
             compare(
@@ -408,46 +360,6 @@ const LARGE: [(&[usize], Kind); 2] = [
     (&[400, 384], Kind::Transposed),
 ];
 
-fn adam_option_sets() -> Vec<AdamConfig> {
-    vec![
-        AdamConfig {
-            lr: 0.01,
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.02,
-            betas: (0.8, 0.99),
-            eps: 1e-6,
-            weight_decay: 0.1,
-            ..Default::default()
-        },
-        // 1 - beta1 >= 0.5: ATen's lerp takes its other form
-        AdamConfig {
-            lr: 0.05,
-            betas: (0.3, 0.9),
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.01,
-            amsgrad: true,
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.01,
-            maximize: true,
-            ..Default::default()
-        },
-        AdamConfig {
-            lr: 0.03,
-            betas: (0.5, 0.95),
-            eps: 1e-4,
-            weight_decay: 0.2,
-            amsgrad: true,
-            maximize: true,
-        },
-    ]
-}
-
 #[test]
 fn fused_adam_matches_reference_for_every_option_and_layout() {
     let _l = lock();
@@ -481,20 +393,7 @@ fn fused_adam_matches_reference_for_every_option_and_layout() {
 #[test]
 fn fused_sgd_matches_reference_for_every_option_and_layout() {
     let _l = lock();
-    let mut cfgs = sgd_configs();
-    cfgs.push(SgdConfig {
-        lr: 0.1,
-        maximize: true,
-        weight_decay: 0.1,
-        ..Default::default()
-    });
-    cfgs.push(SgdConfig {
-        lr: 0.05,
-        momentum: 0.7,
-        nesterov: true,
-        maximize: true,
-        ..Default::default()
-    });
+    let cfgs = sgd_option_sets();
     for (dt, tol) in TOLS {
         for c in &cfgs {
             for gk in GRAD_KINDS {
@@ -1098,7 +997,7 @@ fn steps_allocate_nothing(opt: &mut dyn Optimizer, buffers: usize, label: &str) 
 #[test]
 fn steps_after_the_first_allocate_nothing() {
     let _l = lock();
-    for c in sgd_configs() {
+    for c in sgd_option_sets() {
         let buffers = usize::from(c.momentum != 0.0);
         steps_allocate_nothing(&mut Sgd::new(c).unwrap(), buffers, &format!("{c:?}"));
     }

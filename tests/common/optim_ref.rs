@@ -96,3 +96,94 @@ impl RefOpt {
         (self.step)(p, g, &mut self.state[k], t)
     }
 }
+
+/// The Adam/AdamW option sets every optimizer test runs: defaults, betas
+/// eps and weight decay, `1 - beta1 >= 0.5` (ATen's lerp takes its other
+/// form there), amsgrad, maximize, and all of them at once.
+pub fn adam_option_sets() -> Vec<AdamConfig> {
+    vec![
+        AdamConfig {
+            lr: 0.01,
+            ..Default::default()
+        },
+        AdamConfig {
+            lr: 0.02,
+            betas: (0.8, 0.99),
+            eps: 1e-6,
+            weight_decay: 0.1,
+            ..Default::default()
+        },
+        // 1 - beta1 >= 0.5: ATen's lerp takes its other form
+        AdamConfig {
+            lr: 0.05,
+            betas: (0.3, 0.9),
+            ..Default::default()
+        },
+        AdamConfig {
+            lr: 0.01,
+            amsgrad: true,
+            ..Default::default()
+        },
+        AdamConfig {
+            lr: 0.01,
+            maximize: true,
+            ..Default::default()
+        },
+        AdamConfig {
+            lr: 0.03,
+            betas: (0.5, 0.95),
+            eps: 1e-4,
+            weight_decay: 0.2,
+            amsgrad: true,
+            maximize: true,
+        },
+    ]
+}
+
+/// The SGD option sets every optimizer test runs: plain, weight decay,
+/// momentum, dampening, Nesterov, and maximize with and without momentum.
+pub fn sgd_option_sets() -> Vec<SgdConfig> {
+    vec![
+        SgdConfig {
+            lr: 0.1,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.1,
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.3,
+            weight_decay: 0.02,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.8,
+            nesterov: true,
+            weight_decay: 0.05,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.1,
+            maximize: true,
+            weight_decay: 0.1,
+            ..Default::default()
+        },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.7,
+            nesterov: true,
+            maximize: true,
+            ..Default::default()
+        },
+    ]
+}

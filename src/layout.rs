@@ -109,6 +109,22 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Fails unless `other` broadcasts to exactly `target` (what an in-place
+/// write, its source or its mask must do): a broadcasting error, or a shape
+/// error naming `op`, both shapes and `note`.
+pub(crate) fn check_broadcasts_to(
+    op: &'static str,
+    target: &[usize],
+    other: &[usize],
+    note: impl Into<String>,
+) -> Result<Dims> {
+    let shape = broadcast_shapes(op, target, other)?;
+    if shape.as_slice() != target {
+        bail!(Error::shape(op, target, other, note));
+    }
+    Ok(shape)
+}
+
 /// NumPy/PyTorch broadcasting of two shapes.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
     if dims_eq(a, b) {

@@ -439,15 +439,12 @@ pub fn bce_with_logits_with(
                 t.dtype()
             ));
         }
-        let b = crate::layout::broadcast_shapes(op, logits.shape(), t.shape())?;
-        if b.as_slice() != logits.shape() {
-            bail!(Error::shape(
-                op,
-                logits.shape(),
-                t.shape(),
-                format!("{what} must broadcast to the logits' shape")
-            ));
-        }
+        crate::layout::check_broadcasts_to(
+            op,
+            logits.shape(),
+            t.shape(),
+            format!("{what} must broadcast to the logits' shape"),
+        )?;
     }
     // log(1 + exp(-|x|)): the stable tail of softplus.
     let tail = logits.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?;

@@ -24,7 +24,7 @@
 
 use crate::backend::{self, BinaryOp, Operand, UnaryOp};
 use crate::error::{bail, Error, Result};
-use crate::layout::{broadcast_shapes, dims_eq};
+use crate::layout::{broadcast_shapes, check_broadcasts_to, dims_eq};
 use crate::{DType, Tensor};
 
 /// The dtype `op` computes in for operand dtypes `a` and `b`.
@@ -269,15 +269,12 @@ impl Tensor {
     }
 
     fn binary_inplace(&mut self, op: BinaryOp, other: &Tensor) -> Result<&mut Tensor> {
-        let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
-        if shape.as_slice() != self.shape() {
-            bail!(Error::shape(
-                op.name(),
-                self.shape(),
-                other.shape(),
-                "in place, the other operand must broadcast to self's shape"
-            ));
-        }
+        check_broadcasts_to(
+            op.name(),
+            self.shape(),
+            other.shape(),
+            "in place, the other operand must broadcast to self's shape",
+        )?;
         let a = self.alias();
         a.binary_into(op, other, self)?;
         Ok(self)
@@ -366,15 +363,12 @@ impl Tensor {
         }
         self.same_device("masked_fill_", mask)?;
         self.check_writable("masked_fill_")?;
-        let shape = broadcast_shapes("masked_fill_", self.shape(), mask.shape())?;
-        if shape.as_slice() != self.shape() {
-            bail!(Error::shape(
-                "masked_fill_",
-                self.shape(),
-                mask.shape(),
-                "the mask must broadcast to self's shape"
-            ));
-        }
+        let shape = check_broadcasts_to(
+            "masked_fill_",
+            self.shape(),
+            mask.shape(),
+            "the mask must broadcast to self's shape",
+        )?;
         let mask = self.detangle(mask)?;
         let v = Tensor::full(&[], value, self.dtype(), self.device())?;
         let keep = self.alias();
@@ -405,15 +399,12 @@ impl Tensor {
     pub fn copy_(&mut self, src: &Tensor) -> Result<&mut Tensor> {
         self.check_writable("copy_")?;
         crate::autograd::check_unrecorded_inputs("copy_", &[src])?;
-        let shape = broadcast_shapes("copy_", self.shape(), src.shape())?;
-        if shape.as_slice() != self.shape() {
-            bail!(Error::shape(
-                "copy_",
-                self.shape(),
-                src.shape(),
-                "the source must broadcast to the destination's shape"
-            ));
-        }
+        let shape = check_broadcasts_to(
+            "copy_",
+            self.shape(),
+            src.shape(),
+            "the source must broadcast to the destination's shape",
+        )?;
         let src = self.detangle(src)?;
         backend::copy(&Operand::broadcast(&src, &shape)?, &Operand::of(self))?;
         self.storage().bump_version();

@@ -37,7 +37,7 @@
 use crate::autograd::formulas_index::{self as grad, Family, Write};
 use crate::backend::{self, IndexedDim, Operand, ScatterMode, ScatterSrc};
 use crate::error::{bail, Error, Result};
-use crate::layout::{broadcast_shapes, normalize_dim, Dims, Layout};
+use crate::layout::{broadcast_shapes, check_broadcasts_to, normalize_dim, Dims, Layout};
 use crate::{DType, Tensor};
 
 /// Fails unless `index` holds i64 or i32.
@@ -814,15 +814,12 @@ impl Tensor {
                 src.dtype()
             ));
         }
-        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
-        if shape.as_slice() != self.shape() {
-            bail!(Error::shape(
-                op,
-                self.shape(),
-                mask.shape(),
-                "the mask must broadcast to self's shape"
-            ));
-        }
+        check_broadcasts_to(
+            op,
+            self.shape(),
+            mask.shape(),
+            "the mask must broadcast to self's shape",
+        )?;
         let numel = self.numel();
         let dims: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
         // Flat positions of the true elements, in row-major order.
@@ -875,15 +872,12 @@ impl Tensor {
         self.check_writable(op)?;
         check_src_grad(op, Some(src))?;
         let l = self.layout().slice(op, dim, start, end, step)?;
-        let shape = broadcast_shapes(op, l.shape(), src.shape())?;
-        if shape.as_slice() != l.shape() {
-            bail!(Error::shape(
-                op,
-                l.shape(),
-                src.shape(),
-                "the source must broadcast to the slice's shape"
-            ));
-        }
+        check_broadcasts_to(
+            op,
+            l.shape(),
+            src.shape(),
+            "the source must broadcast to the slice's shape",
+        )?;
         let mut view = self.with_layout(l);
         view.copy_(src)?;
         Ok(self)

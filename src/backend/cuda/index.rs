@@ -29,17 +29,7 @@ use std::borrow::Cow;
 
 /// The device and its GPU for `op` (all operands on one device).
 fn gpu_for(op: &'static str, ops: &[&Operand]) -> Result<&'static Gpu> {
-    let d = ops[0].storage.device();
-    for o in &ops[1..] {
-        if o.storage.device() != d {
-            return Err(Error::DeviceMismatch {
-                op,
-                lhs: d,
-                rhs: o.storage.device(),
-            });
-        }
-    }
-    super::device::gpu_of(op, d)
+    super::device::gpu_of(op, crate::backend::device_of(op, ops)?)
 }
 
 fn check_index_dtype(op: &'static str, dt: DType) -> Result<()> {

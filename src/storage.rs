@@ -161,21 +161,13 @@ impl Storage {
                 allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
             (b.addr, b.size, Some(BlockId(b)))
         };
-        let p = spare_take();
-        // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
-        unsafe {
-            p.as_ptr().write(MaybeUninit::new(StorageInner {
-                refs: AtomicUsize::new(1),
-                device,
-                addr,
-                nbytes,
-                block_bytes,
-                block,
-                lock: RwLock::new(()),
-                version: AtomicU64::new(0),
-            }))
-        };
-        Ok(Storage(p.cast()))
+        Ok(Storage::from_block(
+            device,
+            addr,
+            nbytes,
+            block_bytes,
+            block,
+        ))
     }
 
     /// `nbytes` uninitialised bytes of page-locked CPU memory, from the
@@ -191,21 +183,40 @@ impl Storage {
             size,
             id: PINNED_BLOCK,
         };
+        Ok(Storage::from_block(
+            Device::Cpu,
+            addr,
+            nbytes,
+            size,
+            Some(BlockId(block)),
+        ))
+    }
+
+    /// A storage of one handle over `nbytes` bytes at `addr`, holding
+    /// `block` (if any) of `block_bytes`.
+    #[inline]
+    fn from_block(
+        device: Device,
+        addr: usize,
+        nbytes: usize,
+        block_bytes: usize,
+        block: Option<BlockId>,
+    ) -> Storage {
         let p = spare_take();
         // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
         unsafe {
             p.as_ptr().write(MaybeUninit::new(StorageInner {
                 refs: AtomicUsize::new(1),
-                device: Device::Cpu,
+                device,
                 addr,
                 nbytes,
-                block_bytes: size,
-                block: Some(BlockId(block)),
+                block_bytes,
+                block,
                 lock: RwLock::new(()),
                 version: AtomicU64::new(0),
             }))
         };
-        Ok(Storage(p.cast()))
+        Storage(p.cast())
     }
 
     /// The address of the pinned block behind this storage, if it is one.

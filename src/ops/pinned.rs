@@ -49,13 +49,9 @@ impl PendingHost {
     pub fn wait(self) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Some(e) = &self.event {
-            let op = "to_host_non_blocking";
-            let drv = |e: cudarc::driver::DriverError| Error::Backend {
-                op,
-                msg: format!("CUDA driver error {e:?}"),
-            };
-            e.context().bind_to_thread().map_err(drv)?;
-            e.synchronize().map_err(drv)?;
+            let drv = crate::backend::cuda::device::drv("to_host_non_blocking");
+            e.context().bind_to_thread().map_err(&drv)?;
+            e.synchronize().map_err(&drv)?;
         }
         Ok(self.tensor)
     }

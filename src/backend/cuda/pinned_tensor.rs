@@ -34,17 +34,32 @@ pub(crate) fn release_block(addr: usize, size: usize) {
     pinned::release_tensor_block(PinnedBlock { addr, size });
 }
 
-fn dense_bytes(op: &'static str, o: &Operand) -> Result<usize> {
-    if !o.layout.is_contiguous() {
-        return Err(Error::arg(
+/// The bytes a copy between `src` and `dst` moves: both dense, of one
+/// size and dtype (no conversion happens on the way).
+fn copy_bytes(op: &'static str, src: &Operand, dst: &Operand) -> Result<usize> {
+    for o in [src, dst] {
+        if !o.layout.is_contiguous() {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "needs contiguous operands, got strides {:?}",
+                    o.layout.strides()
+                ),
+            ));
+        }
+    }
+    if src.layout.numel() != dst.layout.numel() || src.dtype != dst.dtype {
+        return Err(Error::shape(
             op,
+            src.layout.shape(),
+            dst.layout.shape(),
             format!(
-                "needs a contiguous operand, got strides {:?}",
-                o.layout.strides()
+                "a copy without conversion between operands of one size and dtype ({} vs {})",
+                src.dtype, dst.dtype
             ),
         ));
     }
-    Ok(o.layout.numel() * o.dtype.size_in_bytes())
+    Ok(src.layout.numel() * src.dtype.size_in_bytes())
 }
 
 /// Queues `dst = src` from the dense pinned CPU operand `src` (whose block
@@ -53,15 +68,7 @@ fn dense_bytes(op: &'static str, o: &Operand) -> Result<usize> {
 pub(crate) fn to_device_async(src: &Operand, block: usize, dst: &Operand) -> Result<()> {
     const OP: &str = "to_device_non_blocking";
     let g = gpu_of(OP, dst.storage.device())?;
-    let bytes = dense_bytes(OP, src)?;
-    if bytes != dense_bytes(OP, dst)? || src.dtype != dst.dtype {
-        return Err(Error::shape(
-            OP,
-            src.layout.shape(),
-            dst.layout.shape(),
-            "a copy without conversion between two dense operands of one size and dtype",
-        ));
-    }
+    let bytes = copy_bytes(OP, src, dst)?;
     if bytes == 0 {
         return Ok(());
     }
@@ -87,15 +94,7 @@ pub(crate) fn to_device_async(src: &Operand, block: usize, dst: &Operand) -> Res
 pub(crate) fn to_host_async(src: &Operand, dst: &Operand, block: usize) -> Result<CudaEvent> {
     const OP: &str = "to_host_non_blocking";
     let g = gpu_of(OP, src.storage.device())?;
-    let bytes = dense_bytes(OP, src)?;
-    if bytes != dense_bytes(OP, dst)? || src.dtype != dst.dtype {
-        return Err(Error::shape(
-            OP,
-            src.layout.shape(),
-            dst.layout.shape(),
-            "a copy without conversion between two dense operands of one size and dtype",
-        ));
-    }
+    let bytes = copy_bytes(OP, src, dst)?;
     let s = current(g);
     g.bind(OP)?;
     if bytes > 0 {

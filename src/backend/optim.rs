@@ -45,21 +45,12 @@ pub(crate) struct AdamHyper {
 }
 
 /// Everything one SGD update of one parameter needs (PyTorch's
-/// `_single_tensor_sgd`).
+/// `_single_tensor_sgd`): the optimizer's options and whether this is the
+/// momentum buffer's first step.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct SgdHyper {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor (a momentum buffer is passed when it is not 0).
-    pub momentum: f64,
-    /// Dampening of the gradient added to the buffer.
-    pub dampening: f64,
-    /// L2 penalty.
-    pub weight_decay: f64,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-    /// Ascend instead of descend (`g = -grad`).
-    pub maximize: bool,
+    /// The options (a momentum buffer is passed when `momentum` is not 0).
+    pub config: crate::optim::SgdConfig,
     /// The buffer's first step: `buf = g` rather than the momentum update.
     pub first: bool,
 }

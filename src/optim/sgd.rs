@@ -136,12 +136,7 @@ impl Optimizer for Sgd {
                 check_state("Sgd::step", &name, p, buf)?;
             }
             let h = SgdHyper {
-                lr: c.lr,
-                momentum: c.momentum,
-                dampening: c.dampening,
-                weight_decay: c.weight_decay,
-                nesterov: c.nesterov,
-                maximize: c.maximize,
+                config: c,
                 first: !st.started,
             };
             let buf = st.buf.as_ref().map(Operand::of);

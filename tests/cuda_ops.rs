@@ -10,10 +10,10 @@ mod common;
 
 use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
 use common::optim_ref::{adam_option_sets, ref_adam, ref_sgd, sgd_option_sets, RefStep};
-use common::{assert_close, read, store, ALL, FLOATS, NUMERIC};
+use common::{assert_close, read, store, Params, ALL, FLOATS, NUMERIC};
 use tensorscope::nn::{LayerNorm, Module};
 use tensorscope::optim::{clip_grad_norm_, Adam, AdamW, Optimizer, Sgd};
-use tensorscope::{memory, DType, Device, Error, Result, Tensor};
+use tensorscope::{memory, DType, Device, Error, Tensor};
 
 on_both!(
     reductions,
@@ -1205,21 +1205,6 @@ fn index_ops(dev: Device) {
 }
 
 // ------------------------------------------------------- optimizers ---
-
-/// A module that is just its parameters.
-struct Params(Vec<(String, Tensor)>);
-
-impl Module for Params {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.alias())
-    }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        self.0.iter().map(|(n, t)| (n.clone(), t)).collect()
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.0.iter_mut().map(|(n, t)| (n.clone(), t)).collect()
-    }
-}
 
 /// How a `[r, c]` parameter or gradient is laid out on the device.
 #[derive(Clone, Copy, Debug)]

@@ -12,7 +12,7 @@ use tensorscope::{memory, DType, Device, Error, Generator, Result, Tensor};
 mod common;
 use common::layouts::{self, make, Kind};
 use common::optim_ref::{adam_option_sets, sgd_option_sets, RefOpt};
-use common::store;
+use common::{store, Params};
 
 static LOCK: Mutex<()> = Mutex::new(());
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -210,21 +210,6 @@ fn adam_in_f16_stays_close() {
         |k, p, g, t| r.update(k, p, g, t),
         "Adam f16",
     );
-}
-
-/// Parameters of any layout; no forward (the tests set gradients by hand).
-struct Params(Vec<(String, Tensor)>);
-
-impl Module for Params {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.alias())
-    }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        self.0.iter().map(|(n, t)| (n.clone(), t)).collect()
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.0.iter_mut().map(|(n, t)| (n.clone(), t)).collect()
-    }
 }
 
 /// How a gradient is laid out: one of the shared layouts, or a row

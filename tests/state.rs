@@ -3,6 +3,8 @@
 //! bit-identical, and (when python3 has torch and safetensors) PyTorch
 //! compatibility in both directions.
 
+mod common;
+use common::Params;
 use std::path::PathBuf;
 use tensorscope::nn::{
     load_safetensors, load_state_dict, save_safetensors, snapshot, state_dict, Module,
@@ -258,20 +260,8 @@ fn a_failed_load_lists_every_problem_and_changes_nothing() {
     assert_eq!(identity(&m), ids, "no storage written or replaced");
 
     // the same through a file
-    struct Bad(Vec<(String, Tensor)>);
-    impl Module for Bad {
-        fn forward(&self, x: &Tensor) -> Result<Tensor> {
-            Ok(x.alias())
-        }
-        fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-            self.0.iter().map(|(n, t)| (n.clone(), t)).collect()
-        }
-        fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-            self.0.iter_mut().map(|(n, t)| (n.clone(), t)).collect()
-        }
-    }
     let path = tmp("bad");
-    save_safetensors(&Bad(bad), &path).unwrap();
+    save_safetensors(&Params(bad), &path).unwrap();
     let e = load_safetensors(&mut m, &path).unwrap_err();
     let s = e.to_string();
     assert!(

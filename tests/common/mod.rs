@@ -8,7 +8,24 @@ pub mod grad;
 pub mod layouts;
 pub mod optim_ref;
 
-use tensorscope::{bf16, f16, DType, Device, Tensor};
+use tensorscope::nn::Module;
+use tensorscope::{bf16, f16, DType, Device, Result, Tensor};
+
+/// A module that is only its named parameters (its forward is the
+/// identity): optimizers and checkpoints run on it without a network.
+pub struct Params(pub Vec<(String, Tensor)>);
+
+impl Module for Params {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.alias())
+    }
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        self.0.iter().map(|(n, t)| (n.clone(), t)).collect()
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        self.0.iter_mut().map(|(n, t)| (n.clone(), t)).collect()
+    }
+}
 
 /// The CPU.
 pub const CPU: Device = Device::Cpu;

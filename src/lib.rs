@@ -24,7 +24,7 @@
 
 #![warn(missing_docs)]
 
-pub mod alloc;
+mod alloc;
 pub mod autograd;
 pub mod backend;
 mod borrowed;
@@ -35,6 +35,7 @@ mod dtype;
 mod error;
 pub mod layout;
 pub mod leak;
+pub mod memory;
 pub mod nn;
 mod ops;
 pub mod optim;
@@ -43,8 +44,8 @@ pub mod scope;
 mod static_checks;
 mod storage;
 mod tensor;
+mod unary_table;
 
-pub use alloc as memory;
 pub use borrowed::{TensorView, TensorViewMut};
 pub use device::Device;
 pub use dtype::{DType, Element};

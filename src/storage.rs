@@ -11,9 +11,9 @@
 //! The storage also carries the version counter that autograd checks: it is
 //! shared by all views and bumped by every in-place write.
 
-use crate::alloc::{allocator, Block};
+use crate::alloc::{Block, BlockSink, DeviceAllocator};
+use crate::device::Device;
 use crate::error::Result;
-use crate::Device;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -31,17 +31,13 @@ pub(crate) struct StorageInner {
     nbytes: usize,
     /// Rounded bytes held from the allocator (0 for an empty storage).
     block_bytes: usize,
-    block: Option<BlockId>,
+    /// The block and where it goes back to when the storage dies.
+    block: Option<(BlockId, &'static dyn BlockSink)>,
     lock: RwLock<()>,
     version: AtomicU64,
 }
 
 struct BlockId(Block);
-
-/// The `id` of a [`Block`] that came from the pinned-host allocator (a
-/// pinned CPU tensor) rather than the device's caching allocator, whose ids
-/// index its block table and never come near this value.
-const PINNED_BLOCK: u32 = u32::MAX - 1;
 
 /// A refcounted handle to one storage. Cloning it is internal only: the public
 /// handle is [`Tensor`](crate::Tensor), which is never implicitly duplicated.
@@ -152,44 +148,47 @@ fn spare_put(p: NonNull<MaybeUninit<StorageInner>>) {
 }
 
 impl Storage {
-    /// Allocates `nbytes` uninitialised bytes on `device`.
-    pub(crate) fn new(device: Device, nbytes: usize) -> Result<Storage> {
-        let (addr, block_bytes, block) = if nbytes == 0 {
-            (64usize, 0, None)
-        } else {
-            let b =
-                allocator(device)?.allocate(nbytes, crate::backend::current_stream_id(device))?;
-            (b.addr, b.size, Some(BlockId(b)))
-        };
+    /// `nbytes` uninitialised bytes from `alloc`, on the current stream (a
+    /// storage of 0 bytes holds no block). The block goes back to `alloc`
+    /// when the last handle goes.
+    #[inline]
+    pub(crate) fn new_in(alloc: &'static dyn DeviceAllocator, nbytes: usize) -> Result<Storage> {
+        if nbytes == 0 {
+            return Ok(Storage::empty(alloc.device()));
+        }
+        let b = alloc.allocate_current(nbytes)?;
+        let sink: &'static dyn BlockSink = alloc;
         Ok(Storage::from_block(
-            device,
-            addr,
+            alloc.device(),
+            b.addr,
             nbytes,
-            block_bytes,
-            block,
+            b.size,
+            Some((BlockId(b), sink)),
         ))
     }
 
-    /// `nbytes` uninitialised bytes of page-locked CPU memory, from the
-    /// pinned-host caching allocator (a pinned tensor's storage). Needs the
-    /// CUDA backend and a usable device.
-    pub(crate) fn new_pinned(nbytes: usize) -> Result<Storage> {
-        if nbytes == 0 {
-            return Storage::new(Device::Cpu, 0);
-        }
-        let (addr, size) = crate::backend::cuda::pinned_tensor::alloc_block(nbytes)?;
-        let block = Block {
-            addr,
-            size,
-            id: PINNED_BLOCK,
-        };
-        Ok(Storage::from_block(
-            Device::Cpu,
-            addr,
+    /// A storage of 0 bytes on `device`: no block behind it.
+    pub(crate) fn empty(device: Device) -> Storage {
+        // A dangling, 64-byte aligned address: nothing is ever read from it.
+        Storage::from_block(device, 64, 0, 0, None)
+    }
+
+    /// A storage over `block`, which came from outside the device's caching
+    /// allocator (a pinned host block) and goes back to `sink`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn from_external(
+        device: Device,
+        nbytes: usize,
+        block: Block,
+        sink: &'static dyn BlockSink,
+    ) -> Storage {
+        Storage::from_block(
+            device,
+            block.addr,
             nbytes,
-            size,
-            Some(BlockId(block)),
-        ))
+            block.size,
+            Some((BlockId(block), sink)),
+        )
     }
 
     /// A storage of one handle over `nbytes` bytes at `addr`, holding
@@ -200,7 +199,7 @@ impl Storage {
         addr: usize,
         nbytes: usize,
         block_bytes: usize,
-        block: Option<BlockId>,
+        block: Option<(BlockId, &'static dyn BlockSink)>,
     ) -> Storage {
         let p = spare_take();
         // SAFETY: `p` is an allocation for a `StorageInner` that holds none.
@@ -219,10 +218,11 @@ impl Storage {
         Storage(p.cast())
     }
 
-    /// The address of the pinned block behind this storage, if it is one.
-    pub(crate) fn pinned_block(&self) -> Option<usize> {
+    /// The address of the block behind this storage if it goes back to
+    /// `sink` (so a pinned tensor is recognised by its sink).
+    pub(crate) fn block_from(&self, sink: &'static dyn BlockSink) -> Option<usize> {
         match &self.inner().block {
-            Some(BlockId(b)) if b.id == PINNED_BLOCK => Some(b.addr),
+            Some((BlockId(b), s)) if std::ptr::addr_eq(*s, sink) => Some(b.addr),
             _ => None,
         }
     }
@@ -268,15 +268,8 @@ impl Storage {
 
 impl Drop for StorageInner {
     fn drop(&mut self) {
-        if let Some(BlockId(b)) = self.block.take() {
-            if b.id == PINNED_BLOCK {
-                crate::backend::cuda::pinned_tensor::release_block(b.addr, b.size);
-                return;
-            }
-            // The device's allocator existed when the block was allocated.
-            if let Ok(a) = allocator(self.device) {
-                a.free(b);
-            }
+        if let Some((BlockId(b), sink)) = self.block.take() {
+            sink.free(b);
         }
     }
 }

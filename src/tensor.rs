@@ -208,12 +208,9 @@ impl Tensor {
                     format!("shape {shape:?} of {dtype} overflows the address space"),
                 )
             })?;
-        if bytes == 0 {
-            // No block is allocated for an empty tensor, but the device must
-            // still exist: an empty CUDA tensor without a CUDA backend is an error.
-            crate::alloc::allocator(device)?;
-        }
-        let storage = Storage::new(device, bytes)?;
+        // An empty tensor holds no block, but the device must still exist:
+        // an empty CUDA tensor without a CUDA backend is an error.
+        let storage = Storage::new_in(crate::backend::allocator(device)?, bytes)?;
         Ok(Tensor::from_parts(
             storage,
             Layout::contiguous(shape),

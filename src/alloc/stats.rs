@@ -1,7 +1,7 @@
 //! The statistics kept by each allocator, and the summary table.
 
 use super::fmt_bytes;
-use crate::Device;
+use crate::device::Device;
 
 /// Which pool a block belongs to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -29,6 +29,7 @@ mod engine;
 pub(crate) mod formulas;
 pub(crate) mod formulas_index;
 pub(crate) mod formulas_more;
+pub(crate) mod formulas_unary;
 pub mod mode;
 
 pub use checkpoint::checkpoint;

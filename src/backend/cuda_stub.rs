@@ -38,11 +38,20 @@ pub fn device_count() -> usize {
 /// Pinned tensors need the CUDA backend.
 pub(crate) mod pinned_tensor {
     use super::*;
-    pub(crate) fn alloc_block(_nbytes: usize) -> Result<(usize, usize)> {
+    use crate::alloc::{Block, BlockSink};
+    use crate::storage::Storage;
+    pub(crate) fn pinned_storage(_nbytes: usize) -> Result<Storage> {
         err("pin_memory", 0)
     }
-    /// Never called: no pinned block exists without the backend.
-    pub(crate) fn release_block(_addr: usize, _size: usize) {}
+    /// Never given a block: no pinned block exists without the backend.
+    struct NoPinned(#[allow(dead_code)] u8);
+    impl BlockSink for NoPinned {
+        fn free(&self, _block: Block) {}
+    }
+    static NO_PINNED: NoPinned = NoPinned(0);
+    pub(crate) fn sink() -> &'static dyn BlockSink {
+        &NO_PINNED
+    }
     pub(crate) fn to_device_async(_src: &Operand, _block: usize, dst: &Operand) -> Result<()> {
         err("to_device_non_blocking", ordinal(dst))
     }
@@ -50,10 +59,6 @@ pub(crate) mod pinned_tensor {
 
 pub(crate) fn allocator(ordinal: usize) -> Result<&'static dyn DeviceAllocator> {
     err("allocate", ordinal)
-}
-
-pub(crate) fn current_stream_id(_ordinal: usize) -> u64 {
-    0
 }
 
 pub(crate) fn copy(src: &Operand, dst: &Operand) -> Result<()> {

@@ -13,6 +13,7 @@ pub mod cuda;
 #[path = "cuda_stub.rs"]
 pub mod cuda;
 
+use crate::alloc::DeviceAllocator;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::{lock, Storage};
@@ -60,75 +61,49 @@ impl<'a> Operand<'a> {
     }
 }
 
-/// Elementwise functions of one operand.
-#[derive(Copy, Clone, Debug, PartialEq)]
-#[allow(missing_docs)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Gelu,
-    Erf,
-    Floor,
-    Round,
-    Sign,
-    Recip,
-    Square,
-    /// Clamp to `[min, max]`; either bound may be absent (NaN here means absent).
-    Clamp(f64, f64),
-}
-
-impl UnaryOp {
-    /// The op's name in error messages and kernel names.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Round => "round",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Recip => "reciprocal",
-            UnaryOp::Square => "square",
-            UnaryOp::Clamp(..) => "clamp",
+macro_rules! define_unary_op {
+    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+       $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
+        /// Elementwise functions of one operand (defined in `src/unary_table.rs`).
+        #[derive(Copy, Clone, Debug, PartialEq)]
+        pub enum UnaryOp {
+            $(
+                #[doc = $doc]
+                $variant,
+            )*
+            /// Clamp to `[min, max]`; either bound may be absent (NaN here means absent).
+            Clamp(f64, f64),
         }
-    }
-    /// Ops defined only on floats (integer inputs are promoted to f32 first, as in PyTorch).
-    pub fn needs_float(self) -> bool {
-        matches!(
-            self,
-            UnaryOp::Exp
-                | UnaryOp::Log
-                | UnaryOp::Sqrt
-                | UnaryOp::Rsqrt
-                | UnaryOp::Sin
-                | UnaryOp::Cos
-                | UnaryOp::Tanh
-                | UnaryOp::Sigmoid
-                | UnaryOp::Gelu
-                | UnaryOp::Erf
-                | UnaryOp::Recip
-        )
-    }
+
+        impl UnaryOp {
+            /// Every unary op (clamp with both bounds absent): the CUDA
+            /// build's list of the kernels it expects.
+            #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+            pub(crate) const ALL: &'static [UnaryOp] =
+                &[$(UnaryOp::$variant,)* UnaryOp::Clamp(f64::NAN, f64::NAN)];
+
+            /// The op's name (PyTorch's) in error messages and kernel names.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(UnaryOp::$variant => stringify!($name),)*
+                    UnaryOp::Clamp(..) => "clamp",
+                }
+            }
+
+            /// Ops defined only on floats (integer inputs are promoted to f32
+            /// first, as in PyTorch).
+            pub fn needs_float(self) -> bool {
+                match self {
+                    $(UnaryOp::$variant => define_unary_op!(@float $domain),)*
+                    UnaryOp::Clamp(..) => false,
+                }
+            }
+        }
+    };
+    (@float float) => { true };
+    (@float numeric) => { false };
 }
+crate::unary_table::unary_table!(define_unary_op);
 
 /// Elementwise functions of two operands.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -190,11 +165,13 @@ pub enum ReduceOp {
     Prod,
 }
 
-/// The stream allocations on `device` are associated with (0 on the CPU).
-pub(crate) fn current_stream_id(device: Device) -> u64 {
+/// The caching allocator of `device`, or an error if the device is not
+/// usable. Each backend owns its devices' allocators.
+#[inline]
+pub(crate) fn allocator(device: Device) -> Result<&'static dyn DeviceAllocator> {
     match device {
-        Device::Cpu => 0,
-        Device::Cuda(i) => cuda::current_stream_id(i),
+        Device::Cpu => Ok(cpu::alloc::allocator()),
+        Device::Cuda(i) => cuda::allocator(i),
     }
 }
 

@@ -302,7 +302,7 @@ impl Tensor {
         let src = converted.as_ref().unwrap_or(self);
         let mut out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
         backend::unary_into(op, &Operand::of(src), &mut out)?;
-        crate::autograd::formulas::unary(op, src, out)
+        crate::autograd::formulas_unary::unary(op, src, out)
     }
 
     /// The input converted to the dtype `op` computes in, or `None` when it
@@ -535,39 +535,29 @@ compare_methods! {
 }
 
 macro_rules! unary_methods {
-    ($($op:ident: $name:ident;)*) => {
+    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+       $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
         impl Tensor {
             $(
-                #[doc = concat!("Elementwise `", stringify!($name), "` (integer inputs of float-only ops compute in f32).")]
+                #[doc = $doc]
+                #[doc = ""]
+                #[doc = unary_methods!(@dtypes $domain)]
                 pub fn $name(&self) -> Result<Tensor> {
-                    self.unary_op(UnaryOp::$op)
+                    self.unary_op(UnaryOp::$variant)
+                }
+
+                #[doc = concat!("In-place [`", stringify!($name), "`](Tensor::", stringify!($name), ").")]
+                pub fn $inplace(&mut self) -> Result<&mut Tensor> {
+                    self.unary_inplace(UnaryOp::$variant)
                 }
             )*
         }
     };
-}
-
-unary_methods! {
-    Neg: neg; Abs: abs; Exp: exp; Log: log; Sqrt: sqrt; Rsqrt: rsqrt; Sin: sin; Cos: cos;
-    Tanh: tanh; Sigmoid: sigmoid; Relu: relu; Gelu: gelu; Erf: erf; Floor: floor; Round: round;
-    Sign: sign; Recip: reciprocal; Square: square;
-}
-
-macro_rules! unary_inplace_methods {
-    ($($op:ident: $name:ident;)*) => {
-        impl Tensor {
-            $(
-                #[doc = concat!("In-place `", stringify!($name), "`.")]
-                pub fn $name(&mut self) -> Result<&mut Tensor> {
-                    self.unary_inplace(UnaryOp::$op)
-                }
-            )*
-        }
+    (@dtypes float) => {
+        "Defined on floats; an integer or bool input computes in f32 (as in PyTorch)."
+    };
+    (@dtypes numeric) => {
+        "Defined on every numeric dtype, in that dtype."
     };
 }
-
-unary_inplace_methods! {
-    Neg: neg_; Abs: abs_; Exp: exp_; Log: log_; Sqrt: sqrt_; Rsqrt: rsqrt_; Sin: sin_; Cos: cos_;
-    Sigmoid: sigmoid_; Tanh: tanh_; Relu: relu_; Gelu: gelu_; Floor: floor_; Round: round_;
-    Sign: sign_; Recip: reciprocal_; Square: square_;
-}
+crate::unary_table::unary_table!(unary_methods);

@@ -12,7 +12,6 @@
 
 use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
-use crate::storage::Storage;
 use crate::{Device, Tensor};
 
 /// A device-to-host copy in flight (see
@@ -93,7 +92,7 @@ impl Tensor {
             return Ok(self.alias());
         }
         let bytes = self.numel() * self.dtype().size_in_bytes();
-        let storage = Storage::new_pinned(bytes)?;
+        let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
         let out = Tensor::from_parts(
             storage,
             crate::Layout::contiguous(self.shape()),
@@ -106,7 +105,9 @@ impl Tensor {
     /// `true` for a CPU tensor whose storage is pinned (see
     /// [`pin_memory`](Tensor::pin_memory)); views of it are pinned too.
     pub fn is_pinned(&self) -> bool {
-        self.storage().pinned_block().is_some()
+        self.storage()
+            .block_from(crate::backend::cuda::pinned_tensor::sink())
+            .is_some()
     }
 
     /// A copy on CUDA device `device` that does not wait for the data when
@@ -120,7 +121,10 @@ impl Tensor {
     /// device receives (as in PyTorch); dropping it is safe: its pinned
     /// block is not reused before the copy has finished.
     pub fn to_device_non_blocking(&self, device: Device) -> Result<Tensor> {
-        let Some(block) = self.storage().pinned_block() else {
+        let Some(block) = self
+            .storage()
+            .block_from(crate::backend::cuda::pinned_tensor::sink())
+        else {
             return self.to_device(device);
         };
         if !device.is_cuda() || !self.is_contiguous() {
@@ -152,8 +156,8 @@ impl Tensor {
         }
         let src = self.contiguous()?;
         let bytes = src.numel() * src.dtype().size_in_bytes();
-        let storage = Storage::new_pinned(bytes)?;
-        let block = storage.pinned_block();
+        let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
+        let block = storage.block_from(crate::backend::cuda::pinned_tensor::sink());
         let out = Tensor::from_parts(storage, crate::Layout::contiguous(src.shape()), src.dtype());
         #[cfg(feature = "cuda")]
         let event = match block {

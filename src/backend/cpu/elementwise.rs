@@ -1,10 +1,11 @@
-//! Elementwise CPU kernels: copy/cast, fill, unary, binary, where.
+//! Elementwise CPU kernels: copy/cast, fill, binary, where (unary ops are
+//! in `unary.rs`).
 
-use super::num::{erf, erf_f64, erf_precise, gelu, round_even, Flt, Num};
+use super::num::Num;
 use super::ptr;
 use super::strided::{par_runs, SendPtr};
-use crate::backend::{BinaryOp, Operand, UnaryOp};
-use crate::{with_dtype, with_float_dtype, with_numeric_dtype, DType, Element};
+use crate::backend::{BinaryOp, Operand};
+use crate::{with_dtype, with_numeric_dtype, DType, Element};
 
 /// `out[i] = f(a[i])` over any layouts of one shape.
 ///
@@ -143,103 +144,6 @@ pub(crate) fn fill(dst: &Operand, value: f64) {
                 p.add(i * s[0]).write(v);
             }
         });
-    })
-}
-
-fn float_unary<T: Flt>(op: UnaryOp, src: &Operand, dst: &Operand) {
-    use num_traits::{Float, One, Zero};
-    type F<T> = <T as Flt>::C;
-    let one = F::<T>::one();
-    // SAFETY (every arm): dtypes match; the caller holds the locks.
-    unsafe {
-        match op {
-            UnaryOp::Exp => map1::<T, T>(src, dst, |x| T::down(x.up().exp())),
-            UnaryOp::Log => map1::<T, T>(src, dst, |x| T::down(x.up().ln())),
-            UnaryOp::Sqrt => map1::<T, T>(src, dst, |x| T::down(x.up().sqrt())),
-            UnaryOp::Rsqrt => map1::<T, T>(src, dst, |x| T::down(one / x.up().sqrt())),
-            UnaryOp::Sin => map1::<T, T>(src, dst, |x| T::down(x.up().sin())),
-            UnaryOp::Cos => map1::<T, T>(src, dst, |x| T::down(x.up().cos())),
-            UnaryOp::Tanh => map1::<T, T>(src, dst, |x| T::down(x.up().tanh())),
-            UnaryOp::Sigmoid => map1::<T, T>(src, dst, |x| T::down(one / (one + (-x.up()).exp()))),
-            UnaryOp::Gelu => map1::<T, T>(src, dst, |x| T::down(gelu(x.up()))),
-            UnaryOp::Erf if T::DTYPE == DType::F64 => {
-                map1::<T, T>(src, dst, |x| T::from_f64(erf_precise(x.to_f64())))
-            }
-            UnaryOp::Erf => map1::<T, T>(src, dst, |x| T::down(erf(x.up()))),
-            UnaryOp::Floor => map1::<T, T>(src, dst, |x| T::down(x.up().floor())),
-            UnaryOp::Round => map1::<T, T>(src, dst, |x| T::down(round_even(x.up()))),
-            UnaryOp::Recip => map1::<T, T>(src, dst, |x| T::down(one / x.up())),
-            UnaryOp::Sign => map1::<T, T>(src, dst, |x| {
-                let c = x.up();
-                T::down(if c > F::<T>::zero() {
-                    one
-                } else if c < F::<T>::zero() {
-                    -one
-                } else {
-                    c
-                })
-            }),
-            _ => generic_unary::<T>(op, src, dst),
-        }
-    }
-}
-
-fn generic_unary<T: Num>(op: UnaryOp, src: &Operand, dst: &Operand) {
-    let zero = T::zero();
-    // SAFETY (every arm): dtypes match; the caller holds the locks.
-    unsafe {
-        match op {
-            UnaryOp::Neg => map1::<T, T>(src, dst, |x| x.neg()),
-            UnaryOp::Abs => map1::<T, T>(src, dst, |x| x.abs()),
-            // One compare and a select (NaN <= 0 is false: NaN passes
-            // through); `move` keeps `zero` in a register so it vectorizes.
-            UnaryOp::Relu => map1::<T, T>(src, dst, move |x| if x <= zero { zero } else { x }),
-            UnaryOp::Square => map1::<T, T>(src, dst, |x| x.mul(x)),
-            UnaryOp::Floor | UnaryOp::Round => map1::<T, T>(src, dst, |x| x),
-            UnaryOp::Sign => map1::<T, T>(src, dst, |x| {
-                if x > zero {
-                    T::one()
-                } else if x < zero {
-                    zero.sub(T::one())
-                } else {
-                    zero
-                }
-            }),
-            UnaryOp::Clamp(lo, hi) => {
-                let lo = (!lo.is_nan()).then(|| T::from_f64(lo));
-                let hi = (!hi.is_nan()).then(|| T::from_f64(hi));
-                map1::<T, T>(src, dst, move |x| {
-                    let mut x = x;
-                    if let Some(l) = lo {
-                        if x < l {
-                            x = l;
-                        }
-                    }
-                    if let Some(h) = hi {
-                        if x > h {
-                            x = h;
-                        }
-                    }
-                    x
-                })
-            }
-            _ => unreachable!(
-                "float op {} on a non-float dtype: the op layer promotes first",
-                op.name()
-            ),
-        }
-    }
-}
-
-pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) {
-    debug_assert_eq!(src.dtype, dst.dtype);
-    let _ = erf_f64;
-    with_float_dtype!(src.dtype, T => float_unary::<T>(op, src, dst), _ => {
-        with_numeric_dtype!(src.dtype, T => generic_unary::<T>(op, src, dst), _ => {
-            // bool: only the identity-like ops make sense; the op layer refuses the rest.
-            // SAFETY: dtypes match; the caller holds the locks.
-            unsafe { map1::<bool, bool>(src, dst, |x| x) }
-        })
     })
 }
 

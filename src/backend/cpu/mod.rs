@@ -5,6 +5,7 @@
 //! pointers (never `&mut [T]`), because an in-place op's input and output may
 //! be the same memory.
 
+pub(crate) mod alloc;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod index;
@@ -13,8 +14,10 @@ pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod reduce;
 pub(crate) mod strided;
+pub(crate) mod unary;
 
-pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
+pub(crate) use elementwise::{binary, binary_scalar, copy, fill, where_cond};
+pub(crate) use unary::unary;
 
 use crate::storage::Storage;
 

@@ -18,9 +18,10 @@
 use super::device::gpu_of;
 use super::stream::Stream;
 use crate::alloc::caching::{CachingAllocator, SegmentSource};
-use crate::alloc::{Block, DeviceAllocator, MemoryStats};
+use crate::alloc::{Block, BlockSink, DeviceAllocator, MemoryStats};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::{Device, Tensor};
+use crate::tensor::Tensor;
 use cudarc::driver::{result, CudaContext, CudaEvent};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,6 +58,9 @@ impl SegmentSource for DriverSource {
     }
     fn mem_info(&self) -> Option<(usize, usize)> {
         self.ctx.mem_get_info().ok()
+    }
+    fn current_stream(&self) -> u64 {
+        super::stream::current_stream_id(self.ordinal)
     }
 }
 
@@ -197,23 +201,7 @@ impl<S: SegmentSource> StreamAwareAllocator<S> {
     }
 }
 
-impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
-    fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
-        if self.n_pending.load(Ordering::Relaxed) > 0 {
-            self.process_pending(false);
-        }
-        match self.caching.allocate(bytes, stream) {
-            // Blocks still waiting for other streams may be what is missing:
-            // wait for them and try once more (the failed attempt stays
-            // counted in `num_ooms`).
-            Err(Error::OutOfMemory { .. }) if self.n_pending.load(Ordering::Relaxed) > 0 => {
-                self.process_pending(true);
-                self.caching.allocate(bytes, stream)
-            }
-            r => r,
-        }
-    }
-
+impl<S: SegmentSource> BlockSink for StreamAwareAllocator<S> {
     fn free(&self, block: Block) {
         let uses = if self.n_uses.load(Ordering::Relaxed) > 0 {
             let u = lock(&self.uses).remove(&block.addr);
@@ -240,6 +228,32 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
                 self.n_pending.store(p.len(), Ordering::Relaxed);
             }
             _ => self.caching.free(block),
+        }
+    }
+}
+
+impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
+    fn device(&self) -> Device {
+        self.caching.source().device()
+    }
+
+    fn current_stream(&self) -> u64 {
+        self.caching.source().current_stream()
+    }
+
+    fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
+        if self.n_pending.load(Ordering::Relaxed) > 0 {
+            self.process_pending(false);
+        }
+        match self.caching.allocate(bytes, stream) {
+            // Blocks still waiting for other streams may be what is missing:
+            // wait for them and try once more (the failed attempt stays
+            // counted in `num_ooms`).
+            Err(Error::OutOfMemory { .. }) if self.n_pending.load(Ordering::Relaxed) > 0 => {
+                self.process_pending(true);
+                self.caching.allocate(bytes, stream)
+            }
+            r => r,
         }
     }
 

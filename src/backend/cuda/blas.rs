@@ -262,7 +262,7 @@ fn gemm(a: &Operand, b: &Operand, out: &Operand, accumulate: bool) -> Result<()>
             return Ok((None, mt));
         }
         let layout = Layout::contiguous(o.layout.shape());
-        let st = Storage::new(device, layout.numel() * o.dtype.size_in_bytes())?;
+        let st = super::device::new_storage(device, layout.numel() * o.dtype.size_in_bytes())?;
         let tmp = Operand {
             storage: &st,
             layout: Cow::Owned(layout),
@@ -280,7 +280,8 @@ fn gemm(a: &Operand, b: &Operand, out: &Operand, accumulate: bool) -> Result<()>
         Some(p) => (None, p),
         None => {
             let layout = Layout::contiguous(so);
-            let st = Storage::new(device, layout.numel() * out.dtype.size_in_bytes())?;
+            let st =
+                super::device::new_storage(device, layout.numel() * out.dtype.size_in_bytes())?;
             let tmp = Operand {
                 storage: &st,
                 layout: Cow::Owned(layout.clone()),

@@ -11,8 +11,9 @@ use super::alloc::CudaAllocator;
 use super::kernels::ModuleCache;
 use super::probe::unusable_reason;
 use super::stream::Stream;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
+use crate::storage::Storage;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{sys, CudaContext, DriverError};
 use std::collections::HashMap;
@@ -99,6 +100,11 @@ impl Gpu {
         Device::Cuda(self.ordinal)
     }
 
+    /// `nbytes` uninitialised bytes of this device's memory (see [`new_storage`]).
+    pub(crate) fn storage(&self, nbytes: usize) -> Result<Storage> {
+        new_storage(self.device(), nbytes)
+    }
+
     /// Makes this device's context current on the calling thread.
     pub(crate) fn bind(&self, op: &'static str) -> Result<()> {
         self.ctx.bind_to_thread().map_err(drv(op))
@@ -123,6 +129,12 @@ pub(crate) fn gpu(op: &'static str, ordinal: usize) -> Result<&'static Gpu> {
         Ok(g) => Ok(g),
         Err(reason) => Err(unavailable(op, ordinal, reason.clone())),
     }
+}
+
+/// `nbytes` uninitialised bytes of memory on CUDA `device`, from its caching
+/// allocator, on the current stream.
+pub(crate) fn new_storage(device: Device, nbytes: usize) -> Result<Storage> {
+    Storage::new_in(&gpu_of("allocate", device)?.alloc, nbytes)
 }
 
 /// The device a CUDA operand lives on.

@@ -61,7 +61,7 @@ fn dense(o: &Operand) -> bool {
 fn temp(device: Device, shape: &[usize], dt: DType) -> Result<(Storage, Layout)> {
     let layout = Layout::contiguous(shape);
     let bytes = layout.numel() * dt.size_in_bytes();
-    Ok((Storage::new(device, bytes)?, layout))
+    Ok((super::device::new_storage(device, bytes)?, layout))
 }
 
 fn operand<'a>(s: &'a Storage, l: &Layout, dt: DType) -> Operand<'a> {

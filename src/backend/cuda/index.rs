@@ -47,7 +47,7 @@ fn addr(storage: &Storage, layout: &Layout, dt: DType) -> u64 {
 
 /// A zeroed 16-byte device buffer for the out-of-range report.
 fn error_buffer(g: &Gpu, s: &Stream) -> Result<Storage> {
-    let st = Storage::new(g.device(), 16)?;
+    let st = g.storage(16)?;
     // SAFETY: the fresh storage holds 16 bytes.
     unsafe { transfer::memset(g, s, st.addr() as u64, 0, 16)? };
     Ok(st)
@@ -181,7 +181,7 @@ pub(crate) fn scatter(
     let (ps, src_layout, src_dt) = match src {
         ScatterSrc::Tensor(t) => (dptr(t), Layout::clone(&t.layout), t.dtype),
         ScatterSrc::Value(v) => {
-            value_storage = Storage::new(g.device(), dst.dtype.size_in_bytes())?;
+            value_storage = g.storage(dst.dtype.size_in_bytes())?;
             elementwise::fill(
                 &Operand {
                     storage: &value_storage,
@@ -229,7 +229,7 @@ fn chunk_counts(g: &Gpu, s: &Stream, geom: &Geom<2>, mask: &Operand) -> Result<(
     // Chunks: at least 4096 elements, at most ~8 blocks per multiprocessor.
     let chunk = n.div_ceil(g.sm_count as usize * 8).max(4096);
     let blocks = n.div_ceil(chunk);
-    let counts = Storage::new(g.device(), blocks * 8)?;
+    let counts = g.storage(blocks * 8)?;
     let (n64, chunk64) = (n as i64, chunk as i64);
     let (pm, pc) = (dptr(mask), counts.addr() as u64);
     let f = g.kernel(OP, &kernels::masked_count())?;

@@ -74,7 +74,6 @@ pub(crate) use nn::{
 };
 pub(crate) use optim::{adam_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax};
-pub(crate) use stream::current_stream_id;
 
 use crate::alloc::DeviceAllocator;
 use crate::error::Result;

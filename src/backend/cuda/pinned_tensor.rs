@@ -14,24 +14,50 @@ use super::device::{drv, gpu, gpu_of};
 use super::launch::dptr;
 use super::pinned::{self, PinnedBlock};
 use super::stream::current;
+use crate::alloc::{Block, BlockSink};
 use crate::backend::Operand;
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use cudarc::driver::{sys, CudaEvent};
 use std::ffi::c_void;
 
-/// A page-locked block for a pinned tensor of `nbytes` bytes: `(address,
-/// rounded size)`. Allocated with device 0's context (the memory is
-/// portable: every device's DMA engine can use it).
-pub(crate) fn alloc_block(nbytes: usize) -> Result<(usize, usize)> {
+/// A pinned tensor's storage: `nbytes` bytes of page-locked CPU memory
+/// from the pinned-host caching allocator, allocated with device 0's
+/// context (the memory is portable: every device's DMA engine can use it).
+pub(crate) fn pinned_storage(nbytes: usize) -> Result<Storage> {
+    if nbytes == 0 {
+        return Ok(Storage::empty(Device::Cpu));
+    }
     let g = gpu("pin_memory", 0)?;
     let b = pinned::alloc(&g.ctx, nbytes)?;
-    Ok((b.addr, b.size))
+    let block = Block {
+        addr: b.addr,
+        size: b.size,
+        id: u32::MAX,
+    };
+    Ok(Storage::from_external(Device::Cpu, nbytes, block, sink()))
 }
 
-/// Gives a pinned tensor's block back to the pinned cache (guarded by the
-/// events of the copies still using it).
-pub(crate) fn release_block(addr: usize, size: usize) {
-    pinned::release_tensor_block(PinnedBlock { addr, size });
+/// Where a pinned tensor's block goes back to: the pinned cache, guarded by
+/// the events of the copies still using it. (Not a zero-sized type, so its
+/// address is its own and [`Storage::block_from`] can recognise it.)
+struct PinnedSink(#[allow(dead_code)] u8);
+
+impl BlockSink for PinnedSink {
+    fn free(&self, b: Block) {
+        pinned::release_tensor_block(PinnedBlock {
+            addr: b.addr,
+            size: b.size,
+        });
+    }
+}
+
+static PINNED: PinnedSink = PinnedSink(0);
+
+/// The sink of every pinned tensor's block.
+pub(crate) fn sink() -> &'static dyn BlockSink {
+    &PINNED
 }
 
 /// The bytes a copy between `src` and `dst` moves: both dense, of one

@@ -175,7 +175,7 @@ impl Plan {
         }
         let (n_out_u, splits_u) = (n_out as usize, splits as usize);
         let slots = n_out_u * splits_u * PARTIAL;
-        let work = crate::storage::Storage::new(g.device(), slots + n_out_u * 4)?;
+        let work = g.storage(slots + n_out_u * 4)?;
         // SAFETY: the counters lie inside `work`, which was just allocated.
         unsafe {
             super::transfer::memset(g, s, work.addr() as u64 + slots as u64, 0, n_out_u * 4)?

@@ -14,7 +14,7 @@ use super::elementwise::scalar_bits;
 use super::kernels::{self, Module};
 use super::launch::{coalesce, Geom, MAX_RANK};
 use crate::alloc::caching::SegmentSource;
-use crate::alloc::DeviceAllocator;
+use crate::alloc::{BlockSink, DeviceAllocator};
 use crate::backend::{Operand, ReduceOp, Reduction};
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Tensor};

@@ -1,7 +1,8 @@
-//! The CPU segment source: 64-byte aligned blocks from the system allocator.
+//! The CPU's caching allocator, over segments from the system allocator
+//! (64-byte aligned, zeroed).
 
-use super::caching::{CachingAllocator, SegmentSource};
-use crate::Device;
+use crate::alloc::caching::{CachingAllocator, SegmentSource};
+use crate::device::Device;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::LazyLock;
 

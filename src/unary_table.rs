@@ -1,0 +1,111 @@
+//! The definition of every elementwise unary op: one line each.
+//!
+//! This table is the one place an op is named. Every layer that needs the
+//! list expands it with a macro of its own, so a new op is **three touch
+//! points**:
+//!
+//! 1. a line here: the `UnaryOp` variant, the method (its PyTorch name, which
+//!    also names both kernels), the in-place method, the dtypes it is defined
+//!    on, its doc line, its autograd node and its derivative;
+//! 2. the CPU kernel: a function of that name in `src/backend/cpu/unary.rs`
+//!    (`float::NAME` over the compute type; also `int::NAME` for ops defined
+//!    on integers);
+//! 3. the CUDA kernel: `op_NAME` and its `UNARY_*_DTYPES(NAME)` line in
+//!    `kernels/elementwise.cu`.
+//!
+//! From this table come the `UnaryOp` enum, its `name`/`needs_float`, the
+//! list of kernels the CUDA build checks against the compiled PTX, the
+//! public methods `Tensor::NAME` and `Tensor::NAME_`, the CPU dispatch, and
+//! the backward formula. A missing CPU kernel does not compile; a missing
+//! CUDA kernel fails `tests/nvrtc.rs` (every kernel the table implies must
+//! exist in the compiled PTX).
+//!
+//! Columns, in order:
+//!
+//! * `Variant`: the `UnaryOp` variant;
+//! * `name`, `name_`: the methods (PyTorch's names; `name` is also the
+//!   kernel name and the op's name in errors);
+//! * `float` or `numeric`: `float` ops are defined on floats only (an
+//!   integer or bool input computes in f32, as in PyTorch; in place it is an
+//!   error); `numeric` ops also on integers, in the integer type;
+//! * the doc line of the method;
+//! * `"NodeBackward"`: the autograd node's name;
+//! * the derivative: the gradient of the input given the output's gradient
+//!   `g`, a block of type `Result<Tensor>` after `grad(g)` (nothing saved),
+//!   `output(g, y)` (saves the output `y`) or `input(g, x)` (saves the input
+//!   `x`); `g`, `x` and `y` are `&Tensor`. The result is
+//!   converted to the input's dtype. Formulas run under `no_grad`; they may
+//!   build one fresh buffer and update it in place so that a backward step
+//!   holds one temporary, not a chain of them.
+//!
+//! `clamp` takes bounds, so it is written by hand next to each expansion
+//! (`UnaryOp::Clamp`).
+
+/// Calls `$m!` with the table (see the module docs for the columns).
+macro_rules! unary_table {
+    ($m:ident) => {
+        $m! {
+            Neg neg neg_ numeric "Negation, `-x` (wrapping on integers)."
+                "NegBackward" grad(g) { g.neg() };
+            Abs abs abs_ numeric "Absolute value (wrapping on integers: `abs(i64::MIN)` is `i64::MIN`)."
+                "AbsBackward" input(g, x) { g.mul(&x.sign()?) };
+            Exp exp exp_ float "`e^x`."
+                "ExpBackward" output(g, y) { g.mul(y) };
+            Log log log_ float "Natural logarithm."
+                "LogBackward" input(g, x) { g.mul(&x.reciprocal()?) };
+            Sqrt sqrt sqrt_ float "Square root."
+                "SqrtBackward" output(g, y) {
+                    let mut d = g.div(y)?;
+                    d.mul_scalar_(0.5)?;
+                    Ok(d)
+                };
+            Rsqrt rsqrt rsqrt_ float "`1 / sqrt(x)`."
+                "RsqrtBackward" output(g, y) {
+                    let mut d = y.square()?;
+                    d.mul_(y)?.mul_scalar_(-0.5)?.mul_(g)?;
+                    Ok(d)
+                };
+            Sin sin sin_ float "Sine."
+                "SinBackward" input(g, x) { g.mul(&x.cos()?) };
+            Cos cos cos_ float "Cosine."
+                "CosBackward" input(g, x) { g.mul(&x.sin()?.neg()?) };
+            Tanh tanh tanh_ float "Hyperbolic tangent."
+                "TanhBackward" output(g, y) {
+                    let mut d = y.square()?;
+                    d.neg_()?.add_scalar_(1.0)?.mul_(g)?;
+                    Ok(d)
+                };
+            Sigmoid sigmoid sigmoid_ float "Logistic sigmoid, `1 / (1 + e^-x)`."
+                "SigmoidBackward" output(g, y) {
+                    let mut d = y.neg()?;
+                    d.add_scalar_(1.0)?.mul_(y)?.mul_(g)?;
+                    Ok(d)
+                };
+            Relu relu relu_ numeric "`max(x, 0)`; NaN passes through."
+                "ReluBackward" output(g, y) { relu_backward(g, y) };
+            Gelu gelu gelu_ float "GELU, exact (erf) form, as `torch.nn.functional.gelu`."
+                "GeluBackward" input(g, x) { g.mul(&gelu_derivative(x)?) };
+            Erf erf erf_ float "The error function."
+                "ErfBackward" input(g, x) {
+                    // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
+                    g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?)
+                };
+            Floor floor floor_ numeric "Largest integer not above `x` (the identity on integers)."
+                "FloorBackward" grad(g) { g.zeros_like() };
+            Round round round_ numeric "Nearest integer, halves to even (the identity on integers)."
+                "RoundBackward" grad(g) { g.zeros_like() };
+            Sign sign sign_ numeric "-1, 0 or 1 by the sign of `x`."
+                "SignBackward" grad(g) { g.zeros_like() };
+            Recip reciprocal reciprocal_ float "`1 / x`."
+                "ReciprocalBackward" output(g, y) {
+                    let mut d = y.square()?;
+                    d.neg_()?.mul_(g)?;
+                    Ok(d)
+                };
+            Square square square_ numeric "`x * x` (wrapping on integers)."
+                "SquareBackward" input(g, x) { g.mul(&x.mul_scalar(2.0)?) };
+        }
+    };
+}
+
+pub(crate) use unary_table;

@@ -25,6 +25,7 @@
 
 FLOAT_UNARY(exp, expf(x), exp(x))
 FLOAT_UNARY(log, logf(x), log(x))
+FLOAT_UNARY(log1p, log1pf(x), log1p(x))
 FLOAT_UNARY(sqrt, sqrtf(x), sqrt(x))
 FLOAT_UNARY(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
 FLOAT_UNARY(sin, sinf(x), sin(x))
@@ -76,6 +77,7 @@ NUM_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x), x > 0.0 ? 1.0 : (x < 0
 
 UNARY_FLOAT_DTYPES(exp)
 UNARY_FLOAT_DTYPES(log)
+UNARY_FLOAT_DTYPES(log1p)
 UNARY_FLOAT_DTYPES(sqrt)
 UNARY_FLOAT_DTYPES(rsqrt)
 UNARY_FLOAT_DTYPES(sin)

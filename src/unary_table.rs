@@ -53,6 +53,8 @@ macro_rules! unary_table {
                 "ExpBackward" output(g, y) { g.mul(y) };
             Log log log_ float "Natural logarithm."
                 "LogBackward" input(g, x) { g.mul(&x.reciprocal()?) };
+            Log1p log1p log1p_ float "`ln(1 + x)`, accurate for `x` near 0."
+                "Log1pBackward" input(g, x) { g.div(&x.add_scalar(1.0)?) };
             Sqrt sqrt sqrt_ float "Square root."
                 "SqrtBackward" output(g, y) {
                     let mut d = g.div(y)?;

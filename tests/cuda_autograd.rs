@@ -170,6 +170,11 @@ fn cases() -> Vec<(&'static str, Leaves, Fun)> {
             Box::new(a34),
             Box::new(|x| x[0].abs()?.add_scalar(0.5)?.log()),
         ),
+        (
+            "log1p (input > -1)",
+            Box::new(a34),
+            Box::new(|x| x[0].abs()?.add_scalar(-0.5)?.log1p()),
+        ),
         // softmax family
         (
             "softmax dim -1",

@@ -13,6 +13,7 @@ use tensorscope::{DType, Device, Error, Tensor};
 
 on_both!(
     unary_ops,
+    log1p_near_zero_and_in_place,
     binary_ops,
     scalar_ops,
     in_place_ops,
@@ -25,6 +26,7 @@ fn unary_ref(name: &str, x: f64) -> f64 {
         "abs" => x.abs(),
         "exp" => x.exp(),
         "log" => x.ln(),
+        "log1p" => x.ln_1p(),
         "sqrt" => x.sqrt(),
         "rsqrt" => 1.0 / x.sqrt(),
         "sin" => x.sin(),
@@ -73,12 +75,42 @@ fn erf(x: f64) -> f64 {
 
 type Unary = fn(&Tensor) -> tensorscope::Result<Tensor>;
 
+/// `log1p` keeps the digits `log(1 + x)` loses near 0 (in f32, 1 + 1e-10 is
+/// 1), matches `ln_1p` in f64, and runs in place on floats; in place on an
+/// integer tensor it is an error naming the op (the result is a float).
+fn log1p_near_zero_and_in_place(dev: Device) {
+    let v = [1e-10, -1e-7, 3e-4, 0.0, -0.5, 2.0];
+    for dt in [DType::F32, DType::F64] {
+        let x = tensor(&v, &[6], dt, dev);
+        let y = read(&x.log1p().unwrap());
+        let want: Vec<f64> = read(&x).iter().map(|e| e.ln_1p()).collect();
+        assert_close(&y, &want, tol(dt), &format!("log1p {dt}"));
+        assert!(
+            y[0] > 0.0,
+            "log1p(1e-10) in {dt} must not round to 0: {}",
+            y[0]
+        );
+        let mut z = x.deep_clone().unwrap();
+        z.log1p_().unwrap();
+        assert_eq!(read(&z), y, "log1p_ {dt}");
+    }
+    let mut i = tensor(&[1.0, 2.0], &[2], DType::I64, dev);
+    let e = i.log1p_().unwrap_err().to_string();
+    assert!(e.contains("log1p"), "{e}");
+    assert_eq!(
+        read(&i),
+        vec![1.0, 2.0],
+        "an in-place Err leaves the target untouched"
+    );
+}
+
 fn unary_ops(dev: Device) {
-    let ops: [(&str, Unary, bool); 17] = [
+    let ops: [(&str, Unary, bool); 18] = [
         ("neg", Tensor::neg, false),
         ("abs", Tensor::abs, false),
         ("exp", Tensor::exp, true),
         ("log", Tensor::log, true),
+        ("log1p", Tensor::log1p, true),
         ("sqrt", Tensor::sqrt, true),
         ("rsqrt", Tensor::rsqrt, true),
         ("sin", Tensor::sin, true),
@@ -98,7 +130,7 @@ fn unary_ops(dev: Device) {
             // Inputs: a transposed [4, 6] view (the strided kernel path);
             // positive for log/sqrt/rsqrt, non-zero for reciprocal.
             let mut v = sample(24, dt, 3);
-            if matches!(name, "log" | "sqrt" | "rsqrt" | "reciprocal") {
+            if matches!(name, "log" | "log1p" | "sqrt" | "rsqrt" | "reciprocal") {
                 v.iter_mut()
                     .for_each(|x| *x = x.abs() + if dt.is_float() { 0.25 } else { 1.0 });
             }

@@ -36,6 +36,10 @@ pub(crate) mod float {
         x.ln()
     }
     #[inline(always)]
+    pub(crate) fn log1p<C: Float>(x: C) -> C {
+        x.ln_1p()
+    }
+    #[inline(always)]
     pub(crate) fn sqrt<C: Float>(x: C) -> C {
         x.sqrt()
     }

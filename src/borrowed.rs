@@ -26,7 +26,7 @@
 //! owned handle on purpose.
 
 use crate::error::Result;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};

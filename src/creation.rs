@@ -2,9 +2,11 @@
 //! the `*_like` / `new_*` families (which match dtype and device).
 
 use crate::backend::{self, Dist, Operand};
+use crate::device::Device;
+use crate::dtype::{DType, Element};
 use crate::error::{bail, Error, Result};
 use crate::random::{with_global, Generator};
-use crate::{DType, Device, Element, Tensor};
+use crate::tensor::Tensor;
 
 /// Significand bits of a float dtype (53 for f64 and anything else).
 fn mantissa_bits(dtype: DType) -> u32 {

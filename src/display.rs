@@ -1,8 +1,10 @@
 //! Display: a PyTorch-like printout that truncates large tensors (the
 //! format is documented on the `Display` impl of [`Tensor`]).
 
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 use std::fmt;
 
 const THRESHOLD: usize = 1000;

@@ -4,7 +4,8 @@
 //! of the operation that failed and the offending values (shapes, dtypes,
 //! devices, indices), so the message alone says what went wrong.
 
-use crate::{DType, Device};
+use crate::device::Device;
+use crate::dtype::DType;
 
 /// Shorthand for `std::result::Result<T, tensorscope::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -30,7 +30,7 @@
 //! other thread creates or frees tensors (in a test binary, take one shared
 //! `static` mutex in every test that counts, or run with `--test-threads=1`).
 
-use crate::Device;
+use crate::device::Device;
 use std::fmt;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

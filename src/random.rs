@@ -79,10 +79,10 @@ impl Generator {
     /// assert_eq!(g.philox_offset(Device::Cuda(0)), 0);
     /// assert_eq!(g.philox_offset(Device::Cpu), 0);
     /// ```
-    pub fn philox_offset(&self, device: crate::Device) -> u64 {
+    pub fn philox_offset(&self, device: crate::device::Device) -> u64 {
         match device {
-            crate::Device::Cpu => 0,
-            crate::Device::Cuda(i) => self.philox_offsets.get(i).copied().unwrap_or(0),
+            crate::device::Device::Cpu => 0,
+            crate::device::Device::Cuda(i) => self.philox_offsets.get(i).copied().unwrap_or(0),
         }
     }
 
@@ -172,7 +172,7 @@ pub(crate) fn with_global<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Device;
+    use crate::device::Device;
 
     #[test]
     fn each_cuda_device_has_its_own_philox_offset() {

@@ -51,8 +51,10 @@
 //! tensor is a new owner of the storage and may leave the closure: that is an
 //! explicit copy of the handle, like `move_out`, and it keeps the storage alive.
 
+use crate::device::Device;
+use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::{DType, Device, Element, Tensor};
+use crate::tensor::Tensor;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;

@@ -6,7 +6,7 @@
 //!   explicit (`alias`, a view, or `deep_clone`).
 //! * A `Tensor` is one pointer wide.
 
-use crate::Tensor;
+use crate::tensor::Tensor;
 use static_assertions::{assert_eq_size, assert_impl_all, assert_not_impl_any};
 
 assert_impl_all!(Tensor: Send, Sync);
@@ -18,7 +18,8 @@ assert_eq_size!(Option<Tensor>, usize);
 // pointer, not Copy/Clone (it is a unique handle: `move_out` consumes it), and
 // neither Send nor Sync (a scope's handles stay on the thread that opened it;
 // `&Tensor` obtained from it is still Send, since `Tensor: Sync`).
-use crate::{Scope, ScopeStats, Scoped, TensorView, TensorViewMut};
+use crate::borrowed::{TensorView, TensorViewMut};
+use crate::scope::{Scope, ScopeStats, Scoped};
 assert_not_impl_any!(Scoped<'static>: Send, Sync, Copy, Clone);
 assert_eq_size!(Scoped<'static>, usize);
 assert_eq_size!(Option<Scoped<'static>>, usize);
@@ -44,5 +45,5 @@ assert_impl_all!(crate::leak::LeakReport: Send, Sync, std::error::Error);
 // A copy in flight to the host can be handed to another thread (a data
 // loader waits for it there), and cannot be duplicated: its tensor is
 // reachable once, through `wait`.
-assert_impl_all!(crate::PendingHost: Send, Sync);
-assert_not_impl_any!(crate::PendingHost: Copy, Clone);
+assert_impl_all!(crate::ops::pinned::PendingHost: Send, Sync);
+assert_not_impl_any!(crate::ops::pinned::PendingHost: Copy, Clone);

@@ -1,9 +1,10 @@
 //! The tensor handle.
 
+use crate::device::Device;
+use crate::dtype::{DType, Element};
 use crate::error::{bail, Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
-use crate::{DType, Device, Element};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 

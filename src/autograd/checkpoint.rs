@@ -2,7 +2,7 @@
 
 use super::{attach_node, engine, is_grad_enabled, no_grad, BackwardFn, Saved};
 use crate::error::Result;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use std::sync::Arc;
 
 /// Runs `f(inputs)` without recording its intermediates, and recomputes it

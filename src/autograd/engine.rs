@@ -4,8 +4,8 @@
 
 use super::{Edge, Node};
 use crate::error::{bail, Error, Result};
+use crate::tensor::Tensor;
 use crate::tensor::TensorImpl;
-use crate::Tensor;
 use std::collections::HashMap;
 use std::sync::Arc;
 

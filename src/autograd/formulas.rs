@@ -6,8 +6,9 @@
 
 use super::{attach, attach_view, needs_grad, BackwardFn, Saved};
 use crate::backend::BinaryOp;
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Sums `g` over the dimensions that were broadcast to reach it from `shape`,
 /// and converts it to `dtype`: the gradient of a broadcast.

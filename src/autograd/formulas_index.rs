@@ -19,8 +19,9 @@
 //! output with its node when a graph must be recorded.
 
 use super::{attach, needs_grad, BackwardFn, Saved};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 fn isize_shape(s: &[usize]) -> Vec<isize> {
     s.iter().map(|&d| d as isize).collect()

@@ -4,9 +4,10 @@
 
 use super::formulas::sum_to;
 use super::{attach, needs_grad, BackwardFn, Saved};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::normalize_dim;
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 use crate::backend::Reduction as Red;
 

@@ -40,8 +40,8 @@ pub use mode::{
 };
 
 use crate::error::{bail, Error, Result};
+use crate::tensor::Tensor;
 use crate::tensor::TensorImpl;
-use crate::Tensor;
 use std::sync::{Arc, Mutex};
 
 /// A backward function: the gradient of the output in, one optional gradient

@@ -5,8 +5,8 @@
 
 use crate::alloc::DeviceAllocator;
 use crate::backend::{BinaryOp, Operand, UnaryOp};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
 
 const REASON: &str = "tensorscope was built without the `cuda` feature";
 

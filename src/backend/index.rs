@@ -8,10 +8,10 @@
 //! or `backend::cuda`).
 
 use super::{cpu, cuda, device_of, Operand};
+use crate::device::Device;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::storage::lock;
-use crate::Device;
 
 /// The dimension an index addresses: where indices point, and which are valid.
 #[derive(Clone, Copy, Debug)]

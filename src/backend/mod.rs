@@ -14,10 +14,12 @@ pub mod cuda;
 pub mod cuda;
 
 use crate::alloc::DeviceAllocator;
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::{lock, Storage};
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 use std::borrow::Cow;
 
 /// One operand of a kernel: a storage seen through a layout.

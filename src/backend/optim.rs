@@ -16,9 +16,9 @@
 //! in f64, one partial per block, summed and read back by the host.
 
 use super::{cpu, cuda, device_of, Operand};
+use crate::device::Device;
 use crate::error::Result;
 use crate::storage::lock;
-use crate::Device;
 
 /// Everything one Adam/AdamW update of one parameter needs (PyTorch's
 /// `_single_tensor_adam`), with the step's bias corrections worked out.

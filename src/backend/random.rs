@@ -9,8 +9,8 @@
 //! advances its offset.
 
 use super::{cuda, device_of, lock, Operand};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
 
 /// A distribution a device fill draws from.
 #[derive(Copy, Clone, Debug)]

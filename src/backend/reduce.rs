@@ -6,9 +6,9 @@
 //! when built without the `cuda` feature or when the device is missing).
 
 use super::{cpu, cuda, device_of, Operand};
+use crate::device::Device;
 use crate::error::Result;
 use crate::storage::lock;
-use crate::Device;
 
 /// A reduction over a set of dimensions that yields one value per output element.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@
 
 use super::{donation_verdict, Module, Verdict};
 use crate::error::Result;
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 macro_rules! activation {
     ($(#[$doc:meta])* $name:ident, $op:ident, $op_:ident) => {

@@ -3,9 +3,11 @@
 use super::{donation_verdict, Module, Verdict};
 use crate::autograd::{attach, needs_grad, Saved};
 use crate::backend::{self, Operand};
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::random::with_global;
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 
 /// Zeroes each element with probability `p` in training mode and scales the
 /// kept ones by `1 / (1 - p)`; the identity in evaluation mode. A new layer

@@ -2,8 +2,10 @@
 
 use super::{init, Module};
 use crate::autograd::no_grad;
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 
 /// Options of [`Embedding::with_config`], PyTorch's keyword arguments;
 /// `Default` gives PyTorch's defaults (those of [`Embedding::new`]).

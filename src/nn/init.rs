@@ -6,7 +6,7 @@
 
 use crate::autograd::no_grad;
 use crate::error::{bail, Error, Result};
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 /// `(fan_in, fan_out)` of a weight: for a matrix `[out, in]`, `(in, out)`;
 /// for higher ranks the trailing dimensions multiply both (PyTorch's

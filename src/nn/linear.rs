@@ -1,8 +1,10 @@
 //! `Linear`: `y = x W^T + b`.
 
 use super::{init, Module};
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 
 /// A fully connected layer: `y = x.matmul(weight.t()) + bias`, with
 /// `weight: [out, in]` and `bias: [out]`.

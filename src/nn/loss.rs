@@ -8,8 +8,9 @@
 //! ([`BceWithLogitsOptions`]). Results match PyTorch 2.15's to rounding (the
 //! tests compare against numbers it produced).
 
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.shape() != b.shape() {

@@ -1,7 +1,8 @@
 //! The `Module` trait.
 
+use crate::device::Device;
 use crate::error::Result;
-use crate::{Device, Tensor};
+use crate::tensor::Tensor;
 
 /// A layer or a model: something with a forward pass and named parameters.
 ///

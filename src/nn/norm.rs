@@ -7,9 +7,11 @@
 use super::Module;
 use crate::autograd::{attach, needs_grad, no_grad, Saved};
 use crate::backend::{cuda, Operand};
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::storage::lock;
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 
 /// Normalises over the last `normalized_shape.len()` dimensions:
 /// `(x - mean) / sqrt(var + eps) * weight + bias`, with the biased variance,

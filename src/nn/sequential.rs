@@ -4,7 +4,7 @@
 use super::Module;
 use crate::autograd::needs_grad;
 use crate::error::Result;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -36,8 +36,10 @@ use std::path::Path;
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
 
 use super::Module;
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
-use crate::{DType, Device, Tensor};
+use crate::tensor::Tensor;
 
 /// Every parameter (and saved buffer) of `model` as a detached, independent
 /// copy, in [`Module::named_parameters`] order. The copies share nothing
@@ -181,7 +183,7 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
 /// The little-endian bytes of `t` in row-major order.
 fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
     let t = t.to_device(Device::Cpu)?;
-    fn le<T: crate::Element, const N: usize>(
+    fn le<T: crate::dtype::Element, const N: usize>(
         t: &Tensor,
         f: impl Fn(T) -> [u8; N],
     ) -> Result<Vec<u8>> {
@@ -202,7 +204,7 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
 /// A CPU tensor from little-endian bytes (the length was checked by the
 /// safetensors parser).
 fn tensor_from_bytes(dt: DType, shape: &[usize], b: &[u8]) -> Result<Tensor> {
-    fn parse<T: crate::Element, const N: usize>(
+    fn parse<T: crate::dtype::Element, const N: usize>(
         b: &[u8],
         shape: &[usize],
         f: impl Fn([u8; N]) -> T,

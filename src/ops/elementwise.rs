@@ -23,9 +23,10 @@
 //! always as if the right-hand side were evaluated before the write.
 
 use crate::backend::{self, BinaryOp, Operand, UnaryOp};
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::{broadcast_shapes, check_broadcasts_to, dims_eq};
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// The dtype `op` computes in for operand dtypes `a` and `b`.
 fn compute_dtype(op: BinaryOp, a: DType, b: DType) -> Result<DType> {

@@ -36,9 +36,10 @@
 
 use crate::autograd::formulas_index::{self as grad, Family, Write};
 use crate::backend::{self, IndexedDim, Operand, ScatterMode, ScatterSrc};
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::{broadcast_shapes, check_broadcasts_to, normalize_dim, Dims, Layout};
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Fails unless `index` holds i64 or i32.
 fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
@@ -339,7 +340,7 @@ impl Tensor {
         let picks: Vec<i64> = (0..flags.len() as i64)
             .filter(|&i| flags[i as usize])
             .collect();
-        let picks = Tensor::from_slice(&picks, &[picks.len()], crate::Device::Cpu)?
+        let picks = Tensor::from_slice(&picks, &[picks.len()], crate::device::Device::Cpu)?
             .to_device(self.device())?;
         let flat = if k == 0 {
             self.unsqueeze(0)?

@@ -13,9 +13,10 @@
 //! expanded operand is not copied first.
 
 use crate::backend::{self, Operand};
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::{broadcast_shapes, Layout};
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// What `a @ b` computes: the result's shape, and rank >= 2 layouts of the
 /// operands broadcast to `batch + [m, k]` and `batch + [k, n]`.

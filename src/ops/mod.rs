@@ -5,7 +5,7 @@ mod elementwise;
 mod index;
 mod matmul;
 mod operators;
-mod pinned;
+pub(crate) mod pinned;
 pub use pinned::PendingHost;
 mod reduce;
 mod shape;

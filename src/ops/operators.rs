@@ -31,7 +31,7 @@
 //! view of the storage and, once autograd exists, it can fail.
 
 use crate::error::Result;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 macro_rules! tensor_tensor {
@@ -124,10 +124,13 @@ impl Neg for Tensor {
 
 #[cfg(test)]
 mod tests {
-    use crate::{DType, Device, Error, Tensor};
+    use crate::device::Device;
+    use crate::dtype::DType;
+    use crate::error::Error;
+    use crate::tensor::Tensor;
 
     #[test]
-    fn every_operand_mix() -> crate::Result<()> {
+    fn every_operand_mix() -> crate::error::Result<()> {
         let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu)?;
         let b = Tensor::from_slice(&[4.0f32, 5.0, 6.0], &[3], Device::Cpu)?;
         assert_eq!((&a + &b)?.to_vec::<f32>()?, vec![5.0, 7.0, 9.0]);

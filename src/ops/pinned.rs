@@ -11,8 +11,9 @@
 //! finished, even if every handle to it is dropped at once.
 
 use crate::backend::Operand;
+use crate::device::Device;
 use crate::error::{bail, Error, Result};
-use crate::{Device, Tensor};
+use crate::tensor::Tensor;
 
 /// A device-to-host copy in flight (see
 /// [`to_host_non_blocking`](Tensor::to_host_non_blocking)): the pinned CPU
@@ -95,7 +96,7 @@ impl Tensor {
         let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
         let out = Tensor::from_parts(
             storage,
-            crate::Layout::contiguous(self.shape()),
+            crate::layout::Layout::contiguous(self.shape()),
             self.dtype(),
         );
         crate::backend::copy(&Operand::of(self), &Operand::of(&out))?;
@@ -158,7 +159,11 @@ impl Tensor {
         let bytes = src.numel() * src.dtype().size_in_bytes();
         let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
         let block = storage.block_from(crate::backend::cuda::pinned_tensor::sink());
-        let out = Tensor::from_parts(storage, crate::Layout::contiguous(src.shape()), src.dtype());
+        let out = Tensor::from_parts(
+            storage,
+            crate::layout::Layout::contiguous(src.shape()),
+            src.dtype(),
+        );
         #[cfg(feature = "cuda")]
         let event = match block {
             Some(block) => {

@@ -16,9 +16,10 @@
 //! the index of the first NaN.
 
 use crate::backend::{self, Operand, Reduction};
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::normalize_dim;
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Normalizes a list of dims for `op` on a tensor of rank `rank`: sorted,
 /// distinct; empty means all.

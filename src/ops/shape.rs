@@ -5,9 +5,10 @@
 //! output through the backend's strided copy.
 
 use crate::backend::{self, Operand};
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::{normalize_dim, normalize_dim_inclusive, Dims, Layout};
-use crate::{DType, Tensor};
+use crate::tensor::Tensor;
 
 impl Tensor {
     /// Concatenates tensors along `dim` into a new tensor (PyTorch's

@@ -5,7 +5,7 @@
 use crate::autograd::formulas::{pick, sum_to, view as grad_view};
 use crate::error::{bail, Error, Result};
 use crate::layout::{normalize_dim, resolve_shape};
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 /// `shape` as the signed dims `reshape` takes.
 fn signed(shape: &[usize]) -> Vec<isize> {
@@ -54,7 +54,7 @@ impl Tensor {
             Some(l) => self.with_layout(l),
             None => {
                 let c = crate::autograd::no_grad(|| self.deep_clone())?;
-                c.with_layout(crate::Layout::contiguous(&to))
+                c.with_layout(crate::layout::Layout::contiguous(&to))
             }
         };
         let back = signed(self.shape());
@@ -301,7 +301,7 @@ impl Tensor {
                 msg: "as_strided does not record gradients; use view ops, or call it on a detached tensor".into(),
             });
         }
-        let l = crate::Layout::from_parts(shape.into(), strides.into(), offset);
+        let l = crate::layout::Layout::from_parts(shape.into(), strides.into(), offset);
         Ok(self.with_layout(l))
     }
 
@@ -331,7 +331,7 @@ impl Tensor {
     /// A copy converted to `dtype`. As in PyTorch's `to(dtype)` (and the seed's
     /// table: "new storage unless same dtype"), when the dtype already matches
     /// this returns a new handle to the same storage and copies nothing.
-    pub fn to_dtype(&self, dtype: crate::DType) -> Result<Tensor> {
+    pub fn to_dtype(&self, dtype: crate::dtype::DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.alias());
         }
@@ -345,7 +345,7 @@ impl Tensor {
 
     /// A copy on `device`. When the tensor is already there this returns a new
     /// handle to the same storage, as PyTorch's `to(device)` does.
-    pub fn to_device(&self, device: crate::Device) -> Result<Tensor> {
+    pub fn to_device(&self, device: crate::device::Device) -> Result<Tensor> {
         if device == self.device() {
             return Ok(self.alias());
         }

@@ -8,7 +8,7 @@ use crate::backend::optim::{adam_step, AdamHyper};
 use crate::backend::Operand;
 use crate::error::Result;
 use crate::nn::Module;
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 /// The hyper-parameters of [`Adam`] and [`AdamW`].
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -42,7 +42,7 @@ pub use sgd::{Sgd, SgdConfig};
 
 use crate::error::{bail, Error, Result};
 use crate::nn::Module;
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 /// Something that updates a module's parameters from their gradients.
 pub trait Optimizer {

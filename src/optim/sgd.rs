@@ -8,7 +8,7 @@ use crate::backend::optim::{sgd_step, SgdHyper};
 use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
 use crate::nn::Module;
-use crate::Tensor;
+use crate::tensor::Tensor;
 
 /// The hyper-parameters of [`Sgd`] (PyTorch's defaults except `lr`).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,7 +5,8 @@ use super::num::Num;
 use super::ptr;
 use super::strided::{par_runs, SendPtr};
 use crate::backend::{BinaryOp, Operand};
-use crate::{with_dtype, with_numeric_dtype, DType, Element};
+use crate::dtype::{DType, Element};
+use crate::{with_dtype, with_numeric_dtype};
 
 /// `out[i] = f(a[i])` over any layouts of one shape.
 ///

@@ -18,9 +18,10 @@ use super::ptr;
 use super::strided::{Plan, SendPtr};
 use crate::backend::index::{IndexedDim, ScatterMode, ScatterSrc};
 use crate::backend::Operand;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::{with_dtype, with_numeric_dtype, DType, Element};
+use crate::{with_dtype, with_numeric_dtype};
 
 /// An integer type an index tensor may hold.
 trait IndexElem: Copy + Send + Sync {

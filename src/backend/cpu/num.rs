@@ -5,7 +5,7 @@ use half::{bf16, f16};
 
 /// Arithmetic on a numeric element type (not bool). Integer arithmetic wraps,
 /// as in PyTorch; float `max`/`min` propagate NaN, as `torch.maximum` does.
-pub(crate) trait Num: crate::Element + Default {
+pub(crate) trait Num: crate::dtype::Element + Default {
     fn add(self, o: Self) -> Self;
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
@@ -79,7 +79,7 @@ macro_rules! num_float {
             }
             #[inline(always)]
             fn scalar(v: f64) -> Self {
-                <$t as crate::Element>::from_f64(v)
+                <$t as crate::dtype::Element>::from_f64(v)
             }
         }
     };

@@ -20,8 +20,9 @@ use super::num::{Flt, Num};
 use super::ptr;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::{Operand, Reduction};
+use crate::dtype::{DType, Element};
 use crate::layout::{Dims, Layout};
-use crate::{with_float_dtype, DType, Element};
+use crate::with_float_dtype;
 use half::{bf16, f16};
 use rayon::prelude::*;
 

@@ -13,10 +13,12 @@ use super::launch::{dptr, numel, prepare, Geom};
 use super::stream::{current, Stream};
 use super::transfer;
 use crate::backend::{BinaryOp, Operand, UnaryOp};
+use crate::device::Device;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
-use crate::{with_dtype, DType, Device, Element};
+use crate::with_dtype;
 use std::borrow::Cow;
 
 /// The bits of `v` converted to `dt` (`T::from_f64`, as the CPU does), in

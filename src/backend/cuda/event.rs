@@ -2,8 +2,8 @@
 
 use super::device::{drv, gpu_of};
 use super::stream::Stream;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
 use cudarc::driver::{sys, CudaEvent};
 
 /// A CUDA event (`torch.cuda.Event`).

@@ -21,10 +21,10 @@ use super::stream::{current, Stream};
 use super::transfer;
 use crate::backend::index::{IndexedDim, MaskCount, ScatterMode, ScatterSrc};
 use crate::backend::Operand;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
-use crate::DType;
 use std::borrow::Cow;
 
 /// The device and its GPU for `op` (all operands on one device).

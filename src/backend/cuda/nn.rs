@@ -20,8 +20,8 @@ use super::device::gpu_of;
 use super::kernels;
 use super::launch::{dptr, prepare};
 use crate::backend::Operand;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::DType;
 
 fn dense(op: &'static str, o: &Operand) -> Result<()> {
     if !o.layout.is_contiguous() {

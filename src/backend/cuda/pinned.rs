@@ -12,8 +12,8 @@
 //!   every device's context; not write-combined, so host reads are fast) and
 //!   goes back only through [`empty_pinned_cache`].
 
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, DriverError};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -9,9 +9,9 @@ use super::device::gpu_of;
 use super::kernels;
 use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, BLOCK, MAX_RANK};
 use crate::backend::{Operand, ReduceOp, Reduction};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::DType;
 use cudarc::driver::DeviceRepr;
 
 /// `RGeom` of kernels/reduce.cu.

@@ -22,8 +22,8 @@
 
 use super::device::{drv, gpu_of, Gpu};
 use super::event::Event;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::Device;
 use cudarc::driver::{sys, CudaStream};
 use std::cell::RefCell;
 use std::fmt;

@@ -79,21 +79,19 @@ macro_rules! unary_backward {
             Ok(vec![Some(d?.to_dtype($da)?)])
         })
     };
-    (@fn output ($g:ident, $y:ident) $body:block, $a:expr, $out:expr, $node:literal, $da:ident) => {{
-        let saved = Saved::new($out, $node)?;
+    (@fn $which:ident ($g:ident, $v:ident) $body:block, $a:expr, $out:expr, $node:literal, $da:ident) => {{
+        let saved = Saved::new(unary_backward!(@saved $which, $a, $out), $node)?;
         Box::new(move |$g: &Tensor| {
-            let $y = saved.get()?;
+            let $v = saved.get()?;
             let d: Result<Tensor> = $body;
             Ok(vec![Some(d?.to_dtype($da)?)])
         })
     }};
-    (@fn input ($g:ident, $x:ident) $body:block, $a:expr, $out:expr, $node:literal, $da:ident) => {{
-        let saved = Saved::new($a, $node)?;
-        Box::new(move |$g: &Tensor| {
-            let $x = saved.get()?;
-            let d: Result<Tensor> = $body;
-            Ok(vec![Some(d?.to_dtype($da)?)])
-        })
-    }};
+    (@saved output, $a:expr, $out:expr) => {
+        $out
+    };
+    (@saved input, $a:expr, $out:expr) => {
+        $a
+    };
 }
 crate::unary_table::unary_table!(unary_backward);

@@ -497,3 +497,84 @@ save_file(out, {theirs:?})
     std::fs::remove_file(&ours).ok();
     std::fs::remove_file(&theirs).ok();
 }
+
+/// `Sequential[Linear(4, 6), BatchNorm1d(6)]` after one training-mode
+/// forward (so the running statistics have moved).
+fn linear_bn(seed: u64) -> tensorscope::nn::Sequential {
+    tensorscope::manual_seed(seed);
+    let mut m = tensorscope::nn::Sequential::new();
+    m.add(tensorscope::nn::Linear::new(4, 6).unwrap());
+    m.add(tensorscope::nn::BatchNorm1d::new(6).unwrap());
+    m.train(true);
+    let x = Tensor::randn(&[5, 4], DType::F32, CPU).unwrap();
+    m.forward(&x).unwrap();
+    m
+}
+
+fn state_bits(m: &dyn Module) -> Vec<(String, Vec<usize>, DType, Vec<u64>)> {
+    m.named_state()
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec(), t.dtype(), bits(t)))
+        .collect()
+}
+
+/// Issue 13 item 1: state_dict and save_safetensors walk the parameters and
+/// the buffers, the way the loads do, with PyTorch's names and order; the
+/// file loads back (and, when python3 has torch, into PyTorch's own
+/// `Sequential(Linear(4, 6), BatchNorm1d(6))` with `strict=True`).
+#[test]
+fn batchnorm_buffers_are_saved_and_loaded() {
+    let m = linear_bn(3);
+    let keys: Vec<String> = state_dict(&m)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "0.weight",
+            "0.bias",
+            "1.weight",
+            "1.bias",
+            "1.running_mean",
+            "1.running_var",
+            "1.num_batches_tracked"
+        ]
+    );
+    let path = tmp("linear_bn");
+    save_safetensors(&m, &path).unwrap();
+    let mut back = linear_bn(4);
+    assert_ne!(state_bits(&m), state_bits(&back));
+    load_safetensors(&mut back, &path).unwrap();
+    assert_eq!(state_bits(&m), state_bits(&back));
+    let nbt = &state_dict(&back).unwrap()[6].1;
+    assert_eq!(
+        (nbt.dtype(), nbt.to_vec::<i64>().unwrap()),
+        (DType::I64, vec![1])
+    );
+    if python_with_torch() {
+        let script = format!(
+            r#"
+import torch
+from safetensors.torch import load_file
+m = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6))
+m.load_state_dict(load_file({p:?}), strict=True)
+assert m[1].num_batches_tracked.item() == 1
+"#,
+            p = path.to_str().unwrap()
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        println!("PyTorch half skipped: python3 with torch and safetensors is not available");
+    }
+    std::fs::remove_file(&path).ok();
+}

@@ -36,6 +36,26 @@ pub trait Module: Send {
     /// such as BatchNorm's running statistics), in the same order.
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)>;
 
+    /// Every buffer a checkpoint saves besides the parameters (BatchNorm's
+    /// `running_mean`, `running_var` and `num_batches_tracked`), with its
+    /// dotted name, in the order [`named_parameters_mut`]
+    /// (Module::named_parameters_mut) lists them after the parameters. A
+    /// module with buffers overrides this and lists them in
+    /// `named_parameters_mut` too. None by default.
+    fn named_buffers(&self) -> Vec<(String, &Tensor)> {
+        Vec::new()
+    }
+
+    /// Every tensor a checkpoint holds: [`named_parameters`]
+    /// (Module::named_parameters) then [`named_buffers`](Module::named_buffers),
+    /// the names and order of [`named_parameters_mut`]
+    /// (Module::named_parameters_mut) and of PyTorch's `state_dict`.
+    fn named_state(&self) -> Vec<(String, &Tensor)> {
+        let mut v = self.named_parameters();
+        v.extend(self.named_buffers());
+        v
+    }
+
     /// Every parameter, in the order of [`named_parameters`](Module::named_parameters).
     fn parameters(&self) -> Vec<&Tensor> {
         self.named_parameters()

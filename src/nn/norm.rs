@@ -499,6 +499,17 @@ impl Module for BatchNorm1d {
             .collect()
     }
 
+    fn named_buffers(&self) -> Vec<(String, &Tensor)> {
+        [
+            ("running_mean", &self.running_mean),
+            ("running_var", &self.running_var),
+            ("num_batches_tracked", &self.num_batches_tracked),
+        ]
+        .into_iter()
+        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t)))
+        .collect()
+    }
+
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         [
             ("weight", &mut self.weight),

@@ -241,6 +241,16 @@ impl Module for Sequential {
         v
     }
 
+    fn named_buffers(&self) -> Vec<(String, &Tensor)> {
+        let mut v = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            for (n, t) in l.named_buffers() {
+                v.push((format!("{i}.{n}"), t));
+            }
+        }
+        v
+    }
+
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         let trainable: Vec<usize> = self
             .layers

@@ -41,13 +41,14 @@ use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
-/// Every parameter (and saved buffer) of `model` as a detached, independent
-/// copy, in [`Module::named_parameters`] order. The copies share nothing
-/// with the model: a later update does not change them.
+/// Every parameter and buffer of `model` (BatchNorm's running statistics)
+/// as a detached, independent copy, in [`Module::named_state`] order (the
+/// parameters, then the buffers). The copies share nothing with the model: a
+/// later update does not change them.
 pub fn state_dict(model: &dyn Module) -> Result<Vec<(String, Tensor)>> {
     let _g = crate::autograd::no_grad_guard();
     model
-        .named_parameters()
+        .named_state()
         .into_iter()
         .map(|(n, p)| Ok((n, p.detach().deep_clone()?)))
         .collect()
@@ -227,13 +228,14 @@ fn tensor_from_bytes(dt: DType, shape: &[usize], b: &[u8]) -> Result<Tensor> {
     }
 }
 
-/// Writes every parameter of `model` to a safetensors file at `path`
-/// (PyTorch's `safetensors.torch.load_file` reads it). An `Err` (naming
-/// `save_safetensors`) if the file cannot be written.
+/// Writes every parameter and buffer of `model` ([`Module::named_state`]) to
+/// a safetensors file at `path` (PyTorch's `safetensors.torch.load_file`
+/// reads it, and `load_state_dict(strict=True)` accepts it). An `Err`
+/// (naming `save_safetensors`) if the file cannot be written.
 pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let _g = crate::autograd::no_grad_guard();
-    let params = model.named_parameters();
+    let params = model.named_state();
     let mut bytes = Vec::with_capacity(params.len());
     for (n, p) in &params {
         bytes.push((n.clone(), p.dtype(), p.shape().to_vec(), tensor_bytes(p)?));

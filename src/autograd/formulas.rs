@@ -120,18 +120,24 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
             };
             Box::new(move |g| {
                 let (a, b) = (ka.get()?, kb.get()?);
-                // d(a^b)/da = b * a^(b-1); d(a^b)/db = a^b * ln(a)
+                // PyTorch's pow_backward_self and pow_backward_exponent:
+                // d(a^b)/da = b * a^(b-1), 0 where b == 0 (so 0^0 has no
+                // inf * 0); d(a^b)/db = a^b * ln(a), 0 where a == 0 and
+                // b >= 0 (ln 0 is -inf, the limit is 0).
                 let ga = if ra {
-                    Some(sum_to(
-                        &g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?,
-                        &sa,
-                        da,
-                    )?)
+                    let d = b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?;
+                    let d = d.masked_fill(&b.eq_scalar(0.0)?, 0.0)?;
+                    Some(sum_to(&g.mul(&d)?, &sa, da)?)
                 } else {
                     None
                 };
                 let gb = match &ko {
-                    Some(o) => Some(sum_to(&g.mul(&o.get()?.mul(&a.log()?)?)?, &sb, db)?),
+                    Some(o) => {
+                        let d = o.get()?.mul(&a.log()?)?;
+                        let at0 = a.eq_scalar(0.0)?.mul(&b.ge_scalar(0.0)?)?;
+                        let d = d.masked_fill(&at0, 0.0)?;
+                        Some(sum_to(&g.mul(&d)?, &sb, db)?)
+                    }
                     None => None,
                 };
                 Ok(vec![ga, gb])
@@ -172,6 +178,10 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Tensor, s: f64, out: Tensor) -> Re
         BinaryOp::Add | BinaryOp::Sub => Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?)])),
         BinaryOp::Mul => Box::new(move |g| Ok(vec![Some(g.mul_scalar(s)?.to_dtype(da)?)])),
         BinaryOp::Div => Box::new(move |g| Ok(vec![Some(g.div_scalar(s)?.to_dtype(da)?)])),
+        // x^0 is constant: the gradient is 0 (not 0 * 0^-1 = NaN at x = 0).
+        BinaryOp::Pow if s == 0.0 => {
+            Box::new(move |g| Ok(vec![Some(g.zeros_like()?.to_dtype(da)?)]))
+        }
         BinaryOp::Pow => {
             let ka = Saved::new(a, name)?;
             Box::new(move |g| {

@@ -11,15 +11,20 @@ use crate::tensor::Tensor;
 
 use crate::backend::Reduction as Red;
 
-/// Normalized reduced dims (empty: all), ascending.
+/// Normalized reduced dims (empty: all), ascending. A 0-d tensor accepts
+/// dim 0 and -1 as the forward does (`normalize_dim` over rank 1) and has
+/// no dim to reduce.
 fn reduced_dims(x: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
     if dims.is_empty() {
         return Ok((0..x.rank()).collect());
     }
     let mut v = dims
         .iter()
-        .map(|&d| normalize_dim("backward", d, x.rank()))
+        .map(|&d| normalize_dim("backward", d, x.rank().max(1)))
         .collect::<Result<Vec<_>>>()?;
+    if x.rank() == 0 {
+        return Ok(Vec::new());
+    }
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -64,10 +69,7 @@ pub(crate) fn reduce(
     let sdims: Vec<isize> = rd.iter().map(|&d| d as isize).collect();
     let dt = x.dtype();
     let needs_x = !matches!(red, Red::Sum | Red::Mean);
-    let needs_y = matches!(
-        red,
-        Red::Max | Red::Min | Red::Prod | Red::Std(_) | Red::LogSumExp
-    );
+    let needs_y = matches!(red, Red::Max | Red::Min | Red::Std(_) | Red::LogSumExp);
     let kx = if needs_x {
         Some(Saved::new(x, name)?)
     } else {
@@ -94,8 +96,18 @@ pub(crate) fn reduce(
                         mask.mul(&gk.div(&count)?)?
                     }
                     Red::Prod => {
-                        let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
-                        gk.mul(&y)?.div(x)?
+                        // PyTorch's prod_backward: with no zero in a slice,
+                        // g * y / x; with one zero, the product of the
+                        // others at the zero and 0 elsewhere; with more, 0.
+                        let z = x.eq_scalar(0.0)?;
+                        let xnz = x.masked_fill(&z, 1.0)?;
+                        let pnz = xnz.prod(&sdims, true)?;
+                        let zeros = z.to_dtype(dt)?.sum(&sdims, true)?;
+                        let none = zeros.eq_scalar(0.0)?;
+                        let one = zeros.eq_scalar(1.0)?;
+                        let at_zero = pnz.mul(&z.to_dtype(dt)?)?.mul(&one.to_dtype(dt)?)?;
+                        let d = Tensor::where_cond(&none, &pnz.div(&xnz)?, &at_zero)?;
+                        d.mul(&gk)?
                     }
                     Red::Var(c) => {
                         let mean = x.mean(&sdims, true)?;
@@ -106,6 +118,9 @@ pub(crate) fn reduce(
                         let y = keep(ky.as_ref().expect("saved").get()?, &rd, keepdim)?;
                         let mean = x.mean(&sdims, true)?;
                         let denom = (n as f64 - c as f64).max(0.0);
+                        // 0 where the std is 0 (every x equals the mean),
+                        // as PyTorch's std_backward, not 0 / 0.
+                        let y = y.masked_fill(&y.eq_scalar(0.0)?, 1.0)?;
                         x.sub(&mean)?.div(&y.mul_scalar(denom)?)?.mul(&gk)?
                     }
                     _ => {

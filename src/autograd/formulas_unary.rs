@@ -36,15 +36,16 @@ fn gelu_derivative(x: &Tensor) -> Result<Tensor> {
     cdf.add(&x.mul(&pdf)?)
 }
 
-/// Clamp's backward: `g` where `lo <= x <= hi` (an absent bound, NaN, lets
-/// everything through on its side), 0 elsewhere.
+/// Clamp's backward, as PyTorch 2.15 with scalar bounds: `g` where
+/// `lo < x < hi` strictly (an absent bound, NaN, lets everything through on
+/// its side), 0 elsewhere: an input at a bound gets no gradient.
 fn clamp_backward(g: &Tensor, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
     let mut m = x.ones_like()?;
     if !lo.is_nan() {
-        m = m.mul(&x.ge_scalar(lo)?.to_dtype(x.dtype())?)?;
+        m = m.mul(&x.gt_scalar(lo)?.to_dtype(x.dtype())?)?;
     }
     if !hi.is_nan() {
-        m = m.mul(&x.le_scalar(hi)?.to_dtype(x.dtype())?)?;
+        m = m.mul(&x.lt_scalar(hi)?.to_dtype(x.dtype())?)?;
     }
     g.mul(&m)
 }

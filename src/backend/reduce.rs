@@ -95,7 +95,7 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Re
     let _l = lock(&[src.storage], &[dst.storage]);
     match d {
         Device::Cpu => {
-            cpu::reduce::softmax(src, dim, dst, log);
+            cpu::softmax::softmax(src, dim, dst, log);
             Ok(())
         }
         Device::Cuda(_) => cuda::softmax(src, dim, dst, log),

@@ -13,6 +13,7 @@ pub(crate) mod matmul;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod strided;
 pub(crate) mod unary;
 

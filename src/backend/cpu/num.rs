@@ -343,3 +343,99 @@ pub(crate) fn erf_f64(x: f64) -> f64 {
         r - 1.0
     }
 }
+
+/// `exp` in the compute type: a branch-free polynomial for f32 (so loops over
+/// it vectorise), the standard library's for f64.
+pub(crate) trait FastExp: num_traits::Float {
+    fn fexp(self) -> Self;
+    /// Widened to f64.
+    fn wide(self) -> f64;
+}
+impl FastExp for f64 {
+    #[inline(always)]
+    fn fexp(self) -> f64 {
+        self.exp()
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self
+    }
+}
+impl FastExp for f32 {
+    #[inline(always)]
+    fn fexp(self) -> f32 {
+        exp_f32(self)
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+
+/// `e^x` for f32 within 2 ulp (Cephes' `expf` polynomial): `x = n ln2 + r`
+/// with `|r| <= ln2 / 2`, a degree-7 polynomial for `e^r`, and `2^n` applied
+/// in two halves so that results down to the subnormals are right. NaN
+/// propagates; `exp(-inf) = 0`, `exp(inf) = inf`.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    const HI: f32 = 88.722_84; // ln(f32::MAX)
+    const LO: f32 = -104.0; // below: 0
+                            // `clamp` keeps NaN (unlike min/max).
+    let xc = x.clamp(LO, HI);
+    // Round to nearest with the 1.5 * 2^23 trick (no `round` instruction
+    // needed), which also leaves n in the low bits: no float-to-int conversion.
+    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
+    let fx = t - 12_582_912.0;
+    let r = xc - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
+    let mut y = 1.987_569_1e-4f32;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 0.5;
+    y = y * r * r + r + 1.0;
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let n1 = n >> 1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
+    let v = y * p1 * p2;
+    if x > HI {
+        f32::INFINITY
+    } else if x < LO {
+        0.0
+    } else {
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn exp_f32_is_within_2_ulp() {
+        let mut x = -110.0f32;
+        while x < 90.0 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            if want > f32::MAX as f64 {
+                assert_eq!(got, f64::INFINITY, "x = {x}");
+            } else if want >= f32::MIN_POSITIVE as f64 {
+                let ulp = (want as f32).to_bits();
+                let diff = (got as f32).to_bits().abs_diff(ulp);
+                assert!(diff <= 2, "x = {x}: {got} vs {want} ({diff} ulp)");
+            } else {
+                // Subnormal range: absolute error below the smallest normal's ulp.
+                assert!(
+                    (got - want).abs() <= f32::MIN_POSITIVE as f64 * 1e-6 + want * 1e-6,
+                    "x = {x}"
+                );
+            }
+            x += 0.0137;
+        }
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp_f32(0.0), 1.0);
+    }
+}

@@ -1,0 +1,298 @@
+//! The softmax and log_softmax CPU kernels along one dimension, with a fast
+//! vectorisable `exp` for f32: per row, the maximum, then `exp(x - max)`
+//! summed in 8 lanes; log_softmax writes `(x - max) - ln(sum)`.
+
+use super::num::{FastExp, Flt};
+use super::ptr;
+use super::reduce::inner;
+use super::strided::{Plan, SendPtr, PAR_CHUNK};
+use crate::backend::Operand;
+use crate::with_float_dtype;
+use rayon::prelude::*;
+
+/// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
+#[inline(always)]
+fn max_nan<C: num_traits::Float>(m: C, v: C) -> C {
+    if v > m || v.is_nan() {
+        v
+    } else {
+        m
+    }
+}
+
+/// One row of softmax / log_softmax, computed in `T::C`: `n` elements of `x`
+/// at stride `xs`, written to `y` at stride `ys`.
+///
+/// # Safety
+/// Both rows are in bounds; nobody else touches `y` meanwhile.
+#[inline(always)]
+unsafe fn softmax_row<T: Flt>(x: *const T, xs: usize, y: *mut T, ys: usize, n: usize, log: bool)
+where
+    T::C: FastExp,
+{
+    // Constant strides and flag in each copy, so the dense loops vectorise.
+    unsafe {
+        match (xs == 1 && ys == 1, log) {
+            (true, true) => softmax_row_impl(x, 1, y, 1, n, true),
+            (true, false) => softmax_row_impl(x, 1, y, 1, n, false),
+            (false, true) => softmax_row_impl(x, xs, y, ys, n, true),
+            (false, false) => softmax_row_impl(x, xs, y, ys, n, false),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn softmax_row_impl<T: Flt>(
+    x: *const T,
+    xs: usize,
+    y: *mut T,
+    ys: usize,
+    n: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::{Float, Zero};
+    const CHUNK: usize = 256;
+    let rd = |k: usize| unsafe { x.add(k * xs).read() }.up();
+    let zero = <T::C as Zero>::zero();
+    // Max, in 8 independent lanes.
+    let mut ml = [<T::C as Float>::neg_infinity(); 8];
+    let body = n / 8 * 8;
+    for k in (0..body).step_by(8) {
+        for (j, m) in ml.iter_mut().enumerate() {
+            *m = max_nan(*m, rd(k + j));
+        }
+    }
+    let mut m = ml
+        .iter()
+        .fold(<T::C as Float>::neg_infinity(), |a, &b| max_nan(a, b));
+    for k in body..n {
+        m = max_nan(m, rd(k));
+    }
+    // exp(x - m) a chunk at a time into a buffer (a plain map: it vectorises),
+    // summed in 8 lanes; softmax also stores them.
+    let mut buf = [zero; CHUNK];
+    let mut sl = [zero; 8];
+    let mut c0 = 0;
+    while c0 < n {
+        let len = CHUNK.min(n - c0);
+        for (i, b) in buf[..len].iter_mut().enumerate() {
+            *b = (rd(c0 + i) - m).fexp();
+        }
+        for b in &mut buf[len..len.next_multiple_of(8)] {
+            *b = zero;
+        }
+        for c in buf[..len.next_multiple_of(8)].chunks_exact(8) {
+            for (l, &v) in sl.iter_mut().zip(c) {
+                *l = *l + v;
+            }
+        }
+        if !log {
+            for (i, &b) in buf[..len].iter().enumerate() {
+                unsafe { y.add((c0 + i) * ys).write(T::down(b)) };
+            }
+        }
+        c0 += len;
+    }
+    let sum = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7]));
+    if log {
+        let lse = m + sum.ln();
+        for k in 0..n {
+            unsafe { y.add(k * ys).write(T::down(rd(k) - lse)) };
+        }
+    } else {
+        let inv = sum.recip();
+        if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
+            // f32 / f64: the stored exponentials are exact; scale them.
+            for k in 0..n {
+                let p = unsafe { y.add(k * ys) };
+                unsafe { p.write(T::down(p.read().up() * inv)) };
+            }
+        } else {
+            // f16 / bf16: recompute rather than round twice.
+            for k in 0..n {
+                unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp() * inv)) };
+            }
+        }
+    }
+}
+
+/// Rows folded together when they lie next to each other in memory.
+const ROW_LANES: usize = 256;
+
+/// `b <= ROW_LANES` rows at once, row `j` starting at `x + j * xl` (`y + j * yl`),
+/// element `k` at `k * xs` (`k * ys`). For softmax along a dimension that is
+/// not the innermost: the loops over `j` read adjacent memory.
+///
+/// # Safety
+/// As for [`softmax_row`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows<T: Flt>(
+    x: *const T,
+    xs: usize,
+    xl: usize,
+    y: *mut T,
+    ys: usize,
+    yl: usize,
+    n: usize,
+    b: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    // Constant strides and flag in each copy, so the loops over `j` vectorise.
+    unsafe {
+        match (xl == 1 && yl == 1, log) {
+            (true, true) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, true),
+            (true, false) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, false),
+            (false, true) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, true),
+            (false, false) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, false),
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows_impl<T: Flt>(
+    x: *const T,
+    xs: usize,
+    xl: usize,
+    y: *mut T,
+    ys: usize,
+    yl: usize,
+    n: usize,
+    b: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::{Float, Zero};
+    let rd = |k: usize, j: usize| unsafe { x.add(k * xs + j * xl).read() }.up();
+    let mut m = [<T::C as Float>::neg_infinity(); ROW_LANES];
+    let mut sum = [<T::C as Zero>::zero(); ROW_LANES];
+    let (m, sum) = (&mut m[..b], &mut sum[..b]);
+    for k in 0..n {
+        for (j, mj) in m.iter_mut().enumerate() {
+            *mj = max_nan(*mj, rd(k, j));
+        }
+    }
+    for k in 0..n {
+        for (j, sj) in sum.iter_mut().enumerate() {
+            let e = (rd(k, j) - m[j]).fexp();
+            *sj = *sj + e;
+            if !log {
+                unsafe { y.add(k * ys + j * yl).write(T::down(e)) };
+            }
+        }
+    }
+    if log {
+        for (mj, sj) in m.iter_mut().zip(sum.iter()) {
+            *mj = *mj + sj.ln();
+        }
+        for k in 0..n {
+            for (j, lse) in m.iter().enumerate() {
+                unsafe { y.add(k * ys + j * yl).write(T::down(rd(k, j) - *lse)) };
+            }
+        }
+    } else {
+        for s in sum.iter_mut() {
+            *s = s.recip();
+        }
+        let same = std::mem::size_of::<T>() == std::mem::size_of::<T::C>();
+        for k in 0..n {
+            for (j, inv) in sum.iter().enumerate() {
+                let p = unsafe { y.add(k * ys + j * yl) };
+                let e = if same {
+                    unsafe { p.read() }.up()
+                } else {
+                    (rd(k, j) - m[j]).fexp()
+                };
+                unsafe { p.write(T::down(e * *inv)) };
+            }
+        }
+    }
+}
+
+fn softmax_typed<T: Flt>(src: &Operand, dim: usize, dst: &Operand, log: bool)
+where
+    T::C: FastExp,
+{
+    let n = src.layout.shape()[dim];
+    if n == 0 || src.layout.numel() == 0 {
+        return;
+    }
+    let (xs, ys) = (src.layout.strides()[dim], dst.layout.strides()[dim]);
+    let (Ok(ol_src), Ok(ol_dst)) = (
+        src.layout.select(dim as isize, 0),
+        dst.layout.select(dim as isize, 0),
+    ) else {
+        unreachable!("dim {dim} has size {n} > 0")
+    };
+    // Rows whose starts are closer together than their elements are done in blocks.
+    let (_, _, row_stride) = inner(&ol_src);
+    let blocks = n > 1 && row_stride < xs;
+    let plan = Plan::new([&ol_dst, &ol_src]);
+    let rows = plan.numel();
+    let (px, py) = (
+        SendPtr(ptr::<T>(src.storage)),
+        SendPtr(ptr::<T>(dst.storage)),
+    );
+    let body = |start: usize, end: usize| {
+        plan.runs(start, end, &mut |o, len, s| {
+            // SAFETY (both arms): offsets come from the layouts, which fit
+            // their storages; rows are disjoint; the caller holds the locks.
+            if blocks && s[1] < xs && len > 1 {
+                let mut r = 0;
+                while r < len {
+                    let b = ROW_LANES.min(len - r);
+                    unsafe {
+                        softmax_rows::<T>(
+                            px.get().add(o[1] + r * s[1]),
+                            xs,
+                            s[1],
+                            py.get().add(o[0] + r * s[0]),
+                            ys,
+                            s[0],
+                            n,
+                            b,
+                            log,
+                        )
+                    }
+                    r += b;
+                }
+            } else {
+                for r in 0..len {
+                    unsafe {
+                        softmax_row::<T>(
+                            px.get().add(o[1] + r * s[1]),
+                            xs,
+                            py.get().add(o[0] + r * s[0]),
+                            ys,
+                            n,
+                            log,
+                        )
+                    }
+                }
+            }
+        })
+    };
+    let per = (PAR_CHUNK / n).max(if blocks { ROW_LANES } else { 1 });
+    let chunks = rows.div_ceil(per);
+    if chunks < 2 || rayon::current_num_threads() == 1 || rows * n < 2 * PAR_CHUNK {
+        body(0, rows);
+    } else {
+        (0..chunks)
+            .into_par_iter()
+            .for_each(|c| body(c * per, ((c + 1) * per).min(rows)));
+    }
+}
+
+/// Softmax or log_softmax along `dim` (float dtypes; the op layer checks).
+pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) {
+    debug_assert_eq!(src.dtype, dst.dtype);
+    with_float_dtype!(src.dtype, T => softmax_typed::<T>(src, dim, dst, log), _ => {
+        unreachable!("softmax on {}: the op layer refuses it", src.dtype)
+    })
+}

@@ -16,6 +16,7 @@ on_both!(
     pow_backward_at_base_zero,
     clamp_backward_at_the_bounds,
     reductions_of_a_0d_tensor_differentiate,
+    log_softmax_and_cross_entropy_of_large_logits,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -189,5 +190,43 @@ fn reductions_of_a_0d_tensor_differentiate(dev: Device) {
             x.max(&[dim], keepdim).unwrap().backward().unwrap();
             same(&grad(&x), &[1.0], &format!("max(dim {dim})"));
         }
+    }
+}
+
+/// Item 2. `torch.log_softmax(torch.tensor([[v, v, v]]), 1)` is -1.0986123
+/// for v = 1e5 and 1e8 (f32), and `F.cross_entropy` 1.0986123; along a
+/// strided dim (the CPU's lane schedule) too.
+fn log_softmax_and_cross_entropy_of_large_logits(dev: Device) {
+    let want = -(3f64.ln());
+    for v in [1e5f32, 1e8] {
+        let x = Tensor::from_slice(&[v, v, v], &[1, 3], Device::Cpu)
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        let y = read(&x.log_softmax(1).unwrap());
+        common::assert_close(&y, &[want; 3], 1e-6, &format!("log_softmax row, v = {v}"));
+        // 8 columns, softmax down each: the kept dim is the dense one.
+        let cols = Tensor::full(&[3, 8], v as f64, tensorscope::DType::F32, dev).unwrap();
+        let y = read(&cols.log_softmax(0).unwrap());
+        common::assert_close(
+            &y,
+            &[want; 24],
+            1e-6,
+            &format!("log_softmax column, v = {v}"),
+        );
+        let t = Tensor::from_slice(&[1i64], &[1], Device::Cpu)
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        let l = tensorscope::nn::cross_entropy(&x, &t)
+            .unwrap()
+            .item::<f32>()
+            .unwrap();
+        common::assert_close(
+            &[l as f64],
+            &[-want],
+            1e-6,
+            &format!("cross_entropy, v = {v}"),
+        );
     }
 }

@@ -97,9 +97,11 @@ unsafe fn softmax_row_impl<T: Flt>(
     }
     let sum = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7]));
     if log {
-        let lse = m + sum.ln();
+        // (x - m) - ln(sum), not x - (m + ln(sum)): with |x| large, m + ln(sum)
+        // rounds away ln(sum) (v = 1e8 gave 0, not -ln 3).
+        let ls = sum.ln();
         for k in 0..n {
-            unsafe { y.add(k * ys).write(T::down(rd(k) - lse)) };
+            unsafe { y.add(k * ys).write(T::down((rd(k) - m) - ls)) };
         }
     } else {
         let inv = sum.recip();
@@ -188,12 +190,16 @@ unsafe fn softmax_rows_impl<T: Flt>(
         }
     }
     if log {
-        for (mj, sj) in m.iter_mut().zip(sum.iter()) {
-            *mj = *mj + sj.ln();
+        // (x - m) - ln(sum), as in `softmax_row_impl`.
+        for s in sum.iter_mut() {
+            *s = s.ln();
         }
         for k in 0..n {
-            for (j, lse) in m.iter().enumerate() {
-                unsafe { y.add(k * ys + j * yl).write(T::down(rd(k, j) - *lse)) };
+            for (j, (mj, ls)) in m.iter().zip(sum.iter()).enumerate() {
+                unsafe {
+                    y.add(k * ys + j * yl)
+                        .write(T::down((rd(k, j) - *mj) - *ls))
+                };
             }
         }
     } else {

@@ -17,6 +17,10 @@ use crate::{with_dtype, with_numeric_dtype};
 pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let po = SendPtr(ptr::<O>(out.storage));
+    // SAFETY: `par_runs` hands each call a disjoint run of the output: the
+    // element offsets `o` and strides `s` it gives stay inside the layouts,
+    // which fit the storages (this function's contract), and the storages
+    // hold `A` and `O` values; the caller's locks keep other writers out.
     par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
         let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
         if s == [1, 1] {
@@ -51,6 +55,8 @@ pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
     let pa = SendPtr(ptr::<A>(a.storage));
     let pb = SendPtr(ptr::<B>(b.storage));
     let po = SendPtr(ptr::<O>(out.storage));
+    // SAFETY: as in `map1`: disjoint output runs, offsets within layouts
+    // that fit their storages, element types as the contract states.
     par_runs([&out.layout, &a.layout, &b.layout], |o, len, s| unsafe {
         let (po, pa, pb) = (
             po.get().add(o[0]),
@@ -150,7 +156,7 @@ pub(crate) fn fill(dst: &Operand, value: f64) {
 
 /// The comparison kernels, for any dtype.
 fn compare<T: Element>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
-    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    // SAFETY: (every arm) dtypes match; the caller holds the locks.
     unsafe {
         match op {
             BinaryOp::Eq => map2::<T, T, bool>(a, b, dst, |x, y| x == y),
@@ -165,7 +171,7 @@ fn compare<T: Element>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
 }
 
 fn arith<T: Num>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
-    // SAFETY (every arm): dtypes match; the caller holds the locks.
+    // SAFETY: (every arm) dtypes match; the caller holds the locks.
     unsafe {
         match op {
             BinaryOp::Add => map2::<T, T, T>(a, b, dst, |x, y| x.add(y)),
@@ -202,7 +208,7 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
     // one-element stack buffer seen as a storage would need an allocation, so
     // instead the closures capture the converted value.
     fn go<T: Num>(op: BinaryOp, a: &Operand, s: T, dst: &Operand) {
-        // SAFETY (every arm): dtypes match; the caller holds the locks.
+        // SAFETY: (every arm) dtypes match; the caller holds the locks.
         unsafe {
             match op {
                 BinaryOp::Add => map1::<T, T>(a, dst, |x| x.add(s)),

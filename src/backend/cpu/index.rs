@@ -146,6 +146,13 @@ pub(crate) fn gather(
     })
 }
 
+/// The gather walk: `dst[o] = src[o with dim `d` replaced by index[o]]`.
+///
+/// # Safety
+/// The operands are CPU storages of element types `T` (`src`, `dst`) and `I`
+/// (`index`), locked by the caller; their layouts (and `index_walk`) fit
+/// their storages; every index is in range for `d` (checked by the op
+/// layer).
 unsafe fn gather_t<T: Copy, I: IndexElem>(
     src: &Operand,
     index: &Operand,
@@ -158,6 +165,10 @@ unsafe fn gather_t<T: Copy, I: IndexElem>(
     let po = SendPtr(ptr::<T>(dst.storage));
     let (size, stride) = (d.size, d.stride);
     let plan = Plan::new([&dst.layout, index_walk, &src.layout]);
+    // SAFETY: the plan's runs stay inside the three layouts, which fit their
+    // storages (the contract); each index was range-checked by the op layer
+    // (`offset_of` maps it into `0..size` of the gathered dim), and parallel
+    // runs write disjoint output elements.
     plan.par_runs(|o, len, s| unsafe {
         let (po, pi, ps) = (
             po.get().add(o[0]),
@@ -225,6 +236,10 @@ pub(crate) fn scatter(
 /// The scatter walk. Sequential: two positions of the walk may write the
 /// same element. `f(old, new)` combines; without a source tensor `value` is
 /// written.
+///
+/// # Safety
+/// As for [`gather_t`], with `dst` written (exclusively locked) and `src`,
+/// if any, read.
 #[allow(clippy::too_many_arguments)]
 unsafe fn scatter_t<T: Copy, I: IndexElem>(
     dst: &Operand,
@@ -242,6 +257,9 @@ unsafe fn scatter_t<T: Copy, I: IndexElem>(
         Some(src) => {
             let ps = ptr::<T>(src.storage) as *const T;
             let plan = Plan::new([&dst.layout, index_walk, &src.layout]);
+            // SAFETY: runs in the layouts (which fit the storages); the
+            // index is in range (checked by the op layer, mapped by
+            // `offset_of`); sequential, so repeated indices cannot race.
             plan.runs(0, plan.numel(), &mut |o, len, s| unsafe {
                 for i in 0..len {
                     let k = offset_of(pi.add(o[1] + i * s[1]).read().get(), size, stride);
@@ -252,6 +270,7 @@ unsafe fn scatter_t<T: Copy, I: IndexElem>(
         }
         None => {
             let plan = Plan::new([&dst.layout, index_walk]);
+            // SAFETY: as above, without a source.
             plan.runs(0, plan.numel(), &mut |o, len, s| unsafe {
                 for i in 0..len {
                     let k = offset_of(pi.add(o[1] + i * s[1]).read().get(), size, stride);

@@ -82,6 +82,10 @@ unsafe fn gemm_one<T: 'static + Copy>(
 ) {
     // dst := alpha * dst + beta * lhs * rhs; dst is read only when `acc`.
     let alpha = if acc { one } else { zero };
+    // SAFETY: `g` describes three matrices inside their storages (built by
+    // the caller from checked layouts: rows and columns with their strides
+    // in elements), `d` does not overlap `a` or `b` (a fresh or exclusively
+    // locked output), and `T` is the element type of all three.
     unsafe {
         gemm::gemm(
             g.m, g.n, g.k, d, g.d.1, g.d.0, acc, a, g.a.1, g.a.0, b, g.b.1, g.b.0, alpha, one,

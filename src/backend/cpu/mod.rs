@@ -40,5 +40,8 @@ pub(crate) unsafe fn slice<T>(s: &Storage, offset: usize, len: usize) -> &[T] {
     if len == 0 {
         return &[];
     }
+    // SAFETY: the contract: `offset + len` elements of `T` lie inside the
+    // storage (checked in debug builds above), initialised, not written
+    // meanwhile; the storage outlives the returned borrow.
     unsafe { std::slice::from_raw_parts(ptr::<T>(s).add(offset), len) }
 }

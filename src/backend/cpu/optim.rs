@@ -147,6 +147,10 @@ unsafe fn adam_t<T: Flt, const AMS: bool>(
     let distinct = (0..4).all(|i| (i + 1..4).all(|j| ids[i] != ids[j]))
         && (!AMS || !ids.contains(&x.storage.id()));
     let plan = Plan::new([&p.layout, &g.layout, &m.layout, &v.layout, &x.layout]);
+    // SAFETY: the plan's runs stay inside the five layouts, which fit their
+    // `T` storages (this function's contract); parallel runs touch
+    // disjoint elements; the slice fast path is taken only when the storages
+    // are `distinct`, so no two slices alias.
     plan.par_runs(|o, len, s| unsafe {
         let (pp, pg, pm, pv, px) = (
             pp.get().add(o[0]),
@@ -212,6 +216,9 @@ macro_rules! multiversion {
         fn $name<$T: Flt, const $B: bool>($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             {
+                /// # Safety
+                /// The CPU supports AVX2 (and the arguments meet the
+                /// wrapped function's own contract).
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2<$T: Flt, const $B: bool>($($a: $t),*) $body
                 if std::arch::is_x86_feature_detected!("avx2") {
@@ -347,6 +354,8 @@ unsafe fn sgd_t<T: Flt, const MOM: bool>(p: &Operand, g: &Operand, b: &Operand, 
     let distinct = p.storage.id() != g.storage.id()
         && (!MOM || (b.storage.id() != p.storage.id() && b.storage.id() != g.storage.id()));
     let plan = Plan::new([&p.layout, &g.layout, &b.layout]);
+    // SAFETY: as in `adam_t`: runs inside layouts that fit the storages,
+    // disjoint per thread, slices only over `distinct` storages.
     plan.par_runs(|o, len, s| unsafe {
         let (pp, pg, pb) = (pp.get().add(o[0]), pg.get().add(o[1]), pb.get().add(o[2]));
         let dense = s[0] == 1 && s[1] == 1 && (!MOM || s[2] == 1);
@@ -398,6 +407,8 @@ unsafe fn sum_squares_t<T: Flt>(src: &Operand) -> f64 {
     let n = plan.numel();
     let part = |start: usize, end: usize| -> f64 {
         let mut acc = [0.0f64; L];
+        // SAFETY: runs inside the layout, which fits the read-locked
+        // storage of `T` (the contract); reads only.
         plan.runs(start, end, &mut |o, len, s| unsafe {
             let p = base.get().add(o[0]) as *const T;
             if s[0] == 1 {

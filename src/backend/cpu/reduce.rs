@@ -107,6 +107,8 @@ trait Reducer: Sync {
         i0: usize,
     ) -> Self::Acc {
         for k in 0..len {
+            // SAFETY: `k < len`: element `k * s` is in bounds and initialised (this fn's
+            // contract).
             a = self.step(a, unsafe { p.add(k * s).read() }, i0 + k);
         }
         a
@@ -121,6 +123,9 @@ trait Reducer: Sync {
 }
 
 /// Dense f64 accumulation of `f(p[k])` in 8 independent lanes (vectorises).
+///
+/// # Safety
+/// `p[0..len]` is in bounds and initialised.
 #[inline(always)]
 unsafe fn sum8<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
     let mut l = [0f64; 8];
@@ -128,12 +133,14 @@ unsafe fn sum8<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
     let mut k = 0;
     while k < body {
         for (j, lj) in l.iter_mut().enumerate() {
+            // SAFETY: `k + j < body <= len`: in bounds and initialised (this fn's contract).
             *lj += f(unsafe { p.add(k + j).read() });
         }
         k += 8;
     }
     let mut tail = 0.0;
     for k in body..len {
+        // SAFETY: `k < len`: in bounds and initialised (this fn's contract).
         tail += f(unsafe { p.add(k).read() });
     }
     ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
@@ -150,12 +157,16 @@ trait DenseSum: Element {
 impl DenseSum for f32 {
     #[inline(always)]
     unsafe fn dense_sum(p: *const f32, len: usize, f: impl Fn(f64) -> f64) -> f64 {
+        // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
+        // initialised.
         unsafe { sum8(p, len, |x| f(x as f64)) }
     }
 }
 impl DenseSum for f64 {
     #[inline(always)]
     unsafe fn dense_sum(p: *const f64, len: usize, f: impl Fn(f64) -> f64) -> f64 {
+        // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
+        // initialised.
         unsafe { sum8(p, len, f) }
     }
 }
@@ -172,8 +183,11 @@ macro_rules! dense_sum_half {
                 let mut c0 = 0;
                 while c0 < len {
                     let n = buf.len().min(len - c0);
+                    // SAFETY: `c0 + n <= len`: the caller's contiguous elements, in bounds and
+                    // initialised.
                     let src = unsafe { std::slice::from_raw_parts(p.add(c0), n) };
                     src.convert_to_f32_slice(&mut buf[..n]);
+                    // SAFETY: `buf` holds `n` initialised f32 values.
                     acc += unsafe { sum8(buf.as_ptr(), n, |x| f(x as f64)) };
                     c0 += n;
                 }
@@ -205,10 +219,13 @@ impl<T: DenseSum> Reducer for SumF<T> {
     #[inline(always)]
     unsafe fn run(&self, a: f64, p: *const T, len: usize, s: usize, _: usize) -> f64 {
         if s == 1 {
+            // SAFETY: `s == 1`: the `len` elements from `p` are contiguous and in bounds
+            // (`run`'s contract).
             a + unsafe { T::dense_sum(p, len, |x| x) }
         } else {
             let mut a = a;
             for k in 0..len {
+                // SAFETY: `k < len`: element `k * s` is in bounds (`run`'s contract).
                 a += unsafe { p.add(k * s).read() }.to_f64();
             }
             a
@@ -219,6 +236,8 @@ impl<T: DenseSum> Reducer for SumF<T> {
     }
     unsafe fn finish(&self, a: f64, n: usize, o: usize) {
         let v = if self.mean { a / n as f64 } else { a };
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(T::from_f64(v)) }
     }
 }
@@ -251,6 +270,8 @@ where
         }
     }
     unsafe fn finish(&self, a: i64, _: usize, o: usize) {
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(a) }
     }
 }
@@ -273,6 +294,8 @@ impl<T: Element> Reducer for ProdF<T> {
         a * b
     }
     unsafe fn finish(&self, a: f64, _: usize, o: usize) {
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(T::from_f64(a)) }
     }
 }
@@ -305,8 +328,10 @@ impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
     #[inline(always)]
     unsafe fn run(&self, a: L::V, p: *const L, len: usize, s: usize, _: usize) -> L::V {
         if s == 1 {
+            // SAFETY: `run`'s contract, with the stride 1 this branch tested.
             unsafe { self.run_impl(a, p, len, 1) }
         } else {
+            // SAFETY: `run`'s contract, passed on.
             unsafe { self.run_impl(a, p, len, s) }
         }
     }
@@ -318,11 +343,17 @@ impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
         }
     }
     unsafe fn finish(&self, a: L::V, _: usize, o: usize) {
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(a) }
     }
 }
 
 impl<L: Load, const MAX: bool> Extreme<L, MAX> {
+    /// [`Reducer::run`] with the stride as a parameter the callers fix.
+    ///
+    /// # Safety
+    /// As for [`Reducer::run`]: `p[k * s]` for `k < len` is in bounds.
     #[inline(always)]
     unsafe fn run_impl(&self, a: L::V, p: *const L, len: usize, s: usize) -> L::V {
         // Eight independent accumulators: no dependency chain through one.
@@ -331,12 +362,15 @@ impl<L: Load, const MAX: bool> Extreme<L, MAX> {
         let mut k = 0;
         while k < body {
             for (j, lj) in l.iter_mut().enumerate() {
+                // SAFETY: `k + j < body <= len`: element `(k + j) * s` is in bounds
+                // (`run_impl`'s contract).
                 *lj = self.step(*lj, unsafe { p.add((k + j) * s).read() }, 0);
             }
             k += 8;
         }
         let mut a = a;
         for k in body..len {
+            // SAFETY: `k < len`: in bounds (`run_impl`'s contract).
             a = self.step(a, unsafe { p.add(k * s).read() }, 0);
         }
         l.iter().fold(a, |a, &b| self.merge(a, b))
@@ -380,6 +414,8 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
         }
     }
     unsafe fn finish(&self, a: Self::Acc, _: usize, o: usize) {
+        // SAFETY: `o` is in bounds of the index and value outputs and no other thread writes it
+        // (`finish`'s contract).
         unsafe {
             self.indices.get().add(o).write(a.1 as i64);
             if let Some(v) = self.values {
@@ -419,11 +455,15 @@ impl<T: DenseSum> Reducer for Var<T> {
         if s != 1 || len < 16 {
             let mut a = a;
             for k in 0..len {
+                // SAFETY: `k < len`: in bounds (`run`'s contract).
                 a = self.step(a, unsafe { p.add(k * s).read() }, 0);
             }
             return a;
         }
+        // SAFETY: `s == 1` in this branch: `len` contiguous elements from `p`, in bounds
+        // (`run`'s contract).
         let mean = unsafe { T::dense_sum(p, len, |x| x) } / len as f64;
+        // SAFETY: as above.
         let m2 = unsafe {
             T::dense_sum(p, len, |x| {
                 let d = x - mean;
@@ -448,6 +488,8 @@ impl<T: DenseSum> Reducer for Var<T> {
         let dof = (a.0 - self.correction as f64).max(0.0);
         let var = a.2 / dof;
         let v = if self.std { var.sqrt() } else { var };
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(T::from_f64(v)) }
     }
 }
@@ -487,8 +529,10 @@ where
     #[inline(always)]
     unsafe fn run(&self, a: (f64, f64), p: *const T, len: usize, s: usize, _: usize) -> (f64, f64) {
         if s == 1 {
+            // SAFETY: `run`'s contract, with the stride 1 this branch tested.
             unsafe { self.run_impl(a, p, len, 1) }
         } else {
+            // SAFETY: `run`'s contract, passed on.
             unsafe { self.run_impl(a, p, len, s) }
         }
     }
@@ -510,6 +554,8 @@ where
         } else {
             m + s.ln()
         };
+        // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
+        // contract).
         unsafe { self.out.get().add(o).write(T::from_f64(v)) }
     }
 }
@@ -518,12 +564,17 @@ impl<T: Flt> Lse<T>
 where
     T::C: FastExp,
 {
+    /// [`Reducer::run`] with the stride as a parameter the callers fix.
+    ///
+    /// # Safety
+    /// As for [`Reducer::run`]: `p[k * s]` for `k < len` is in bounds.
     #[inline(always)]
     unsafe fn run_impl(&self, a: (f64, f64), p: *const T, len: usize, s: usize) -> (f64, f64) {
         // Two passes over the run: its max, then the sum of exponentials
         // relative to it (computed in `T::C` a chunk at a time, summed in f64).
         use num_traits::{Float, Zero};
         const CHUNK: usize = 256;
+        // SAFETY: called with `k < len` only: in bounds (`run_impl`'s contract).
         let rd = |k: usize| unsafe { p.add(k * s).read() }.up();
         let ninf = <T::C as Float>::neg_infinity();
         let mut ml = [ninf; 8];
@@ -638,6 +689,8 @@ unsafe fn fold<R: Reducer>(
     let mut a = r.init();
     let mut i = start;
     rp.runs(start, end, &mut |o, len, s| {
+        // SAFETY: the plan's runs of the reduced layout, from `base`, are in bounds (this fn's
+        // contract).
         a = unsafe { r.run(a, src.add(base + o[0]), len, s[0], i) };
         i += len;
     });
@@ -656,6 +709,7 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
     }
     if n_red == 0 {
         for o in 0..n_out {
+            // SAFETY: `o < n_out`, the number of outputs, written by this thread alone.
             unsafe { r.finish(r.init(), 0, o) };
         }
         return;
@@ -675,10 +729,13 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
                     .into_par_iter()
                     .map(|c| {
                         let st = c * PAR_CHUNK;
+                        // SAFETY: `base` is an offset of the kept layout and `st..end` a range
+                        // of the reduced one: in bounds (this fn's contract).
                         unsafe { fold(r, src.get(), &rp, base, st, (st + PAR_CHUNK).min(n_red)) }
                     })
                     .collect();
                 let a = parts.into_iter().fold(r.init(), |a, b| r.merge(a, b));
+                // SAFETY: `o + k` indexes this run's output, written once, by this thread.
                 unsafe { r.finish(a, n_red, o + k) };
             }
             o += len;
@@ -705,10 +762,14 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
                             let p = unsafe { src.get().add(off + b * s + ro[0] + t * rs[0]) };
                             if s == 1 {
                                 for (j, a) in acc[..blk].iter_mut().enumerate() {
+                                    // SAFETY: `j < blk` along the kept dim with stride 1:
+                                    // inside the kept layout (the plans).
                                     *a = r.step(*a, unsafe { p.add(j).read() }, i + t);
                                 }
                             } else {
                                 for (j, a) in acc[..blk].iter_mut().enumerate() {
+                                    // SAFETY: `j < blk` along the kept dim with stride `s`:
+                                    // inside the kept layout (the plans).
                                     *a = r.step(*a, unsafe { p.add(j * s).read() }, i + t);
                                 }
                             }
@@ -716,6 +777,8 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
                         i += rlen;
                     });
                     for (j, a) in acc[..blk].iter().enumerate() {
+                        // SAFETY: each output of the block is written once, by the thread that
+                        // owns the block.
                         unsafe { r.finish(*a, n_red, o + b + j) };
                     }
                     b += blk;
@@ -726,10 +789,15 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
                     // SAFETY: in bounds by the plans.
                     let a = if r_dims <= 1 {
                         // One run (the common case): no walk to set up.
+                        // SAFETY: `base` is a kept offset and the reduced layout is one run of
+                        // `n_red` with `r_stride`: in bounds (this fn's contract).
                         unsafe { r.run(r.init(), src.get().add(base), n_red, r_stride, 0) }
                     } else {
+                        // SAFETY: `base` is a kept offset: the reduced plan's runs from it are
+                        // in bounds (this fn's contract).
                         unsafe { fold(r, src.get(), &rp, base, 0, n_red) }
                     };
+                    // SAFETY: `o + k` indexes this run's output, written once, by this thread.
                     unsafe { r.finish(a, n_red, o + k) };
                 }
             }
@@ -765,7 +833,7 @@ fn float_reduce<T: Flt + Load<V = T> + DenseSum>(
 {
     let s = ptr::<T>(src.storage) as *const T;
     let out = at::<T>(dst);
-    // SAFETY (every arm): dtypes match; the caller holds the locks; `dst` is contiguous.
+    // SAFETY: (every arm) dtypes match; the caller holds the locks; `dst` is contiguous.
     unsafe {
         match op {
             Reduction::Sum => run_reduction(&SumF { out, mean: false }, s, kept, red),
@@ -794,7 +862,7 @@ where
 {
     let s = ptr::<L>(src.storage) as *const L;
     let _m = std::marker::PhantomData;
-    // SAFETY (every arm): `L` matches the source dtype, the output's dtype is
+    // SAFETY: (every arm) `L` matches the source dtype, the output's dtype is
     // i64 for sum/prod and the value type for max/min; locks are held.
     unsafe {
         match op {

@@ -31,6 +31,7 @@ where
     T::C: FastExp,
 {
     // Constant strides and flag in each copy, so the dense loops vectorise.
+    // SAFETY: the caller's contract, passed on unchanged (only the strides are made constant).
     unsafe {
         match (xs == 1 && ys == 1, log) {
             (true, true) => softmax_row_impl(x, 1, y, 1, n, true),
@@ -41,6 +42,10 @@ where
     }
 }
 
+/// [`softmax_row`] with its strides and flag fixed by the caller.
+///
+/// # Safety
+/// As for [`softmax_row`].
 #[inline(always)]
 unsafe fn softmax_row_impl<T: Flt>(
     x: *const T,
@@ -54,6 +59,8 @@ unsafe fn softmax_row_impl<T: Flt>(
 {
     use num_traits::{Float, Zero};
     const CHUNK: usize = 256;
+    // SAFETY: called with `k < n` only: element `k * xs` of the row is in bounds (this fn's
+    // contract).
     let rd = |k: usize| unsafe { x.add(k * xs).read() }.up();
     let zero = <T::C as Zero>::zero();
     // Max, in 8 independent lanes.
@@ -90,6 +97,8 @@ unsafe fn softmax_row_impl<T: Flt>(
         }
         if !log {
             for (i, &b) in buf[..len].iter().enumerate() {
+                // SAFETY: `c0 + i < n`: in the output row, which only this call writes (the
+                // contract).
                 unsafe { y.add((c0 + i) * ys).write(T::down(b)) };
             }
         }
@@ -101,6 +110,7 @@ unsafe fn softmax_row_impl<T: Flt>(
         // rounds away ln(sum) (v = 1e8 gave 0, not -ln 3).
         let ls = sum.ln();
         for k in 0..n {
+            // SAFETY: `k < n`: in the output row, which only this call writes.
             unsafe { y.add(k * ys).write(T::down((rd(k) - m) - ls)) };
         }
     } else {
@@ -108,12 +118,16 @@ unsafe fn softmax_row_impl<T: Flt>(
         if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
             // f32 / f64: the stored exponentials are exact; scale them.
             for k in 0..n {
+                // SAFETY: `k < n`: in the output row.
                 let p = unsafe { y.add(k * ys) };
+                // SAFETY: `p` is in the output row, written just above (initialised), by this
+                // call alone.
                 unsafe { p.write(T::down(p.read().up() * inv)) };
             }
         } else {
             // f16 / bf16: recompute rather than round twice.
             for k in 0..n {
+                // SAFETY: `k < n`: in the output row, which only this call writes.
                 unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp() * inv)) };
             }
         }
@@ -145,6 +159,7 @@ unsafe fn softmax_rows<T: Flt>(
     T::C: FastExp,
 {
     // Constant strides and flag in each copy, so the loops over `j` vectorise.
+    // SAFETY: the caller's contract, passed on unchanged (only the strides are made constant).
     unsafe {
         match (xl == 1 && yl == 1, log) {
             (true, true) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, true),
@@ -155,6 +170,10 @@ unsafe fn softmax_rows<T: Flt>(
     }
 }
 
+/// [`softmax_rows`] with its row strides and flag fixed by the caller.
+///
+/// # Safety
+/// As for [`softmax_row`], for each of the `b` rows.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn softmax_rows_impl<T: Flt>(
@@ -171,6 +190,8 @@ unsafe fn softmax_rows_impl<T: Flt>(
     T::C: FastExp,
 {
     use num_traits::{Float, Zero};
+    // SAFETY: called with `k < n` and `j < b` only: in row `j` of the block, in bounds (the
+    // contract).
     let rd = |k: usize, j: usize| unsafe { x.add(k * xs + j * xl).read() }.up();
     let mut m = [<T::C as Float>::neg_infinity(); ROW_LANES];
     let mut sum = [<T::C as Zero>::zero(); ROW_LANES];
@@ -185,6 +206,8 @@ unsafe fn softmax_rows_impl<T: Flt>(
             let e = (rd(k, j) - m[j]).fexp();
             *sj = *sj + e;
             if !log {
+                // SAFETY: `k < n`, `j < b`: in the block's output rows, which only this call
+                // writes.
                 unsafe { y.add(k * ys + j * yl).write(T::down(e)) };
             }
         }
@@ -196,6 +219,8 @@ unsafe fn softmax_rows_impl<T: Flt>(
         }
         for k in 0..n {
             for (j, (mj, ls)) in m.iter().zip(sum.iter()).enumerate() {
+                // SAFETY: `k < n`, `j < b`: in the block's output rows, which only this call
+                // writes.
                 unsafe {
                     y.add(k * ys + j * yl)
                         .write(T::down((rd(k, j) - *mj) - *ls))
@@ -209,12 +234,16 @@ unsafe fn softmax_rows_impl<T: Flt>(
         let same = std::mem::size_of::<T>() == std::mem::size_of::<T::C>();
         for k in 0..n {
             for (j, inv) in sum.iter().enumerate() {
+                // SAFETY: `k < n`, `j < b`: in the block's output rows.
                 let p = unsafe { y.add(k * ys + j * yl) };
                 let e = if same {
+                    // SAFETY: `p` was written above in this call (initialised) and is in
+                    // bounds.
                     unsafe { p.read() }.up()
                 } else {
                     (rd(k, j) - m[j]).fexp()
                 };
+                // SAFETY: `p` is in the block's output rows, written by this call alone.
                 unsafe { p.write(T::down(e * *inv)) };
             }
         }
@@ -247,12 +276,13 @@ where
     );
     let body = |start: usize, end: usize| {
         plan.runs(start, end, &mut |o, len, s| {
-            // SAFETY (both arms): offsets come from the layouts, which fit
-            // their storages; rows are disjoint; the caller holds the locks.
             if blocks && s[1] < xs && len > 1 {
                 let mut r = 0;
                 while r < len {
                     let b = ROW_LANES.min(len - r);
+                    // SAFETY: the plan's offsets `o` and strides `s` stay inside the layouts,
+                    // which fit their storages; the `b` rows of each block are disjoint from
+                    // other blocks' rows; the caller holds the locks.
                     unsafe {
                         softmax_rows::<T>(
                             px.get().add(o[1] + r * s[1]),
@@ -270,6 +300,7 @@ where
                 }
             } else {
                 for r in 0..len {
+                    // SAFETY: as above, one row at a time.
                     unsafe {
                         softmax_row::<T>(
                             px.get().add(o[1] + r * s[1]),

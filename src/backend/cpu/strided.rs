@@ -32,7 +32,12 @@ impl<T> Clone for SendPtr<T> {
     }
 }
 impl<T> Copy for SendPtr<T> {}
+// SAFETY: a `SendPtr` is an address a kernel shares with its worker
+// threads; every kernel that sends one gives each thread disjoint elements
+// to write (or only reads) and holds the storage locks until all threads
+// have joined, so the pointee is never raced on.
 unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: see `Send`.
 unsafe impl<T> Sync for SendPtr<T> {}
 impl<T> SendPtr<T> {
     /// The pointer. (A method, so closures capture the whole `SendPtr`.)

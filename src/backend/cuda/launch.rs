@@ -237,6 +237,10 @@ impl<A: Args> Function<A> {
     ) -> Result<()> {
         let mut b = s.cu().launch_builder(&self.f);
         args.push(&mut b);
+        // SAFETY: `args` has the kernel's parameter types (the `Kernel<A>`
+        // table, checked against the PTX by tests/nvrtc.rs), and the caller
+        // guarantees every pointer in it is valid for the grid's accesses
+        // (this function's contract).
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(op))
     }
 }

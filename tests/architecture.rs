@@ -1,0 +1,295 @@
+//! The structural rules of ARCHITECTURE.md, checked on the source tree:
+//! file size, the allocator's independence from the backends, imports from
+//! the defining module (not the crate root), and a `# Safety` contract on
+//! every `unsafe fn`. (`// SAFETY:` on every `unsafe` block and impl is
+//! clippy's `undocumented_unsafe_blocks`, denied in CI.)
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn src_files() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    files.sort();
+    assert!(
+        files.len() > 50,
+        "found only {} files under src/",
+        files.len()
+    );
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")))
+                .unwrap()
+                .display()
+                .to_string();
+            (rel, fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The line without a trailing `//` comment, or "" for a comment line
+/// (strings containing `//` are rare enough in `use` lines and paths to
+/// ignore).
+fn code(line: &str) -> &str {
+    let t = line.trim_start();
+    if t.starts_with("//") {
+        return "";
+    }
+    match line.find("//") {
+        Some(i) => &line[..i],
+        None => line,
+    }
+}
+
+#[test]
+fn no_source_file_is_over_1000_lines() {
+    let long: Vec<String> = src_files()
+        .iter()
+        .filter(|(_, text)| text.lines().count() > 1000)
+        .map(|(p, text)| format!("{p}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "split these by concern: {long:#?}");
+}
+
+#[test]
+fn the_allocator_imports_no_backend() {
+    let mut seen = 0;
+    let mut bad = Vec::new();
+    for (path, text) in src_files() {
+        if !path.starts_with("src/alloc/") {
+            continue;
+        }
+        seen += 1;
+        for (i, line) in text.lines().enumerate() {
+            let c = code(line);
+            if c.contains("backend") || c.contains("cudarc") || c.contains("crate::storage") {
+                bad.push(format!("{path}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(seen >= 4, "src/alloc/ has only {seen} files");
+    assert!(
+        bad.is_empty(),
+        "the allocator layer must not know a backend: {bad:#?}"
+    );
+}
+
+/// The names the crate root re-exports for users. Inside the crate they are
+/// imported from the module that defines them.
+const ROOT_REEXPORTS: [&str; 19] = [
+    "Tensor",
+    "TensorView",
+    "TensorViewMut",
+    "Device",
+    "DType",
+    "Element",
+    "Error",
+    "Result",
+    "Layout",
+    "PendingHost",
+    "manual_seed",
+    "Generator",
+    "scope",
+    "scope_with_stats",
+    "Scope",
+    "ScopeStats",
+    "Scoped",
+    "bf16",
+    "f16",
+];
+
+fn is_root_name(word: &str) -> bool {
+    ROOT_REEXPORTS.contains(&word)
+}
+
+#[test]
+fn nothing_imports_through_the_crate_root() {
+    let mut bad = Vec::new();
+    for (path, text) in src_files() {
+        if path == "src/lib.rs" {
+            continue;
+        }
+        // `use crate::{A, b::C, ...};` may span lines: join each statement.
+        let mut stmt = String::new();
+        for (i, line) in text.lines().enumerate() {
+            let c = code(line);
+            let t = c.trim_start();
+            if stmt.is_empty()
+                && !(t.starts_with("use crate::")
+                    || t.starts_with("pub use crate::")
+                    || t.starts_with("pub(crate) use crate::"))
+            {
+                // Paths in expressions and types: `crate::Tensor::zeros(..)`.
+                let mut rest = c;
+                while let Some(k) = rest.find("crate::") {
+                    let after = &rest[k + "crate::".len()..];
+                    let word: String = after
+                        .chars()
+                        .take_while(|ch| ch.is_alphanumeric() || *ch == '_')
+                        .collect();
+                    let before = &rest[..k];
+                    let is_dollar = before.ends_with('$');
+                    // `crate::scope::..` is the module, `crate::Tensor::..` the type.
+                    let module_path = after[word.len()..].starts_with("::")
+                        && word.starts_with(|c: char| c.is_lowercase());
+                    if is_root_name(&word) && !is_dollar && !module_path {
+                        bad.push(format!("{path}:{}: crate::{word}", i + 1));
+                    }
+                    rest = after;
+                }
+                continue;
+            }
+            stmt.push_str(c);
+            if !c.contains(';') {
+                continue;
+            }
+            let s = std::mem::take(&mut stmt);
+            let body = s.split("crate::").nth(1).unwrap_or("");
+            if let Some(group) = body.strip_prefix('{') {
+                // Top-level names of the group: depth-0 words before `,` or `}`.
+                let mut depth = 0;
+                let mut word = String::new();
+                let mut top = Vec::new();
+                let mut at_start = true;
+                for ch in group.chars() {
+                    match ch {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            at_start = true;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 && at_start {
+                        if ch.is_alphanumeric() || ch == '_' {
+                            word.push(ch);
+                            continue;
+                        }
+                        if !word.is_empty() {
+                            // Followed by `::`: a module path, not a name.
+                            if ch != ':' {
+                                top.push(std::mem::take(&mut word));
+                            } else {
+                                word.clear();
+                            }
+                            at_start = false;
+                        } else if !ch.is_whitespace() {
+                            at_start = false;
+                        }
+                    }
+                }
+                if !word.is_empty() {
+                    top.push(word);
+                }
+                for w in top {
+                    if is_root_name(&w) {
+                        bad.push(format!("{path}:{}: use crate::{{{w}}}", i + 1));
+                    }
+                }
+            } else {
+                let word: String = body
+                    .chars()
+                    .take_while(|ch| ch.is_alphanumeric() || *ch == '_')
+                    .collect();
+                let next = body[word.len()..].chars().next();
+                if is_root_name(&word) && next != Some(':') {
+                    bad.push(format!("{path}:{}: use crate::{word}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "import these from their defining module (crate::tensor::Tensor, crate::device::Device, ...): {bad:#?}"
+    );
+}
+
+/// The name of the function declared on a line containing `unsafe fn `.
+fn unsafe_fn_name(line: &str) -> String {
+    let after = line.split("unsafe fn ").nth(1).unwrap_or("");
+    after
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// `true` if the comment and attribute lines right above line `i` state a
+/// safety contract (`# Safety`) or argument (`SAFETY:`).
+fn documented_above(lines: &[&str], i: usize) -> bool {
+    let mut j = i;
+    while j > 0 {
+        j -= 1;
+        let t = lines[j].trim_start();
+        if t.starts_with("///") || t.starts_with("//") || t.starts_with("#[") {
+            if t.contains("# Safety") || t.contains("SAFETY:") {
+                return true;
+            }
+        } else {
+            return false;
+        }
+    }
+    false
+}
+
+/// Every `unsafe fn` states its contract in a `# Safety` section. A trait
+/// method's implementation (an `unsafe fn` inside an `impl Trait for Type`
+/// block) inherits the contract of a documented `unsafe fn` of that name.
+#[test]
+fn every_unsafe_fn_states_its_contract() {
+    let files = src_files();
+    let mut declared = std::collections::HashSet::new();
+    let mut sites = Vec::new();
+    for (path, text) in &files {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut in_trait_impl = false;
+        for (i, line) in lines.iter().enumerate() {
+            let c = code(line);
+            let t = c.trim_start();
+            if t.starts_with("impl ") || t.starts_with("impl<") {
+                in_trait_impl = t.contains(" for ");
+            }
+            if !c.contains("unsafe fn ") {
+                continue;
+            }
+            let name = unsafe_fn_name(c);
+            let documented = documented_above(&lines, i);
+            if documented {
+                declared.insert(name.clone());
+            }
+            let site = format!("{path}:{}: {}", i + 1, line.trim());
+            sites.push((site, name, documented, in_trait_impl));
+        }
+    }
+    assert!(
+        sites.len() > 10,
+        "only {} unsafe fns found: is the scan broken?",
+        sites.len()
+    );
+    let bad: Vec<&String> = sites
+        .iter()
+        .filter(|(_, name, documented, in_impl)| {
+            !(*documented || *in_impl && declared.contains(name))
+        })
+        .map(|(site, ..)| site)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "give each unsafe fn a `# Safety` doc section stating the caller's contract: {bad:#?}"
+    );
+}

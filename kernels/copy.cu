@@ -35,10 +35,25 @@ COPY_KERNELS(8)
 
 // ----------------------------------------------------------------- casts ---
 
-// The generic cast goes through f64, exactly as the CPU does.
+// PyTorch's casts, as the CPU's (src/backend/cpu/elementwise.rs, CastTo):
+// to an integer, through i64 (truncated toward zero, saturating there, NaN
+// 0) and then wrapped to the width (300.7 to u8 is 44, -1 is 255); between
+// integers, two's complement wrapping without f64 (i64 263 to u8 is 7); to
+// a float, rounded once from f64.
+template <typename D> struct WrapF64 { static DEV D cvt(double d) { return FromF64<D>::cvt(d); } };
+template <> struct WrapF64<i32> { static DEV i32 cvt(double d) { return (i32)(u32)(u64)FromF64<i64>::cvt(d); } };
+template <> struct WrapF64<u8> { static DEV u8 cvt(double d) { return (u8)(u64)FromF64<i64>::cvt(d); } };
 template <typename S, typename D> struct Cast {
-    static DEV D cvt(S x) { return FromF64<D>::cvt(to_f64(x)); }
+    static DEV D cvt(S x) { return WrapF64<D>::cvt(to_f64(x)); }
 };
+#define INT_CAST(S, D, U) \
+    template <> struct Cast<S, D> { static DEV D cvt(S x) { return (D)(U)(u64)(i64)x; } };
+INT_CAST(i64, i32, u32)
+INT_CAST(i64, u8, u8)
+INT_CAST(i32, i64, u64)
+INT_CAST(i32, u8, u8)
+INT_CAST(u8, i64, u64)
+INT_CAST(u8, i32, u32)
 // Shortcuts that give the same results: f32 holds every f16/bf16 value
 // exactly, and rounding an f32 once to f16/bf16 equals rounding its f64.
 template <> struct Cast<f16, float> { static DEV float cvt(f16 x) { return f16_to_float(x); } };

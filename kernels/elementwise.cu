@@ -55,7 +55,8 @@ NUM_UNARY(relu, (x > 0.0f || x != x) ? x : 0.0f, (x > 0.0 || x != x) ? x : 0.0, 
 NUM_UNARY(square, x * x, x * x, (i64)((u64)x * (u64)x), (i32)((u32)x * (u32)x), (u8)((u32)x * (u32)x))
 NUM_UNARY(floor, floorf(x), floor(x), x, x, x)
 NUM_UNARY(round, rintf(x), rint(x), x, x, x)
-NUM_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x), x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x),
+// sign is (x > 0) - (x < 0), as PyTorch: NaN and -0 give 0.
+NUM_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f), x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0),
           (i64)(x > 0 ? 1 : (x < 0 ? -1 : 0)), x > 0 ? 1 : (x < 0 ? -1 : 0), (u8)(x > 0 ? 1 : 0))
 
 #define UNARY_KERNEL(NAME, SUF, T)                                                        \

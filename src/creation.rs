@@ -38,7 +38,34 @@ impl Tensor {
     }
 
     /// A tensor filled with `value` (converted to `dtype`).
+    ///
+    /// Integer dtypes take PyTorch's range: `-1` into u8 is 255, but `300`
+    /// (or NaN) is an overflow `Err`.
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::full_checked("full", shape, value, dtype, device)
+    }
+
+    /// [`full`](Tensor::full) for the public op `op` (named in its errors).
+    fn full_checked(
+        op: &'static str,
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        crate::ops::check_fill_value(op, dtype, value)?;
+        Tensor::full_wrapped(shape, value, dtype, device)
+    }
+
+    /// A tensor filled with `value` stored as PyTorch stores a number, with
+    /// no overflow check (integers wrap: scalar arithmetic, and fills whose
+    /// value was checked by their op).
+    pub(crate) fn full_wrapped(
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         let t = Tensor::alloc(shape, dtype, device)?;
         backend::fill(&Operand::of(&t), value)?;
         Ok(t)
@@ -345,7 +372,13 @@ impl Tensor {
     }
     /// `value` with this tensor's shape, dtype and device.
     pub fn full_like(&self, value: f64) -> Result<Tensor> {
-        Tensor::full(self.shape(), value, self.dtype(), self.device())
+        Tensor::full_checked(
+            "full_like",
+            self.shape(),
+            value,
+            self.dtype(),
+            self.device(),
+        )
     }
     /// Uninitialised, with this tensor's shape, dtype and device.
     pub fn empty_like(&self) -> Result<Tensor> {
@@ -369,7 +402,7 @@ impl Tensor {
     }
     /// `value` in `shape` with this tensor's dtype and device.
     pub fn new_full(&self, shape: &[usize], value: f64) -> Result<Tensor> {
-        Tensor::full(shape, value, self.dtype(), self.device())
+        Tensor::full_checked("new_full", shape, value, self.dtype(), self.device())
     }
     /// Uninitialised `shape` with this tensor's dtype and device.
     pub fn new_empty(&self, shape: &[usize]) -> Result<Tensor> {

@@ -50,6 +50,39 @@ impl DType {
     pub const fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
+    /// `true` if PyTorch stores the number `v` into this dtype without an
+    /// overflow error (c10's `checked_convert`): an integral `v` (a Python
+    /// int) fits an integer dtype within its range, and u8 also takes
+    /// -255..0, which wraps (-1 is 255); a fractional `v` (a Python float)
+    /// must lie within the range (NaN does not fit an integer); a float
+    /// dtype takes any value within its finite range, and infinities and
+    /// NaN; bool takes anything.
+    pub(crate) fn scalar_fits(self, v: f64) -> bool {
+        let (lo, hi) = match self {
+            DType::Bool | DType::F64 => return true,
+            DType::F32 => (f32::MIN as f64, f32::MAX as f64),
+            DType::F16 => (f16::MIN.to_f64(), f16::MAX.to_f64()),
+            DType::BF16 => (bf16::MIN.to_f64(), bf16::MAX.to_f64()),
+            DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+            DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            DType::U8 => (0.0, 255.0),
+        };
+        if self.is_float() {
+            return !v.is_finite() || (lo..=hi).contains(&v);
+        }
+        if v.is_nan() {
+            return false;
+        }
+        let integral = v.fract() == 0.0;
+        if self == DType::U8 && integral {
+            return v.abs() <= 255.0;
+        }
+        // i64's range ends at 2^63, which f64 represents: it does not fit.
+        if self == DType::I64 {
+            return v >= lo && v < hi;
+        }
+        v >= lo && v <= hi
+    }
     /// `true` for i64, i32 and u8 (not bool).
     pub const fn is_int(self) -> bool {
         matches!(self, DType::I64 | DType::I32 | DType::U8)
@@ -108,6 +141,20 @@ pub trait Element:
     fn to_f64(self) -> f64;
     /// Converts from f64 as an `as` cast does (saturating for integers, `!= 0` for bool).
     fn from_f64(v: f64) -> Self;
+    /// Converts from f64 as PyTorch stores a number into this type: integers
+    /// truncate toward zero into i64 (saturating there, NaN to 0), then wrap
+    /// to their width (`-1.0` into u8 is 255, `300.7` is 44); floats and bool
+    /// as [`from_f64`](Element::from_f64).
+    #[doc(hidden)]
+    fn wrap_from_f64(v: f64) -> Self;
+    /// The value as i64: integers and bool exactly, floats truncated toward
+    /// zero (saturating, NaN to 0).
+    #[doc(hidden)]
+    fn to_i64(self) -> i64;
+    /// From i64, wrapping to an integer type's width (two's complement), to
+    /// a float by rounding, to bool by `!= 0`.
+    #[doc(hidden)]
+    fn wrap_from_i64(v: i64) -> Self;
     /// Zero (false).
     fn zero() -> Self;
     /// One (true).
@@ -120,6 +167,19 @@ mod private {
 
 macro_rules! impl_element {
     ($t:ty, $dt:ident, $to:expr, $from:expr, $zero:expr, $one:expr) => {
+        impl_element!(
+            $t,
+            $dt,
+            $to,
+            $from,
+            $zero,
+            $one,
+            $from,
+            |x: $t| ($to)(x) as i64,
+            |v: i64| ($from)(v as f64)
+        );
+    };
+    ($t:ty, $dt:ident, $to:expr, $from:expr, $zero:expr, $one:expr, $wrap:expr, $to_i64:expr, $from_i64:expr) => {
         impl private::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$dt;
@@ -132,6 +192,21 @@ macro_rules! impl_element {
             fn from_f64(v: f64) -> Self {
                 #[allow(clippy::redundant_closure_call)]
                 ($from)(v)
+            }
+            #[inline(always)]
+            fn wrap_from_f64(v: f64) -> Self {
+                #[allow(clippy::redundant_closure_call)]
+                ($wrap)(v)
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                #[allow(clippy::redundant_closure_call)]
+                ($to_i64)(self)
+            }
+            #[inline(always)]
+            fn wrap_from_i64(v: i64) -> Self {
+                #[allow(clippy::redundant_closure_call)]
+                ($from_i64)(v)
             }
             #[inline(always)]
             fn zero() -> Self {
@@ -163,16 +238,49 @@ impl_element!(
     bf16::ZERO,
     bf16::ONE
 );
-impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64, 0, 1);
-impl_element!(i32, I32, |x: i32| x as f64, |v: f64| v as i32, 0, 1);
-impl_element!(u8, U8, |x: u8| x as f64, |v: f64| v as u8, 0, 1);
+impl_element!(
+    i64,
+    I64,
+    |x: i64| x as f64,
+    |v: f64| v as i64,
+    0,
+    1,
+    |v: f64| v as i64,
+    |x: i64| x,
+    |v: i64| v
+);
+impl_element!(
+    i32,
+    I32,
+    |x: i32| x as f64,
+    |v: f64| v as i32,
+    0,
+    1,
+    |v: f64| v as i64 as i32,
+    |x: i32| x as i64,
+    |v: i64| v as i32
+);
+impl_element!(
+    u8,
+    U8,
+    |x: u8| x as f64,
+    |v: f64| v as u8,
+    0,
+    1,
+    |v: f64| v as i64 as u8,
+    |x: u8| x as i64,
+    |v: i64| v as u8
+);
 impl_element!(
     bool,
     Bool,
     |x: bool| if x { 1.0 } else { 0.0 },
     |v: f64| v != 0.0,
     false,
-    true
+    true,
+    |v: f64| v != 0.0,
+    |x: bool| x as i64,
+    |v: i64| v != 0
 );
 
 /// Runs `$body` with `$T` bound to the Rust type of a float dtype; `$other`

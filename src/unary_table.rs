@@ -96,7 +96,7 @@ macro_rules! unary_table {
                 "FloorBackward" grad(g) { g.zeros_like() };
             Round round round_ numeric "Nearest integer, halves to even (the identity on integers)."
                 "RoundBackward" grad(g) { g.zeros_like() };
-            Sign sign sign_ numeric "-1, 0 or 1 by the sign of `x`."
+            Sign sign sign_ numeric "-1, 0 or 1 by the sign of `x` (NaN gives 0, as in PyTorch)."
                 "SignBackward" grad(g) { g.zeros_like() };
             Recip reciprocal reciprocal_ float "`1 / x`."
                 "ReciprocalBackward" output(g, y) {

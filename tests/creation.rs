@@ -42,7 +42,7 @@ fn zeros_ones_full_empty_every_dtype() {
             assert_eq!(read(&f), vec![store(dt, 2.5); n], "{dt}");
             let f = Tensor::full(shape, -3.0, dt, CPU).unwrap();
             let want = match dt {
-                DType::U8 => 0.0, // a saturating cast, as `to_dtype`
+                DType::U8 => 253.0, // wrapped, as PyTorch stores -3 into uint8
                 _ => store(dt, -3.0),
             };
             assert_eq!(read(&f), vec![want; n], "{dt}");
@@ -361,7 +361,7 @@ fn like_and_new_families_match_dtype_and_device() {
         let n = x.new_tensor(&[1.5f64, -2.0], &[2]).unwrap();
         assert_fresh(&n, &[2], dt);
         let want = match dt {
-            DType::U8 => vec![1.0, 0.0],
+            DType::U8 => vec![1.0, 254.0], // PyTorch's cast wraps -2 to 254
             _ => vec![store(dt, 1.5), store(dt, -2.0)],
         };
         assert_eq!(read(&n), want, "{dt}");
@@ -382,10 +382,11 @@ fn like_and_new_families_match_dtype_and_device() {
 }
 
 #[test]
-fn item_and_to_vec_convert_with_as_semantics() {
+fn item_and_to_vec_convert_with_pytorch_cast_semantics() {
     let t = Tensor::from_slice(&[1.9f32, -1.9, 300.0, f32::NAN], &[4], CPU).unwrap();
     assert_eq!(t.to_vec::<i64>().unwrap(), vec![1, -1, 300, 0]);
-    assert_eq!(t.to_vec::<u8>().unwrap(), vec![1, 0, 255, 0]);
+    // Truncated, then wrapped: -1 is 255 and 300 is 44 (`.to(torch.uint8)`).
+    assert_eq!(t.to_vec::<u8>().unwrap(), vec![1, 255, 44, 0]);
     assert_eq!(t.to_vec::<bool>().unwrap(), vec![true, true, true, true]);
     let v = t.to_vec::<f64>().unwrap();
     assert_eq!(v[0], 1.9f32 as f64);

@@ -8,7 +8,7 @@ mod common;
 
 use common::devices::on_both;
 use common::read;
-use tensorscope::{Device, Tensor};
+use tensorscope::{DType, Device, Tensor};
 
 on_both!(
     prod_backward_with_zeros,
@@ -17,6 +17,10 @@ on_both!(
     clamp_backward_at_the_bounds,
     reductions_of_a_0d_tensor_differentiate,
     log_softmax_and_cross_entropy_of_large_logits,
+    integer_casts_wrap,
+    fill_values_wrap_or_overflow_like_pytorch,
+    rsub_scalar_wraps,
+    sign_of_nan_is_zero,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -228,5 +232,150 @@ fn log_softmax_and_cross_entropy_of_large_logits(dev: Device) {
             1e-6,
             &format!("cross_entropy, v = {v}"),
         );
+    }
+}
+
+fn on<T: tensorscope::Element>(v: &[T], dev: Device) -> Tensor {
+    Tensor::from_slice(v, &[v.len()], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap()
+}
+
+/// Item 7. `torch.tensor([263, -1]).to(torch.uint8)` is [7, 255];
+/// `torch.tensor([-1, -200, 300], dtype=torch.int32).to(torch.uint8)` is
+/// [255, 56, 44]; `torch.tensor([2**40 + 5, -2**40 - 3]).to(torch.int32)` is
+/// [5, -3]; `torch.tensor([2**62 + 1]).to(torch.int32)` is [1] (exact: not
+/// through f64); `torch.tensor([300.7, -1.5, -200.0]).to(torch.uint8)` is
+/// [44, 255, 56].
+fn integer_casts_wrap(dev: Device) {
+    let u8s = |t: &Tensor| t.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap();
+    assert_eq!(u8s(&on(&[263i64, -1], dev)), vec![7, 255]);
+    assert_eq!(u8s(&on(&[-1i32, -200, 300], dev)), vec![255, 56, 44]);
+    let i32s = on(
+        &[(1i64 << 40) + 5, -(1i64 << 40) - 3, (1i64 << 62) + 1],
+        dev,
+    )
+    .to_dtype(DType::I32)
+    .unwrap()
+    .to_vec::<i32>()
+    .unwrap();
+    assert_eq!(i32s, vec![5, -3, 1]);
+    assert_eq!(u8s(&on(&[300.7f32, -1.5, -200.0], dev)), vec![44, 255, 56]);
+    assert_eq!(u8s(&on(&[300.7f64, -1.5, -200.0], dev)), vec![44, 255, 56]);
+    // u8 255 to i32 stays 255 (no sign extension of the byte).
+    let back = on(&[255u8, 7], dev)
+        .to_dtype(DType::I32)
+        .unwrap()
+        .to_vec::<i32>()
+        .unwrap();
+    assert_eq!(back, vec![255, 7]);
+}
+
+/// Item 8. On u8 zeros: `masked_fill(mask, -1)` [255, 0, 255];
+/// `index_fill(0, [1], -2)` [0, 254, 0]; `scatter(0, [0], -3)` [253, 0, 0];
+/// `torch.full((2,), -1, dtype=torch.uint8)` [255, 255]; `masked_fill(m, -129)`
+/// [127, 0]. Overflow errors where PyTorch raises "value cannot be converted
+/// to type uint8_t without overflow": 300, -2.7, NaN; i32 with 2**40 + 3.
+/// The in-place forms leave the target untouched on an Err.
+fn fill_values_wrap_or_overflow_like_pytorch(dev: Device) {
+    let z = |n: usize| Tensor::zeros(&[n], DType::U8, dev).unwrap();
+    let mask = on(&[true, false, true], dev);
+    let idx = on(&[1i64], dev);
+    let v = |t: Tensor| t.to_vec::<u8>().unwrap();
+    assert_eq!(v(z(3).masked_fill(&mask, -1.0).unwrap()), vec![255, 0, 255]);
+    assert_eq!(v(z(3).index_fill(0, &idx, -2.0).unwrap()), vec![0, 254, 0]);
+    assert_eq!(
+        v(z(3).scatter_value(0, &on(&[0i64], dev), -3.0).unwrap()),
+        vec![253, 0, 0]
+    );
+    assert_eq!(
+        v(Tensor::full(&[2], -1.0, DType::U8, dev).unwrap()),
+        vec![255, 255]
+    );
+    assert_eq!(
+        v(z(3).masked_fill(&mask, -129.0).unwrap()),
+        vec![127, 0, 127]
+    );
+    let mut t = z(3);
+    t.masked_fill_(&mask, -1.0).unwrap();
+    t.index_fill_(0, &idx, -2.0).unwrap();
+    assert_eq!(v(t), vec![255, 254, 255]);
+    let mut t = z(3);
+    t.fill_(-1.0).unwrap();
+    assert_eq!(v(t), vec![255; 3]);
+    for bad in [300.0, -2.7, f64::NAN, 256.0, -256.0] {
+        let e = Tensor::full(&[2], bad, DType::U8, dev)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("full") && e.contains("overflow"), "{e}");
+        let mut t = on(&[1u8, 2, 3], dev);
+        let e = t.masked_fill_(&mask, bad).unwrap_err().to_string();
+        assert!(e.contains("masked_fill_") && e.contains("overflow"), "{e}");
+        let e = t.index_fill_(0, &idx, bad).unwrap_err().to_string();
+        assert!(e.contains("index_fill_"), "{e}");
+        let e = t.scatter_value_(0, &idx, bad).unwrap_err().to_string();
+        assert!(e.contains("scatter_value_"), "{e}");
+        let e = t.fill_(bad).unwrap_err().to_string();
+        assert!(e.contains("fill_"), "{e}");
+        assert_eq!(
+            t.to_vec::<u8>().unwrap(),
+            vec![1, 2, 3],
+            "untouched after {bad}"
+        );
+        let e = t.full_like(bad).unwrap_err().to_string();
+        assert!(e.contains("full_like"), "{e}");
+    }
+    let e = Tensor::zeros(&[2], DType::I32, dev)
+        .unwrap()
+        .masked_fill(&on(&[true, false], dev), (1u64 << 40) as f64 + 3.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("overflow"), "{e}");
+    // In range everywhere: 255 and -255 into u8, 2.7 truncated, f16 65504 but not 70000.
+    assert_eq!(
+        v(Tensor::full(&[1], 255.0, DType::U8, dev).unwrap()),
+        vec![255]
+    );
+    assert_eq!(
+        v(Tensor::full(&[1], -255.0, DType::U8, dev).unwrap()),
+        vec![1]
+    );
+    assert_eq!(v(Tensor::full(&[1], 2.7, DType::U8, dev).unwrap()), vec![2]);
+    assert!(Tensor::full(&[1], 65504.0, DType::F16, dev).is_ok());
+    assert!(Tensor::full(&[1], 70000.0, DType::F16, dev).is_err());
+    assert!(Tensor::full(&[1], f64::INFINITY, DType::F16, dev).is_ok());
+}
+
+/// Item 9. `torch.tensor([5], dtype=torch.uint8).__rsub__(-2)` is [249];
+/// with -300 [207], with 300 [39] (scalar arithmetic wraps, no overflow
+/// check); with 2.5, a float: [-2.5].
+fn rsub_scalar_wraps(dev: Device) {
+    let x = on(&[5u8], dev);
+    for (s, want) in [(-2.0, 249u8), (-300.0, 207), (300.0, 39), (3.0, 254)] {
+        assert_eq!(
+            x.rsub_scalar(s).unwrap().to_vec::<u8>().unwrap(),
+            vec![want],
+            "{s}"
+        );
+    }
+    let f = x.rsub_scalar(2.5).unwrap();
+    assert_eq!(f.dtype(), DType::F32);
+    assert_eq!(f.to_vec::<f32>().unwrap(), vec![-2.5]);
+}
+
+/// Item 10. `torch.sign(torch.tensor([nan, -0.0, 0.0, -3, 2]))` is
+/// [0, 0, 0, -1, 1], in every float dtype.
+fn sign_of_nan_is_zero(dev: Device) {
+    for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let x = on(&[f64::NAN, -0.0, 0.0, -3.0, 2.0], dev)
+            .to_dtype(dt)
+            .unwrap();
+        let y = read(&x.sign().unwrap());
+        assert_eq!(y, vec![0.0, 0.0, 0.0, -1.0, 1.0], "{dt}");
+        assert!(y[1].is_sign_positive(), "sign(-0) is +0 in PyTorch");
+        let mut z = x.deep_clone().unwrap();
+        z.sign_().unwrap();
+        assert_eq!(read(&z), y, "sign_ {dt}");
     }
 }

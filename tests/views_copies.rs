@@ -948,8 +948,9 @@ fn copy_to_dtype_converts_into_new_storage() {
             .iter()
             .map(|&z| match dt {
                 DType::Bool => (z != 0.0) as u8 as f64,
-                DType::U8 => (z as u8) as f64, // saturating `as` cast
-                DType::I32 => (z as i32) as f64,
+                // PyTorch's casts: truncated into i64, then wrapped.
+                DType::U8 => (z as i64 as u8) as f64,
+                DType::I32 => (z as i64 as i32) as f64,
                 DType::I64 => (z as i64) as f64,
                 _ => store(dt, z),
             })

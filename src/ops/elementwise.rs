@@ -364,6 +364,7 @@ impl Tensor {
         }
         self.same_device("masked_fill_", mask)?;
         self.check_writable("masked_fill_")?;
+        super::check_fill_value("masked_fill_", self.dtype(), value)?;
         let shape = check_broadcasts_to(
             "masked_fill_",
             self.shape(),
@@ -371,7 +372,7 @@ impl Tensor {
             "the mask must broadcast to self's shape",
         )?;
         let mask = self.detangle(mask)?;
-        let v = Tensor::full(&[], value, self.dtype(), self.device())?;
+        let v = Tensor::full_wrapped(&[], value, self.dtype(), self.device())?;
         let keep = self.alias();
         backend::where_cond(
             &Operand::broadcast(&mask, &shape)?,
@@ -385,9 +386,10 @@ impl Tensor {
 
     /// Out-of-place [`masked_fill_`](Tensor::masked_fill_).
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        super::check_fill_value("masked_fill", self.dtype(), value)?;
         if crate::autograd::needs_grad(&[self]) {
             // Differentiable form: the gradient flows where the mask is false.
-            let v = Tensor::full(&[], value, self.dtype(), self.device())?;
+            let v = Tensor::full_wrapped(&[], value, self.dtype(), self.device())?;
             return Tensor::where_cond(mask, &v, self);
         }
         let mut out = self.deep_clone()?;
@@ -415,6 +417,7 @@ impl Tensor {
     /// Writes `value` into every element.
     pub fn fill_(&mut self, value: f64) -> Result<&mut Tensor> {
         self.check_writable("fill_")?;
+        super::check_fill_value("fill_", self.dtype(), value)?;
         backend::fill(&Operand::of(self), value)?;
         self.storage().bump_version();
         Ok(self)
@@ -455,14 +458,14 @@ impl Tensor {
     /// [`sub_scalar`](Tensor::sub_scalar). This is what `s - &t` computes.
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
         let dt = scalar_compute_dtype(BinaryOp::Sub, self.dtype(), s)?;
-        Tensor::full(&[], s, dt, self.device())?.binary_op(BinaryOp::Sub, self)
+        Tensor::full_wrapped(&[], s, dt, self.device())?.binary_op(BinaryOp::Sub, self)
     }
 
     /// `s / self`, with the dtype rules of [`div_scalar`](Tensor::div_scalar)
     /// (integers divide in f32). This is what `s / &t` computes.
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
         let dt = scalar_compute_dtype(BinaryOp::Div, self.dtype(), s)?;
-        Tensor::full(&[], s, dt, self.device())?.binary_op(BinaryOp::Div, self)
+        Tensor::full_wrapped(&[], s, dt, self.device())?.binary_op(BinaryOp::Div, self)
     }
 }
 

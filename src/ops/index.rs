@@ -429,6 +429,9 @@ impl Tensor {
         mode: ScatterMode,
     ) -> Result<&mut Tensor> {
         let d = self.scatter_check(op, dim, index, src)?;
+        if src.is_none() {
+            super::check_fill_value(op, self.dtype(), value)?;
+        }
         if mode == ScatterMode::Add && self.dtype() == DType::Bool {
             bail!(Error::dtype(op, "a numeric dtype", DType::Bool));
         }
@@ -648,6 +651,9 @@ impl Tensor {
         mode: ScatterMode,
     ) -> Result<&mut Tensor> {
         let d = self.index_vector_check(op, dim, index, src)?;
+        if src.is_none() {
+            super::check_fill_value(op, self.dtype(), value)?;
+        }
         if mode == ScatterMode::Add && self.dtype() == DType::Bool {
             bail!(Error::dtype(op, "a numeric dtype", DType::Bool));
         }

@@ -10,3 +10,20 @@ pub use pinned::PendingHost;
 mod reduce;
 mod shape;
 mod views;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// `Err` unless `op` can store the number `value` into `dtype` the way
+/// PyTorch does (see `DType::scalar_fits`): `full(.., 300, u8)` is an
+/// overflow error, `full(.., -1, u8)` gives 255. Fills, `masked_fill`,
+/// `index_fill` and `scatter` with a value check this first.
+pub(crate) fn check_fill_value(op: &'static str, dtype: DType, value: f64) -> Result<()> {
+    if dtype.scalar_fits(value) {
+        return Ok(());
+    }
+    Err(Error::arg(
+        op,
+        format!("value {value} cannot be converted to {dtype} without overflow"),
+    ))
+}

@@ -113,8 +113,9 @@ pub fn sample(n: usize, dt: DType, seed: u64) -> Vec<f64> {
 pub fn cast_ref(v: f64, dt: DType) -> f64 {
     match dt {
         DType::Bool => (v != 0.0) as u8 as f64,
-        DType::U8 => v as u8 as f64,
-        DType::I32 => v as i32 as f64,
+        // PyTorch's casts: truncated into i64, then wrapped to the width.
+        DType::U8 => v as i64 as u8 as f64,
+        DType::I32 => v as i64 as i32 as f64,
         DType::I64 => v as i64 as f64,
         DType::F32 => v as f32 as f64,
         DType::F16 => tensorscope::f16::from_f64(v).to_f64(),

@@ -98,13 +98,22 @@ pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
 }
 
 /// Converts one element between dtypes with `as` semantics.
+/// PyTorch's casts: between integers (and bool) exactly, wrapping to the
+/// destination's width (i64 263 to u8 is 7, i32 -200 is 56; never through
+/// f64, so i64 beyond 2^53 keeps its low bits); float to integer truncates
+/// toward zero into i64, then wraps (300.7 to u8 is 44, NaN is 0); to a
+/// float rounds once; to bool is `!= 0`.
 trait CastTo<D> {
     fn cast(self) -> D;
 }
 impl<S: Element, D: Element> CastTo<D> for S {
     #[inline(always)]
     fn cast(self) -> D {
-        D::from_f64(self.to_f64())
+        if !S::DTYPE.is_float() && !D::DTYPE.is_float() {
+            D::wrap_from_i64(self.to_i64())
+        } else {
+            D::wrap_from_f64(self.to_f64())
+        }
     }
 }
 
@@ -142,7 +151,9 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
 
 pub(crate) fn fill(dst: &Operand, value: f64) {
     with_dtype!(dst.dtype, T => {
-        let v = T::from_f64(value);
+        // Wrapped as PyTorch stores a number (-1 into u8 is 255); the op
+        // layer has refused values that overflow (`DType::scalar_fits`).
+        let v = T::wrap_from_f64(value);
         let p = SendPtr(ptr::<T>(dst.storage));
         // SAFETY: the layout fits the storage; the caller holds the write lock.
         par_runs([&dst.layout], |o, len, s| unsafe {

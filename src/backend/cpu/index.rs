@@ -209,7 +209,7 @@ pub(crate) fn scatter(
             }
             (ScatterSrc::Value(v), ScatterMode::Assign) => {
                 with_dtype!(dst.dtype, T => {
-                    let v = T::from_f64(v);
+                    let v = T::wrap_from_f64(v);
                     // SAFETY: as above.
                     unsafe { scatter_t::<T, I>(dst, index, index_walk, d, None, |_, v| v, v) };
                 })
@@ -223,7 +223,7 @@ pub(crate) fn scatter(
             }
             (ScatterSrc::Value(v), ScatterMode::Add) => {
                 with_numeric_dtype!(dst.dtype, T => {
-                    let v = T::from_f64(v);
+                    let v = T::wrap_from_f64(v);
                     // SAFETY: as above.
                     unsafe { scatter_t::<T, I>(dst, index, index_walk, d, None, |a: T, b: T| a.add(b), v) };
                 }, _ => return Err(Error::dtype(d.op, "a numeric dtype", dst.dtype)))

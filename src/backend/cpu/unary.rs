@@ -94,6 +94,7 @@ pub(crate) mod float {
     pub(crate) fn round<C: Float>(x: C) -> C {
         round_even(x)
     }
+    /// `(x > 0) - (x < 0)`, as PyTorch: NaN and -0 give 0.
     #[inline(always)]
     pub(crate) fn sign<C: Float>(x: C) -> C {
         if x > C::zero() {
@@ -101,7 +102,7 @@ pub(crate) mod float {
         } else if x < C::zero() {
             -C::one()
         } else {
-            x
+            C::zero()
         }
     }
     #[inline(always)]

@@ -38,9 +38,9 @@ pub(crate) fn scalar_bits(dt: DType, v: f64) -> u64 {
 /// The bits of an arithmetic scalar `v` for `dt`, converted as the CPU's
 /// `binary_scalar` converts it (`Num::scalar`): rounded for floats (as
 /// [`scalar_bits`]), wrapped through i64 for integers (`v as i64 as T`, so
-/// `u8_tensor + (-2)` adds 254 and wraps, as PyTorch does; [`scalar_bits`]
-/// saturates, which is right for `fill` and clamp bounds but not here),
-/// `v != 0` for bool.
+/// `u8_tensor + (-2)` adds 254 and wraps, as PyTorch does; fills store
+/// numbers the same way; [`scalar_bits`] saturates, which is right for clamp
+/// bounds only), `v != 0` for bool.
 pub(crate) fn arith_scalar_bits(dt: DType, v: f64) -> u64 {
     if dt.is_int() {
         // Two's complement: the low `size` bytes of `v as i64` are `v as i64 as T`.
@@ -217,7 +217,8 @@ pub(crate) fn fill(dst: &Operand, value: f64) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    let bits = scalar_bits(dst.dtype, value);
+    // Wrapped as PyTorch stores a number (-1 into u8 is 255), as the CPU.
+    let bits = arith_scalar_bits(dst.dtype, value);
     let esz = dst.dtype.size_in_bytes();
     let b = bits.to_le_bytes();
     if dense(dst) && b[..esz].iter().all(|&x| x == b[0]) {

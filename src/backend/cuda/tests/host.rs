@@ -259,7 +259,8 @@ fn a_stream_guard_cannot_leave_its_thread() {
 
 /// The scalar of `binary_scalar` reaches the kernel converted as the CPU's
 /// `Num::scalar` converts it: integers wrap through i64 (`u8 + (-2)` adds
-/// 254), where `scalar_bits` (fill, clamp) saturates.
+/// 254) and fills store numbers the same way, where `scalar_bits` (clamp
+/// bounds) saturates.
 #[test]
 fn arith_scalar_bits_wrap_like_the_cpu() {
     use crate::backend::cpu::num::Num;
@@ -301,7 +302,7 @@ fn arith_scalar_bits_wrap_like_the_cpu() {
     }
     assert_eq!(arith_scalar_bits(DType::U8, -2.0), 254);
     assert_eq!(arith_scalar_bits(DType::I32, 4294967301.0), 5);
-    assert_eq!(scalar_bits(DType::U8, -2.0), 0, "fill saturates");
+    assert_eq!(scalar_bits(DType::U8, -2.0), 0, "clamp bounds saturate");
 }
 
 // ------------------------------------------------ split reductions ---

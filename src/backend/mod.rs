@@ -104,6 +104,7 @@ macro_rules! define_unary_op {
     };
     (@float float) => { true };
     (@float numeric) => { false };
+    (@float exact) => { false };
 }
 crate::unary_table::unary_table!(define_unary_op);
 

@@ -563,5 +563,8 @@ macro_rules! unary_methods {
     (@dtypes numeric) => {
         "Defined on every numeric dtype, in that dtype."
     };
+    (@dtypes exact) => {
+        "Defined on every numeric dtype, in that dtype (exact: no rounding)."
+    };
 }
 crate::unary_table::unary_table!(unary_methods);

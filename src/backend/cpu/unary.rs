@@ -5,7 +5,8 @@
 //! * [`float`]: every op, over the compute type `C` (f32 for f32, f16 and
 //!   bf16; f64 for f64); the dispatch converts up and rounds once on the way
 //!   down.
-//! * [`int`]: the `numeric` ops, in the integer type itself (wrapping).
+//! * [`typed`]: in the storage type itself: the `numeric` ops on integers
+//!   (wrapping) and the `exact` ops on every dtype.
 //!
 //! `clamp` (which takes bounds) is written out below the dispatch.
 
@@ -19,14 +20,6 @@ pub(crate) mod float {
     use crate::backend::cpu::num::{erf as erf_fast, erf_precise, gelu as gelu_exact, round_even};
     use num_traits::Float;
 
-    #[inline(always)]
-    pub(crate) fn neg<C: Float>(x: C) -> C {
-        -x
-    }
-    #[inline(always)]
-    pub(crate) fn abs<C: Float>(x: C) -> C {
-        x.abs()
-    }
     #[inline(always)]
     pub(crate) fn exp<C: Float>(x: C) -> C {
         x.exp()
@@ -62,15 +55,6 @@ pub(crate) mod float {
     #[inline(always)]
     pub(crate) fn sigmoid<C: Float>(x: C) -> C {
         C::one() / (C::one() + (-x).exp())
-    }
-    /// One compare and a select (NaN <= 0 is false: NaN passes through).
-    #[inline(always)]
-    pub(crate) fn relu<C: Float>(x: C) -> C {
-        if x <= C::zero() {
-            C::zero()
-        } else {
-            x
-        }
     }
     #[inline(always)]
     pub(crate) fn gelu<C: Float>(x: C) -> C {
@@ -115,8 +99,9 @@ pub(crate) mod float {
     }
 }
 
-/// The integer kernels of the `numeric` ops (wrapping arithmetic).
-pub(crate) mod int {
+/// Kernels in the storage type: the `numeric` ops on integers (wrapping
+/// arithmetic) and the `exact` ops on every numeric dtype.
+pub(crate) mod typed {
     use crate::backend::cpu::num::Num;
 
     #[inline(always)]
@@ -127,6 +112,7 @@ pub(crate) mod int {
     pub(crate) fn abs<T: Num>(x: T) -> T {
         x.abs()
     }
+    /// One compare and a select (NaN <= 0 is false: NaN passes through).
     #[inline(always)]
     pub(crate) fn relu<T: Num>(x: T) -> T {
         if x <= T::zero() {
@@ -168,7 +154,7 @@ macro_rules! cpu_unary_dispatch {
             // caller holds the locks and the layouts fit the storages.
             unsafe {
                 match op {
-                    $(UnaryOp::$variant => map1::<T, T>(src, dst, |x| T::down(float::$name(x.up()))),)*
+                    $(UnaryOp::$variant => cpu_unary_dispatch!(@float $domain $name, T, src, dst),)*
                     UnaryOp::Clamp(lo, hi) => clamp::<T>(src, dst, lo, hi),
                 }
             }
@@ -184,16 +170,22 @@ macro_rules! cpu_unary_dispatch {
             }
         }
     };
-    (@int numeric $name:ident, $T:ident, $src:ident, $dst:ident) => {
-        // SAFETY: `unary` checked that both operands have dtype `T`; the
-        // caller holds the locks and the layouts fit the storages.
-        unsafe { map1::<$T, $T>($src, $dst, int::$name) }
+    (@float exact $name:ident, $T:ident, $src:ident, $dst:ident) => {
+        map1::<$T, $T>($src, $dst, typed::$name)
+    };
+    (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {
+        map1::<$T, $T>($src, $dst, |x| $T::down(float::$name(x.up())))
     };
     (@int float $name:ident, $T:ident, $src:ident, $dst:ident) => {
         unreachable!(
             "float op {} on an integer dtype: the op layer promotes first",
             stringify!($name)
         )
+    };
+    (@int $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {
+        // SAFETY: `unary` checked that both operands have dtype `T`; the
+        // caller holds the locks and the layouts fit the storages.
+        unsafe { map1::<$T, $T>($src, $dst, typed::$name) }
     };
 }
 crate::unary_table::unary_table!(cpu_unary_dispatch);

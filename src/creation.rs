@@ -187,7 +187,11 @@ impl Tensor {
     /// The `n x m` identity (ones on the main diagonal).
     pub fn eye(n: usize, m: usize, dtype: DType, device: Device) -> Result<Tensor> {
         let t = Tensor::zeros(&[n, m], dtype, device)?;
-        // The diagonal is a strided view: stride m + 1.
+        if n.min(m) == 0 {
+            return Ok(t); // no diagonal (and m + 1 may not exist: eye(0, usize::MAX))
+        }
+        // The diagonal is a strided view: stride m + 1 (m < usize::MAX here:
+        // an [n >= 1, m] tensor was allocated).
         let mut diag = t.as_strided(&[n.min(m)], &[m + 1], 0)?;
         diag.fill_(1.0)?;
         Ok(t)

@@ -103,10 +103,69 @@ pub fn normalize_dim_inclusive(op: &'static str, dim: isize, rank: usize) -> Res
     Ok(d as usize)
 }
 
-/// Product of a shape (1 for rank 0).
+/// Product of a shape (1 for rank 0). Saturates at `usize::MAX` rather than
+/// wrap: a layout whose element count overflows is refused where it is made
+/// ([`checked_numel`]), so this saturates only for shapes no tensor has.
 #[inline]
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
+}
+
+/// The shape, stride and offset arithmetic of the crate, overflow-checked:
+/// every overflow is an `Err` naming `op` (the op the user called), never
+/// a wrapped value (release) or a panic (debug).
+///
+/// The number of elements of `shape` (0 when any dimension is 0, whatever
+/// the others).
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!("shape {shape:?} has more elements than fit in usize"),
+            )
+        })
+}
+
+/// `a * b` for shape arithmetic (a stride times a step, a count times an
+/// element size), or an `Err` naming `op` and what overflowed.
+pub(crate) fn checked_mul(op: &'static str, a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::arg(op, format!("{what} ({a} * {b}) overflows usize")))
+}
+
+/// The storage elements a layout reaches: `offset + sum((shape - 1) *
+/// stride) + 1` (just `offset` when empty), or an `Err` naming `op` when it
+/// overflows.
+pub(crate) fn checked_extent(
+    op: &'static str,
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(offset);
+    }
+    shape
+        .iter()
+        .zip(strides)
+        .try_fold(offset, |acc, (&d, &st)| {
+            (d - 1).checked_mul(st).and_then(|x| acc.checked_add(x))
+        })
+        .and_then(|last| last.checked_add(1))
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!(
+                    "shape {shape:?}, strides {strides:?} and offset {offset} reach past usize::MAX"
+                ),
+            )
+        })
 }
 
 /// Fails unless `other` broadcasts to exactly `target` (what an in-place
@@ -156,6 +215,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Di
             ));
         };
     }
+    checked_numel(op, &out)?;
     Ok(out)
 }
 
@@ -272,17 +332,10 @@ impl Layout {
 
     /// One past the largest storage index this layout reaches (0 when empty).
     pub fn storage_span(&self) -> usize {
-        if self.numel() == 0 {
-            return self.offset;
-        }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        // Every layout's extent was checked when it was made; saturate
+        // rather than wrap all the same.
+        checked_extent("storage_span", &self.shape, &self.strides, self.offset)
+            .unwrap_or(usize::MAX)
     }
 
     /// `true` when two different indices may reach the same storage element
@@ -376,10 +429,18 @@ impl Layout {
         let len = (end - start).div_ceil(step);
         let mut l = self.clone();
         if len > 0 {
+            // Inside the extent of `self`, which fits its storage.
             l.offset += start * self.strides[d];
         }
         l.shape[d] = len;
-        l.strides[d] = self.strides[d] * step;
+        // The stride of a dimension of size 0 or 1 is never walked: a step
+        // too large to multiply keeps the old one there (PyTorch multiplies
+        // in i64 regardless, which overflows).
+        l.strides[d] = match self.strides[d].checked_mul(step) {
+            Some(s) => s,
+            None if len <= 1 => self.strides[d],
+            None => checked_mul(op, self.strides[d], step, "the stride times the step")?,
+        };
         Ok(l)
     }
 
@@ -487,6 +548,7 @@ impl Layout {
                 });
             }
         }
+        checked_numel(op, &out_shape)?;
         Ok(Layout {
             shape: out_shape,
             strides: out_strides,

@@ -146,10 +146,10 @@ impl Tensor {
     /// Wraps a storage and a layout. The layout must fit the storage.
     pub(crate) fn from_parts(storage: Storage, layout: Layout, dtype: DType) -> Tensor {
         debug_assert!(
-            layout.storage_span() * dtype.size_in_bytes()
+            layout.storage_span().saturating_mul(dtype.size_in_bytes())
                 <= storage
                     .nbytes()
-                    .max(layout.offset() * dtype.size_in_bytes())
+                    .max(layout.offset().saturating_mul(dtype.size_in_bytes()))
         );
         crate::leak::tensor_created(storage.device());
         let inference = crate::autograd::is_inference_mode();
@@ -313,7 +313,8 @@ impl Tensor {
     }
     /// Bytes of this tensor's elements (`numel * element size`).
     pub fn nbytes(&self) -> usize {
-        self.numel() * self.dtype().size_in_bytes()
+        // An expanded view can have more bytes than fit in usize: saturate.
+        self.numel().saturating_mul(self.dtype().size_in_bytes())
     }
     /// `true` if both tensors view the same storage (PyTorch's
     /// `a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()`).

@@ -21,6 +21,7 @@ on_both!(
     fill_values_wrap_or_overflow_like_pytorch,
     rsub_scalar_wraps,
     sign_of_nan_is_zero,
+    shape_arithmetic_overflow_is_an_error,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -378,4 +379,55 @@ fn sign_of_nan_is_zero(dev: Device) {
         z.sign_().unwrap();
         assert_eq!(read(&z), y, "sign_ {dt}");
     }
+}
+
+/// Items 11, 12, 13. `torch.ones(1).expand(2**32, 2**32)` and
+/// `as_strided((2**32, 2**32), (0, 0))` raise "numel: integer
+/// multiplication overflow": here an `Err` naming the op. Broadcasting two
+/// shapes whose result overflows, a slice step whose stride overflows,
+/// `eye(0, usize::MAX)` (PyTorch: an empty [0, m] tensor) and `chunk` of an
+/// empty dimension into usize::MAX pieces neither panic nor wrap.
+fn shape_arithmetic_overflow_is_an_error(dev: Device) {
+    let big = 1usize << 32;
+    let one = Tensor::ones(&[1], DType::F32, dev).unwrap();
+    let e = one
+        .expand(&[big as isize, big as isize])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expand") && e.contains("usize"), "{e}");
+    let e = one
+        .as_strided(&[big, big], &[0, 0], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("as_strided"), "{e}");
+    let a = one.expand(&[big as isize, 1]).unwrap();
+    let b = one.expand(&[1, big as isize]).unwrap();
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(e.contains("add") && e.contains("usize"), "{e}");
+    // Still fine: an expand whose element count fits, and an empty one.
+    assert_eq!(one.expand(&[big as isize, 2]).unwrap().numel(), 2 * big);
+    assert_eq!(
+        one.expand(&[0, big as isize, big as isize])
+            .unwrap()
+            .numel(),
+        0
+    );
+    // A step whose stride times it overflows (it can only leave one element:
+    // a step below the size keeps stride * step inside the storage).
+    let x = Tensor::zeros(&[4, 3], DType::F32, dev).unwrap();
+    assert_eq!(x.slice(0, 1, 4, usize::MAX).unwrap().shape(), &[1, 3]);
+    assert_eq!(x.slice(1, 0, 3, usize::MAX / 2).unwrap().shape(), &[4, 1]);
+    let e = Tensor::eye(0, usize::MAX, DType::F32, dev).unwrap();
+    assert_eq!(e.shape(), &[0, usize::MAX]);
+    assert_eq!(e.numel(), 0);
+    let empty = Tensor::zeros(&[0], DType::F32, dev).unwrap();
+    let before = tensorscope::memory::memory_allocated(dev);
+    let err = empty.chunk(usize::MAX, 0).unwrap_err().to_string();
+    assert!(err.contains("chunk"), "{err}");
+    assert_eq!(tensorscope::memory::memory_allocated(dev), before);
+    assert_eq!(
+        empty.chunk(3, 0).unwrap().len(),
+        3,
+        "PyTorch: 3 empty pieces"
+    );
 }

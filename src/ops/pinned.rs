@@ -92,7 +92,12 @@ impl Tensor {
         if self.is_pinned() {
             return Ok(self.alias());
         }
-        let bytes = self.numel() * self.dtype().size_in_bytes();
+        let bytes = crate::layout::checked_mul(
+            "pin_memory",
+            self.numel(),
+            self.dtype().size_in_bytes(),
+            "the bytes",
+        )?;
         let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
         let out = Tensor::from_parts(
             storage,
@@ -156,7 +161,12 @@ impl Tensor {
             });
         }
         let src = self.contiguous()?;
-        let bytes = src.numel() * src.dtype().size_in_bytes();
+        let bytes = crate::layout::checked_mul(
+            "to_host_non_blocking",
+            src.numel(),
+            src.dtype().size_in_bytes(),
+            "the bytes",
+        )?;
         let storage = crate::backend::cuda::pinned_tensor::pinned_storage(bytes)?;
         let block = storage.block_from(crate::backend::cuda::pinned_tensor::sink());
         let out = Tensor::from_parts(

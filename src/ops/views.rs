@@ -12,6 +12,10 @@ fn signed(shape: &[usize]) -> Vec<isize> {
     shape.iter().map(|&d| d as isize).collect()
 }
 
+/// The most empty pieces [`Tensor::chunk`] makes of an empty dimension
+/// (a deviation from PyTorch, which makes any number it can allocate).
+pub(crate) const MAX_EMPTY_CHUNKS: usize = 1 << 16;
+
 impl Tensor {
     /// A view with a new shape (one dimension may be `-1`). An error if the
     /// strides cannot express it: use [`reshape`](Tensor::reshape) then.
@@ -256,7 +260,17 @@ impl Tensor {
         }
         let d = normalize_dim("chunk", dim, self.rank())?;
         if self.shape()[d] == 0 {
-            // PyTorch: `chunks` empty pieces.
+            // PyTorch: `chunks` empty pieces. Bounded: a count that could
+            // never be meant (PyTorch fails to allocate its vector at 2^62;
+            // this refused to stop at usize::MAX) is an Err.
+            if chunks > MAX_EMPTY_CHUNKS {
+                bail!(Error::arg(
+                    "chunk",
+                    format!(
+                        "{chunks} chunks of an empty dimension: at most {MAX_EMPTY_CHUNKS} empty pieces are made"
+                    )
+                ));
+            }
             return (0..chunks).map(|_| self.narrow(d as isize, 0, 0)).collect();
         }
         let size = self.shape()[d].div_ceil(chunks);
@@ -273,6 +287,7 @@ impl Tensor {
             ));
         }
         let cap = self.storage_nbytes() / self.dtype().size_in_bytes();
+        crate::layout::checked_numel("as_strided", shape)?;
         // The last element reached, computed without overflow (None: past any storage).
         let last = if shape.contains(&0) {
             Some(0)

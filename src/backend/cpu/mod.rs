@@ -36,7 +36,10 @@ pub(crate) fn ptr<T>(s: &Storage) -> *mut T {
 /// while the slice lives, the storage holds `offset + len` elements of `T`,
 /// and they are initialised.
 pub(crate) unsafe fn slice<T>(s: &Storage, offset: usize, len: usize) -> &[T] {
-    debug_assert!((offset + len) * std::mem::size_of::<T>() <= s.nbytes());
+    debug_assert!(offset
+        .checked_add(len)
+        .and_then(|e| e.checked_mul(std::mem::size_of::<T>()))
+        .is_some_and(|b| b <= s.nbytes()));
     if len == 0 {
         return &[];
     }

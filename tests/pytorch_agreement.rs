@@ -22,6 +22,7 @@ on_both!(
     rsub_scalar_wraps,
     sign_of_nan_is_zero,
     shape_arithmetic_overflow_is_an_error,
+    set_grad_refuses_another_dtype_or_device,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -430,4 +431,31 @@ fn shape_arithmetic_overflow_is_an_error(dev: Device) {
         3,
         "PyTorch: 3 empty pieces"
     );
+}
+
+/// Item 15. `x.grad = torch.zeros(3, dtype=torch.float64)` on a float32
+/// leaf raises "attempting to assign a gradient with dtype 'double' to a
+/// tensor with grad_dtype 'Float'"; so does int64, and size [4]. Here each
+/// is an `Err` naming set_grad, and the gradient is left as it was.
+fn set_grad_refuses_another_dtype_or_device(dev: Device) {
+    let x = Tensor::zeros(&[3], DType::F32, dev)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let ok = Tensor::ones(&[3], DType::F32, dev).unwrap();
+    x.set_grad(Some(ok)).unwrap();
+    for bad in [
+        Tensor::zeros(&[3], DType::F64, dev).unwrap(),
+        Tensor::zeros(&[3], DType::I64, dev).unwrap(),
+        Tensor::zeros(&[4], DType::F32, dev).unwrap(),
+    ] {
+        let e = x.set_grad(Some(bad)).unwrap_err().to_string();
+        assert!(e.contains("set_grad"), "{e}");
+        assert_eq!(read(&x.grad().unwrap()), vec![1.0; 3], "unchanged");
+    }
+    if dev.is_cuda() {
+        let cpu = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+        let e = x.set_grad(Some(cpu)).unwrap_err().to_string();
+        assert!(e.contains("set_grad"), "{e}");
+    }
 }

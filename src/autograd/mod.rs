@@ -326,6 +326,22 @@ impl Tensor {
                     "a gradient must have the tensor's shape"
                 ));
             }
+            // As PyTorch: a gradient of another dtype or device is refused
+            // at assignment, not found wrong at the next optimizer step.
+            if g.dtype() != self.dtype() {
+                bail!(Error::dtype(
+                    "set_grad",
+                    format!("{} (the tensor's dtype) for its gradient", self.dtype()),
+                    g.dtype()
+                ));
+            }
+            if g.device() != self.device() {
+                bail!(Error::DeviceMismatch {
+                    op: "set_grad",
+                    lhs: self.device(),
+                    rhs: g.device(),
+                });
+            }
         }
         *m.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
         Ok(())

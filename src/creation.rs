@@ -30,7 +30,7 @@ impl Tensor {
     /// held; never uninitialised memory in Rust's sense, and bool tensors are
     /// zeroed so every byte is a valid bool).
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let mut t = Tensor::alloc(shape, dtype, device)?;
+        let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("empty"))?;
         if dtype == DType::Bool {
             t.fill_(0.0)?;
         }
@@ -54,7 +54,7 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         crate::ops::check_fill_value(op, dtype, value)?;
-        Tensor::full_wrapped(shape, value, dtype, device)
+        Tensor::full_wrapped(shape, value, dtype, device).map_err(|e| e.in_op(op))
     }
 
     /// A tensor filled with `value` stored as PyTorch stores a number, with
@@ -73,12 +73,12 @@ impl Tensor {
 
     /// Zeros.
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        Tensor::full(shape, 0.0, dtype, device)
+        Tensor::full_checked("zeros", shape, 0.0, dtype, device)
     }
 
     /// Ones.
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        Tensor::full(shape, 1.0, dtype, device)
+        Tensor::full_checked("ones", shape, 1.0, dtype, device)
     }
 
     /// A rank-0 tensor holding `v`.
@@ -98,7 +98,7 @@ impl Tensor {
             });
         }
         let n = data.len();
-        let t = Tensor::alloc(shape, T::DTYPE, Device::Cpu)?;
+        let t = Tensor::alloc(shape, T::DTYPE, Device::Cpu).map_err(|e| e.in_op("from_slice"))?;
         {
             let _l = crate::storage::lock(&[], &[t.storage()]);
             // SAFETY: fresh contiguous CPU storage of n elements of T; exclusive lock held.
@@ -110,7 +110,7 @@ impl Tensor {
                 )
             };
         }
-        t.to_device(device)
+        t.to_device(device).map_err(|e| e.reported_as("from_slice"))
     }
 
     /// Like [`from_slice`](Tensor::from_slice), taking the vector.
@@ -135,9 +135,9 @@ impl Tensor {
             ));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        Tensor::from_fn_f64(&[n], |i| start + i as f64 * step)?
-            .to_dtype(dtype)?
-            .to_device(device)
+        Tensor::from_fn_f64(&[n], |i| start + i as f64 * step)
+            .and_then(|t| t.to_dtype(dtype)?.to_device(device))
+            .map_err(|e| e.in_op("arange"))
     }
 
     /// A contiguous f64 CPU tensor of `shape` with `f(i)` at row-major index
@@ -179,14 +179,14 @@ impl Tensor {
             } else {
                 end - step * (n - 1 - i) as f64
             }
-        })?
-        .to_dtype(dtype)?
-        .to_device(device)
+        })
+        .and_then(|t| t.to_dtype(dtype)?.to_device(device))
+        .map_err(|e| e.in_op("linspace"))
     }
 
     /// The `n x m` identity (ones on the main diagonal).
     pub fn eye(n: usize, m: usize, dtype: DType, device: Device) -> Result<Tensor> {
-        let t = Tensor::zeros(&[n, m], dtype, device)?;
+        let t = Tensor::full_checked("eye", &[n, m], 0.0, dtype, device)?;
         if n.min(m) == 0 {
             return Ok(t); // no diagonal (and m + 1 may not exist: eye(0, usize::MAX))
         }
@@ -202,7 +202,7 @@ impl Tensor {
         if !dtype.is_float() {
             bail!(Error::dtype("rand", "a float dtype", dtype));
         }
-        let mut t = Tensor::alloc(shape, dtype, device)?;
+        let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("rand"))?;
         t.uniform_(0.0, 1.0)?;
         Ok(t)
     }
@@ -212,7 +212,7 @@ impl Tensor {
         if !dtype.is_float() {
             bail!(Error::dtype("randn", "a float dtype", dtype));
         }
-        let mut t = Tensor::alloc(shape, dtype, device)?;
+        let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("randn"))?;
         t.normal_(0.0, 1.0)?;
         Ok(t)
     }
@@ -224,7 +224,7 @@ impl Tensor {
         device: Device,
         gen: &mut Generator,
     ) -> Result<Tensor> {
-        let mut t = Tensor::alloc(shape, dtype, device)?;
+        let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("rand_with"))?;
         t.random_fill(
             "rand",
             gen,
@@ -243,7 +243,7 @@ impl Tensor {
         device: Device,
         gen: &mut Generator,
     ) -> Result<Tensor> {
-        let mut t = Tensor::alloc(shape, dtype, device)?;
+        let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("randn_with"))?;
         t.random_fill(
             "randn",
             gen,

@@ -196,6 +196,54 @@ fn fmt_free_total(free: &Option<usize>, total: &Option<usize>) -> String {
     }
 }
 
+/// Internal step names an error may carry from deep inside an op; the op
+/// the user called replaces them ([`Error::in_op`]).
+const INTERNAL_OPS: [&str; 2] = ["alloc", "allocate"];
+
+impl Error {
+    /// The op an error names, mutably (`None` for an out-of-memory error,
+    /// which names its device).
+    fn op_mut(&mut self) -> Option<&mut &'static str> {
+        match self {
+            Error::ShapeMismatch { op, .. }
+            | Error::DTypeMismatch { op, .. }
+            | Error::DeviceMismatch { op, .. }
+            | Error::DimOutOfRange { op, .. }
+            | Error::IndexOutOfRange { op, .. }
+            | Error::ElementCount { op, .. }
+            | Error::NotViewable { op, .. }
+            | Error::NotAScalar { op, .. }
+            | Error::InvalidInPlace { op, .. }
+            | Error::InvalidArgument { op, .. }
+            | Error::DeviceUnavailable { op, .. }
+            | Error::Autograd { op, .. }
+            | Error::Backend { op, .. } => Some(op),
+            Error::OutOfMemory { .. } => None,
+        }
+    }
+
+    /// This error as the public op `op` reports it: an internal step's name
+    /// (`alloc`, `allocate`) becomes `op`, so `Tensor::zeros` of an
+    /// impossible shape says `zeros:`; any other name is kept.
+    /// This error as the public constructor `op` reports it (a layer's
+    /// `new` builds its parameters with other ops: their names become `op`).
+    pub(crate) fn reported_as(mut self, op: &'static str) -> Error {
+        if let Some(o) = self.op_mut() {
+            *o = op;
+        }
+        self
+    }
+
+    pub(crate) fn in_op(mut self, op: &'static str) -> Error {
+        if let Some(o) = self.op_mut() {
+            if INTERNAL_OPS.contains(o) {
+                *o = op;
+            }
+        }
+        self
+    }
+}
+
 impl Error {
     pub(crate) fn shape(
         op: &'static str,

@@ -501,7 +501,7 @@ fn creation_arguments() {
     // sizes that overflow the address space or cannot be served
     let e = Tensor::zeros(&[usize::MAX, 2], DType::F32, CPU).unwrap_err();
     assert!(
-        matches!(e, Error::InvalidArgument { op: "alloc", .. }),
+        matches!(e, Error::InvalidArgument { op: "zeros", .. }),
         "{e:?}"
     );
     says(&e, &["overflows"]);

@@ -23,6 +23,7 @@ on_both!(
     sign_of_nan_is_zero,
     shape_arithmetic_overflow_is_an_error,
     set_grad_refuses_another_dtype_or_device,
+    errors_name_the_op_the_user_called,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -457,5 +458,45 @@ fn set_grad_refuses_another_dtype_or_device(dev: Device) {
         let cpu = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
         let e = x.set_grad(Some(cpu)).unwrap_err().to_string();
         assert!(e.contains("set_grad"), "{e}");
+    }
+}
+
+/// Item 16. An impossible allocation is reported by the op the user
+/// called, not by an internal step (`alloc:` from `zeros`, `repeat` or
+/// `LayerNorm::new`; `allocate:` from `to_device`).
+fn errors_name_the_op_the_user_called(dev: Device) {
+    let huge = [usize::MAX / 2, 4];
+    let starts = |r: tensorscope::Result<Tensor>, op: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{op}:")),
+            "expected '{op}: ...', got '{e}'"
+        );
+    };
+    starts(Tensor::zeros(&huge, DType::F32, dev), "zeros");
+    starts(Tensor::ones(&huge, DType::F32, dev), "ones");
+    starts(Tensor::empty(&huge, DType::F32, dev), "empty");
+    starts(Tensor::full(&huge, 2.0, DType::F32, dev), "full");
+    starts(Tensor::rand(&huge, DType::F32, dev), "rand");
+    starts(Tensor::randn(&huge, DType::F32, dev), "randn");
+    starts(Tensor::eye(usize::MAX / 2, 4, DType::F32, dev), "eye");
+    let x = Tensor::ones(&[2], DType::F32, dev).unwrap();
+    starts(x.repeat(&[usize::MAX / 4]), "repeat");
+    let e = tensorscope::nn::LayerNorm::new(&huge)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("LayerNorm:"), "{e}");
+    let e = tensorscope::nn::Linear::new(usize::MAX / 2, 4)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("Linear:"), "{e}");
+    if !tensorscope::backend::cuda::is_available() {
+        starts(x.to_device(Device::Cuda(0)), "to_device");
+        starts(
+            Tensor::from_slice(&[1.0f32], &[1], Device::Cuda(0)),
+            "from_slice",
+        );
     }
 }

@@ -101,6 +101,7 @@ impl Embedding {
         dtype: DType,
         device: Device,
     ) -> Result<Embedding> {
+        (|| -> Result<Embedding> {
         let op = "Embedding";
         if !dtype.is_float() {
             bail!(Error::dtype(op, "a float dtype", dtype));
@@ -138,6 +139,8 @@ impl Embedding {
             max_norm: opts.max_norm,
             norm_type: opts.norm_type,
         })
+    })()
+        .map_err(|e| e.reported_as("Embedding"))
     }
 
     /// The padding row, if any (normalised to `0..num_embeddings`).

@@ -46,23 +46,26 @@ impl Linear {
         dtype: DType,
         device: Device,
     ) -> Result<Linear> {
-        if !dtype.is_float() {
-            bail!(Error::dtype("Linear", "a float dtype", dtype));
-        }
-        let mut w = Tensor::empty(&[out_features, in_features], dtype, device)?;
-        init::kaiming_uniform_(&mut w, 5f64.sqrt())?;
-        let bias = if bias {
-            let bound = init::kaiming_bound(5f64.sqrt(), in_features);
-            let mut b = Tensor::empty(&[out_features], dtype, device)?;
-            init::uniform_(&mut b, -bound, bound)?;
-            Some(b.requires_grad_(true)?)
-        } else {
-            None
-        };
-        Ok(Linear {
-            weight: w.requires_grad_(true)?,
-            bias,
-        })
+        (|| -> Result<Linear> {
+            if !dtype.is_float() {
+                bail!(Error::dtype("Linear", "a float dtype", dtype));
+            }
+            let mut w = Tensor::empty(&[out_features, in_features], dtype, device)?;
+            init::kaiming_uniform_(&mut w, 5f64.sqrt())?;
+            let bias = if bias {
+                let bound = init::kaiming_bound(5f64.sqrt(), in_features);
+                let mut b = Tensor::empty(&[out_features], dtype, device)?;
+                init::uniform_(&mut b, -bound, bound)?;
+                Some(b.requires_grad_(true)?)
+            } else {
+                None
+            };
+            Ok(Linear {
+                weight: w.requires_grad_(true)?,
+                bias,
+            })
+        })()
+        .map_err(|e| e.reported_as("Linear"))
     }
 
     /// `in_features`.

@@ -56,27 +56,30 @@ impl LayerNorm {
         dtype: DType,
         device: Device,
     ) -> Result<LayerNorm> {
-        if normalized_shape.is_empty() {
-            bail!(Error::arg(
-                "LayerNorm",
-                "normalized_shape must name at least one dimension"
-            ));
-        }
-        if !dtype.is_float() {
-            bail!(Error::dtype("LayerNorm", "a float dtype", dtype));
-        }
-        if !(eps.is_finite() && eps >= 0.0) {
-            bail!(Error::arg(
-                "LayerNorm",
-                format!("eps must be finite and non-negative, got {eps}")
-            ));
-        }
-        Ok(LayerNorm {
-            normalized_shape: normalized_shape.to_vec(),
-            eps,
-            weight: Tensor::ones(normalized_shape, dtype, device)?.requires_grad_(true)?,
-            bias: Tensor::zeros(normalized_shape, dtype, device)?.requires_grad_(true)?,
-        })
+        (|| -> Result<LayerNorm> {
+            if normalized_shape.is_empty() {
+                bail!(Error::arg(
+                    "LayerNorm",
+                    "normalized_shape must name at least one dimension"
+                ));
+            }
+            if !dtype.is_float() {
+                bail!(Error::dtype("LayerNorm", "a float dtype", dtype));
+            }
+            if !(eps.is_finite() && eps >= 0.0) {
+                bail!(Error::arg(
+                    "LayerNorm",
+                    format!("eps must be finite and non-negative, got {eps}")
+                ));
+            }
+            Ok(LayerNorm {
+                normalized_shape: normalized_shape.to_vec(),
+                eps,
+                weight: Tensor::ones(normalized_shape, dtype, device)?.requires_grad_(true)?,
+                bias: Tensor::zeros(normalized_shape, dtype, device)?.requires_grad_(true)?,
+            })
+        })()
+        .map_err(|e| e.reported_as("LayerNorm"))
     }
 }
 
@@ -349,6 +352,7 @@ impl BatchNorm1d {
         dtype: DType,
         device: Device,
     ) -> Result<BatchNorm1d> {
+        (|| -> Result<BatchNorm1d> {
         if !dtype.is_float() {
             bail!(Error::dtype("BatchNorm1d", "a float dtype", dtype));
         }
@@ -389,6 +393,8 @@ impl BatchNorm1d {
             running_var,
             num_batches_tracked,
         })
+    })()
+        .map_err(|e| e.reported_as("BatchNorm1d"))
     }
 
     /// The options the layer was built with.

@@ -114,7 +114,8 @@ impl Tensor {
                 )
             })?);
         }
-        let out = Tensor::alloc(&out_shape, self.dtype(), self.device())?;
+        let out =
+            Tensor::alloc(&out_shape, self.dtype(), self.device()).map_err(|e| e.in_op(op))?;
         if out.numel() == 0 {
             return crate::autograd::formulas_more::repeat(self, reps, out);
         }

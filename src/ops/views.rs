@@ -364,7 +364,8 @@ impl Tensor {
         if device == self.device() {
             return Ok(self.alias());
         }
-        let out = Tensor::alloc(self.shape(), self.dtype(), device)?;
+        let out =
+            Tensor::alloc(self.shape(), self.dtype(), device).map_err(|e| e.in_op("to_device"))?;
         crate::backend::copy(
             &crate::backend::Operand::of(self),
             &crate::backend::Operand::of(&out),

@@ -184,7 +184,7 @@ fn no_gpu_means_no_panic() {
             matches!(
                 e,
                 Error::DeviceUnavailable {
-                    op: "allocate",
+                    op: "zeros",
                     device: Device::Cuda(0),
                     ..
                 }

@@ -259,6 +259,30 @@ impl Tensor {
         self.detach_impl()
     }
 
+    /// In-place [`detach`](Tensor::detach) (PyTorch's `detach_`): this
+    /// handle stops tracking gradients and lets go of its graph at once
+    /// (the nodes and saved tensors only it kept alive are freed now). The
+    /// storage and values are unchanged.
+    ///
+    /// Unlike PyTorch, where every Python reference is the one tensor, a
+    /// second handle made by [`alias`](Tensor::alias) keeps its own view of
+    /// the graph: a handle is owned, and this one changes only itself.
+    ///
+    /// ```
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let w = Tensor::ones(&[3], DType::F32, Device::Cpu)?.requires_grad_(true)?;
+    /// let mut y = w.mul_scalar(2.0)?;
+    /// assert!(y.requires_grad());
+    /// y.detach_();
+    /// assert!(!y.requires_grad() && y.grad_fn_name().is_none());
+    /// assert_eq!(y.to_vec::<f32>()?, vec![2.0; 3]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn detach_(&mut self) -> &mut Tensor {
+        *self = self.detach_impl();
+        self
+    }
+
     /// Consumes the handle and returns a contiguous tensor: the same handle if
     /// it is already contiguous (nothing copied, nothing allocated), otherwise
     /// a contiguous copy, after which the input handle is dropped (freeing its

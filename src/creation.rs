@@ -288,19 +288,24 @@ impl Tensor {
             })?;
             return self.copy_(&tmp);
         }
+        // On the CPU: drawn on the host straight into this tensor's
+        // elements, in row-major order (no buffer: 0 new bytes).
         let p = mantissa_bits(self.dtype());
-        let src = match dist {
+        let dst = Operand::of(self);
+        match dist {
             Dist::Uniform { low, high } => {
-                Tensor::from_fn_f64(self.shape(), |_| low + (high - low) * unit(gen, p))?
+                backend::host_fill(op, &dst, || low + (high - low) * unit(gen, p))?
             }
             Dist::Normal { mean, std } => {
-                Tensor::from_fn_f64(self.shape(), |_| mean + std * gen.next_normal())?
+                backend::host_fill(op, &dst, || mean + std * gen.next_normal())?
             }
             Dist::Bernoulli { p } => {
-                Tensor::from_fn_f64(self.shape(), |_| f64::from(u8::from(gen.next_f64() < p)))?
+                backend::host_fill(op, &dst, || f64::from(u8::from(gen.next_f64() < p)))?
             }
         };
-        self.copy_(&src)
+        drop(dst);
+        self.storage().bump_version();
+        Ok(self)
     }
 
     /// Fills in place, uniform in `[low, high)`, from the global generator.

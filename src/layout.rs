@@ -403,7 +403,9 @@ impl Layout {
     }
 
     /// Elements `start, start + step, ...` below `end` of dimension `dim` (Python's `t[start:end:step]`).
-    /// `end` is clamped to the dimension's size, as in Python; `start > size` is an error.
+    /// `start` and `end` are clamped to the dimension's size, as in Python
+    /// (`t[7:]` of 5 elements is empty); for `narrow`, `start > size` or
+    /// `end > size` is an error, as PyTorch's `narrow`.
     pub fn slice(
         &self,
         op: &'static str,
@@ -417,6 +419,11 @@ impl Layout {
             bail!(Error::arg(op, "slice step must be positive, got 0"));
         }
         let size = self.shape[d];
+        let start = if op == "narrow" {
+            start
+        } else {
+            start.min(size)
+        };
         if start > size || (op == "narrow" && end > size) {
             bail!(Error::IndexOutOfRange {
                 op,
@@ -659,7 +666,9 @@ mod tests {
         assert_eq!(s.shape(), &[3]);
         assert_eq!(s.strides(), &[3]);
         assert_eq!(s.offset(), 1);
-        assert!(l.slice("slice", 0, 11, 12, 1).is_err());
+        // Python's l[11:12] of 10 elements is empty; narrow past the end is not.
+        assert_eq!(l.slice("slice", 0, 11, 12, 1).unwrap().shape(), &[0]);
+        assert!(l.slice("narrow", 0, 11, 12, 1).is_err());
         assert!(normalize_dim("x", 0, 0).is_err());
         assert_eq!(normalize_dim("x", -1, 3).unwrap(), 2);
     }

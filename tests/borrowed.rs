@@ -298,11 +298,8 @@ fn borrowed_view_errors_name_the_op() {
         ),
         "{e:?}"
     );
-    let e = m.slice(0, 4, 5, 1).unwrap_err();
-    assert!(
-        matches!(e, Error::IndexOutOfRange { op: "slice", .. }),
-        "{e:?}"
-    );
+    // a start past the size: an empty view, as Python's m[4:5]
+    assert_eq!(m.slice(0, 4, 5, 1).unwrap().shape()[0], 0);
 }
 
 /// The seed's "a slice keeps the whole storage alive", with owned views, and

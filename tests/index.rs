@@ -1335,13 +1335,15 @@ fn in_place_errors_leave_self_unchanged() {
             ) && e.to_string().contains("slice")
         },
     );
+    // A start past the end is an empty slice (Python's x[4:5] = ...): a
+    // two-element source cannot broadcast to it.
     assert_refused(
         "slice_assign_ start",
-        |t| t.slice_assign_(0, 4, 5, 1, &f32s(&[1])).map(|_| ()),
+        |t| t.slice_assign_(0, 4, 5, 1, &f32s(&[1, 2])).map(|_| ()),
         |e| {
             matches!(
                 e,
-                Error::IndexOutOfRange {
+                Error::ShapeMismatch {
                     op: "slice_assign_",
                     ..
                 }

@@ -24,6 +24,7 @@ on_both!(
     shape_arithmetic_overflow_is_an_error,
     set_grad_refuses_another_dtype_or_device,
     errors_name_the_op_the_user_called,
+    random_fills_are_in_place_and_slices_past_the_end_are_empty,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -499,4 +500,56 @@ fn errors_name_the_op_the_user_called(dev: Device) {
             "from_slice",
         );
     }
+}
+
+/// Item 17. `uniform_`, `normal_` and `bernoulli_` fill in place: the
+/// allocator hands out 0 new blocks (on a contiguous tensor and on a
+/// transposed one); `x[7:]` of 5 elements is empty (PyTorch) where
+/// `narrow(0, 6, 0)` is still out of range; `detach_` drops the graph.
+fn random_fills_are_in_place_and_slices_past_the_end_are_empty(dev: Device) {
+    use tensorscope::memory::memory_stats;
+    let mut x = Tensor::zeros(&[64, 48], DType::F32, dev).unwrap();
+    let mut t = Tensor::zeros(&[48, 64], DType::F32, dev)
+        .unwrap()
+        .t()
+        .unwrap();
+    let allocs = || memory_stats(dev).allocation.all.allocated;
+    let before = allocs();
+    x.uniform_(-1.0, 1.0).unwrap();
+    x.normal_(0.0, 2.0).unwrap();
+    x.bernoulli_(0.5).unwrap();
+    if dev.is_cpu() {
+        // (a transposed CUDA tensor is filled through a dense buffer)
+        t.uniform_(0.0, 1.0).unwrap();
+        t.normal_(0.0, 1.0).unwrap();
+    }
+    assert_eq!(allocs(), before, "no block handed out by the random fills");
+    let v = read(&x);
+    assert!(v.iter().all(|&e| e == 0.0 || e == 1.0));
+    assert!(v.contains(&1.0) && v.contains(&0.0));
+    // The same seed gives the same values whatever the layout.
+    tensorscope::manual_seed(5);
+    let mut a = Tensor::zeros(&[6, 4], DType::F32, dev).unwrap();
+    a.normal_(0.0, 1.0).unwrap();
+    tensorscope::manual_seed(5);
+    let mut b = Tensor::zeros(&[4, 6], DType::F32, dev)
+        .unwrap()
+        .t()
+        .unwrap();
+    b.normal_(0.0, 1.0).unwrap();
+    assert_eq!(read(&a), read(&b));
+
+    let r = Tensor::arange(0.0, 5.0, 1.0, DType::F32, dev).unwrap();
+    assert_eq!(r.slice(0, 7, 10, 1).unwrap().shape(), &[0]);
+    assert_eq!(r.slice(0, 5, 5, 1).unwrap().shape(), &[0]);
+    assert!(r.narrow(0, 6, 0).is_err(), "PyTorch: start out of range");
+
+    let w = Tensor::ones(&[3], DType::F32, dev)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut y = w.mul_scalar(2.0).unwrap();
+    y.detach_();
+    assert!(!y.requires_grad());
+    assert!(y.backward().is_err());
 }

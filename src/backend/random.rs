@@ -23,6 +23,21 @@ pub(crate) enum Dist {
     Bernoulli { p: f64 },
 }
 
+/// Writes `next()` into every element of the CPU tensor `dst`, in
+/// row-major order of its shape whatever its strides (so the host
+/// generator's stream gives the same values to any layout), converted to
+/// its dtype as a stored number. In place: allocates nothing.
+pub(crate) fn host_fill(op: &'static str, dst: &Operand, next: impl FnMut() -> f64) -> Result<()> {
+    let _l = lock(&[], &[dst.storage]);
+    match dst.storage.device() {
+        Device::Cpu => {
+            super::cpu::elementwise::fill_seq(dst, next);
+            Ok(())
+        }
+        Device::Cuda(_) => Err(Error::arg(op, "host fills are for CPU tensors")),
+    }
+}
+
 fn cpu_has_none(op: &'static str) -> Error {
     Error::arg(
         op,

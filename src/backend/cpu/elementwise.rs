@@ -3,7 +3,7 @@
 
 use super::num::Num;
 use super::ptr;
-use super::strided::{par_runs, SendPtr};
+use super::strided::{par_runs, Plan, SendPtr};
 use crate::backend::{BinaryOp, Operand};
 use crate::dtype::{DType, Element};
 use crate::{with_dtype, with_numeric_dtype};
@@ -147,6 +147,23 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
         // SAFETY: dtypes match the operands; the caller holds the locks.
         unsafe { map1::<S, D>(src, dst, CastTo::<D>::cast) }
     }))
+}
+
+/// Writes `next()` into every element of `dst` in row-major order of its
+/// shape (sequential: `next` is a generator's stream). The caller holds the
+/// write lock.
+pub(crate) fn fill_seq(dst: &Operand, mut next: impl FnMut() -> f64) {
+    with_dtype!(dst.dtype, T => {
+        let p = ptr::<T>(dst.storage);
+        let plan = Plan::new([&dst.layout]);
+        // SAFETY: the plan's runs stay inside the layout, which fits the
+        // storage of `T`; the caller holds the write lock; one thread.
+        plan.runs(0, plan.numel(), &mut |o, len, s| unsafe {
+            for i in 0..len {
+                p.add(o[0] + i * s[0]).write(T::wrap_from_f64(next()));
+            }
+        });
+    })
 }
 
 pub(crate) fn fill(dst: &Operand, value: f64) {

@@ -25,6 +25,7 @@ on_both!(
     set_grad_refuses_another_dtype_or_device,
     errors_name_the_op_the_user_called,
     random_fills_are_in_place_and_slices_past_the_end_are_empty,
+    index_select_on_a_0d_tensor,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -552,4 +553,32 @@ fn random_fills_are_in_place_and_slices_past_the_end_are_empty(dev: Device) {
     y.detach_();
     assert!(!y.requires_grad());
     assert!(y.backward().is_err());
+}
+
+/// Item 17. `torch.tensor(3.).index_select(0, torch.tensor([0]))` and with
+/// `torch.tensor(0)` are `tensor(3.)`; `[0, 0]` raises "Index to scalar
+/// can have only 1 value"; `[1]` "index out of range". Differentiable.
+fn index_select_on_a_0d_tensor(dev: Device) {
+    let x = leaf(&[3.0], &[], dev);
+    for idx in [on(&[0i64], dev), on(&[0i64], dev).reshape(&[]).unwrap()] {
+        let y = x.index_select(0, &idx).unwrap();
+        assert_eq!(y.shape(), &[] as &[usize]);
+        assert_eq!(read(&y), vec![3.0]);
+    }
+    x.index_select(-1, &on(&[0i64], dev))
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(grad(&x), vec![1.0]);
+    let e = x
+        .index_select(0, &on(&[0i64, 0], dev))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("index_select") && e.contains("one value"), "{e}");
+    let e = x
+        .index_select(0, &on(&[1i64], dev))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("index_select"), "{e}");
+    assert!(x.index_select(1, &on(&[0i64], dev)).is_err());
 }

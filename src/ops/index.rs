@@ -127,6 +127,24 @@ impl Tensor {
     /// ```
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "index_select";
+        if self.rank() == 0 {
+            // PyTorch: a 0-d input takes dim 0 or -1 and a one-value index
+            // (0-d or [1]) and gives a 0-d result.
+            normalize_dim(op, dim, 1)?;
+            if index.numel() != 1 || index.rank() > 1 {
+                bail!(Error::arg(
+                    op,
+                    format!(
+                        "the index into a 0-d tensor must hold one value, got shape {:?}",
+                        index.shape()
+                    )
+                ));
+            }
+            return self
+                .unsqueeze(0)?
+                .index_select(0, &index.reshape(&[1])?)?
+                .reshape(&[]);
+        }
         let (d, shape) = self.index_select_check(op, dim, index)?;
         let out = Tensor::alloc(&shape, self.dtype(), self.device())?;
         self.index_select_into(op, d, index, &out)?;

@@ -334,7 +334,6 @@ fn bool_arithmetic_is_refused() {
         (b.sub_scalar(1.0), "sub"),
         (b.neg(), "neg"),
         (b.abs(), "abs"),
-        (b.exp(), "exp"),
         (b.relu(), "relu"),
         (b.clamp(Some(0.0), None), "clamp"),
         (b.rsub_scalar(1.0), "sub"),

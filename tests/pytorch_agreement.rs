@@ -26,6 +26,7 @@ on_both!(
     errors_name_the_op_the_user_called,
     random_fills_are_in_place_and_slices_past_the_end_are_empty,
     index_select_on_a_0d_tensor,
+    promotions_and_refusals_match_pytorch,
 );
 
 fn leaf(v: &[f64], shape: &[usize], dev: Device) -> Tensor {
@@ -581,4 +582,52 @@ fn index_select_on_a_0d_tensor(dev: Device) {
         .to_string();
     assert!(e.contains("index_select"), "{e}");
     assert!(x.index_select(1, &on(&[0i64], dev)).is_err());
+}
+
+/// Item 18, where PyTorch computes and this library refused, or the other
+/// way round: `torch.exp(bool)` is float32 [e, 1]; `torch.logsumexp` of
+/// int32 [1, 2] is float32 2.3133; `f32 - bool` raises "Subtraction ...
+/// with a bool tensor is not supported". (The intended differences that
+/// remain are listed, and tested, in tests/deviations.rs.)
+fn promotions_and_refusals_match_pytorch(dev: Device) {
+    let b = on(&[true, false], dev);
+    let e = b.exp().unwrap();
+    assert_eq!(e.dtype(), DType::F32);
+    common::assert_close(&read(&e), &[std::f64::consts::E, 1.0], 1e-6, "exp(bool)");
+    for (name, y) in [
+        ("sigmoid", b.sigmoid()),
+        ("sqrt", b.sqrt()),
+        ("log1p", b.log1p()),
+    ] {
+        assert_eq!(y.unwrap().dtype(), DType::F32, "{name}(bool)");
+    }
+    assert!(
+        b.neg().is_err(),
+        "PyTorch: negation of a bool tensor is not supported"
+    );
+    let l = on(&[1i32, 2], dev).logsumexp(&[0], false).unwrap();
+    assert_eq!(l.dtype(), DType::F32);
+    common::assert_close(
+        &read(&l),
+        &[(1f64.exp() + 2f64.exp()).ln()],
+        1e-6,
+        "logsumexp(i32)",
+    );
+    let lb = b.logsumexp(&[0], false).unwrap();
+    common::assert_close(
+        &read(&lb),
+        &[(1f64.exp() + 1.0).ln()],
+        1e-6,
+        "logsumexp(bool)",
+    );
+    let f = on(&[1.0f32, 2.0], dev);
+    for r in [f.sub(&b), b.sub(&f), b.sub(&b)] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("sub") && e.contains("bool"), "{e}");
+    }
+    assert_eq!(
+        read(&f.add(&b).unwrap()),
+        vec![2.0, 2.0],
+        "add promotes bool, as PyTorch"
+    );
 }

@@ -30,6 +30,15 @@ use crate::tensor::Tensor;
 
 /// The dtype `op` computes in for operand dtypes `a` and `b`.
 fn compute_dtype(op: BinaryOp, a: DType, b: DType) -> Result<DType> {
+    if op == BinaryOp::Sub && (a == DType::Bool || b == DType::Bool) {
+        // PyTorch: "Subtraction, the `-` operator, with a bool tensor is not
+        // supported" (f32 - bool too, though it would promote).
+        bail!(Error::dtype(
+            op.name(),
+            "a numeric dtype for both operands (subtraction with a bool tensor is not supported; use logical_not or xor)",
+            DType::Bool
+        ));
+    }
     let dt = a.promote(b);
     if op.is_comparison() {
         return Ok(dt);
@@ -310,6 +319,9 @@ impl Tensor {
     /// already has it.
     fn unary_input(&self, op: UnaryOp) -> Result<Option<Tensor>> {
         match self.dtype() {
+            // Float ops compute in f32 from bool as from integers (PyTorch:
+            // exp(bool) is float32).
+            DType::Bool if op.needs_float() => self.to_dtype(DType::F32).map(Some),
             DType::Bool if !matches!(op, UnaryOp::Floor | UnaryOp::Round) => {
                 bail!(Error::dtype(op.name(), "a numeric dtype", DType::Bool))
             }

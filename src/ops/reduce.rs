@@ -260,7 +260,16 @@ impl Tensor {
     /// assert!((v - (1000.0 + 2f32.ln())).abs() < 1e-3);
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
+    ///
+    /// Integer and bool inputs compute in f32, as PyTorch's.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return self.to_dtype(crate::dtype::DType::F32)?.reduction(
+                Reduction::LogSumExp,
+                dims,
+                keepdim,
+            );
+        }
         self.reduction(Reduction::LogSumExp, dims, keepdim)
     }
 

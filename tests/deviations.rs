@@ -1,0 +1,144 @@
+//! Every intended difference from PyTorch 2.15, one test each, in the order
+//! of the GUIDE's section "10. Where tensorscope differs from PyTorch". A
+//! test here asserts tensorscope's behaviour; the comment above it says
+//! what PyTorch does instead and why tensorscope differs. Agreements are in
+//! tests/pytorch_agreement.rs.
+
+use tensorscope::{DType, Device, Tensor};
+
+const CPU: Device = Device::Cpu;
+
+fn v(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().unwrap()
+}
+
+/// Deviation 1: A rank-0 tensor promotes like any other tensor. PyTorch: a 0-d
+/// operand does not raise the result's category (`f32 [2] + f64 []` is
+/// float32); here it is float64, so a dtype never depends on a rank.
+#[test]
+fn rank0_tensors_promote_like_any_tensor() {
+    let a = Tensor::ones(&[2], DType::F32, CPU).unwrap();
+    let s = Tensor::scalar(2.0f64, CPU).unwrap();
+    assert_eq!(a.add(&s).unwrap().dtype(), DType::F64);
+}
+
+/// Deviation 2: An in-place op whose other operand overlaps the destination with
+/// another layout reads the operand as it was before the write. PyTorch
+/// raises "unsupported operation: some elements of the input tensor and
+/// the written-to tensor refer to a single memory location".
+#[test]
+fn overlapping_in_place_operands_are_read_first() {
+    let mut a = Tensor::arange(0.0, 5.0, 1.0, DType::F32, CPU).unwrap();
+    let rhs = a.narrow(0, 0, 4).unwrap();
+    let mut dst = a.narrow(0, 1, 4).unwrap();
+    dst.add_(&rhs).unwrap();
+    drop((dst, rhs));
+    assert_eq!(v(&a), vec![0.0, 1.0, 3.0, 5.0, 7.0]);
+    a.zero_().unwrap();
+}
+
+/// Deviation 3: `chunk` of an empty dimension makes at most 65,536 empty pieces and
+/// is an `Err` beyond. PyTorch makes as many as it
+/// can allocate (and fails at 2^62); usize::MAX aborted the process here.
+#[test]
+fn chunk_of_an_empty_dimension_is_bounded() {
+    let e = Tensor::zeros(&[0, 3], DType::F32, CPU).unwrap();
+    let pieces = e.chunk(1 << 16, 0).unwrap();
+    assert_eq!(pieces.len(), 1 << 16);
+    assert!(pieces
+        .iter()
+        .all(|p| p.shape() == [0, 3] && p.shares_storage(&e)));
+    assert!(e.chunk((1 << 16) + 1, 0).is_err());
+    let err = e.chunk(usize::MAX, 0).unwrap_err().to_string();
+    assert!(err.contains("chunk"), "{err}");
+}
+
+/// Deviation 4: `detach_` changes this handle only. In PyTorch every reference is the
+/// one tensor, so all of them are detached; here a handle is owned, and a
+/// second one from `alias()` keeps its graph.
+#[test]
+fn detach_in_place_changes_only_this_handle() {
+    let w = Tensor::ones(&[2], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut y = w.mul_scalar(3.0).unwrap();
+    let other = y.alias();
+    y.detach_();
+    assert!(!y.requires_grad());
+    assert!(other.requires_grad());
+    other.sum_all().unwrap().backward().unwrap();
+    assert_eq!(v(&w.grad().unwrap()), vec![3.0, 3.0]);
+}
+
+/// Deviation 5: i32 indices are accepted everywhere an index is, `index_fill` and
+/// `index_copy` included. PyTorch requires int64 there ("index_fill_():
+/// Expected dtype int64 for index") while accepting int32 in
+/// `index_select` and `gather`; one rule is simpler.
+#[test]
+fn int32_indices_are_accepted_by_index_fill_and_index_copy() {
+    let i = Tensor::from_slice(&[1i32], &[1], CPU).unwrap();
+    let x = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    assert_eq!(v(&x.index_fill(0, &i, 2.0).unwrap()), vec![0.0, 2.0, 0.0]);
+    let mut y = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    y.index_copy_(0, &i, &Tensor::ones(&[1], DType::F32, CPU).unwrap())
+        .unwrap();
+    assert_eq!(v(&y), vec![0.0, 1.0, 0.0]);
+}
+
+/// Deviation 6: A float cast to an integer dtype from outside i64's range (or from an
+/// infinity) saturates into i64 and then wraps: `inf` and `1e20` to u8 are
+/// 255, to i32 -1; NaN is 0. In C++ (so in PyTorch) such a conversion is
+/// undefined; PyTorch on x86 gives 0 for u8 and i32::MIN for i32. In range,
+/// both truncate and wrap alike (300.7 to u8 is 44).
+#[test]
+fn out_of_range_float_to_integer_casts_are_defined() {
+    let f = Tensor::from_slice(&[f32::INFINITY, 1e20, f32::NAN, 300.7], &[4], CPU).unwrap();
+    let u = f.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap();
+    assert_eq!(u, vec![255, 255, 0, 44]);
+    let i = f.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap();
+    assert_eq!(i, vec![-1, -1, 0, 300]);
+}
+
+/// Deviation 7: A fill value that is a whole number counts as a Python int: `-2.0`
+/// into u8 wraps to 254, as PyTorch's `-2` does; PyTorch's float `-2.0`
+/// raises "value cannot be converted to type uint8_t without overflow". An
+/// f64 cannot tell the two apart; a fractional value follows PyTorch's
+/// float rule (`-2.5` into u8 is an overflow `Err`).
+#[test]
+fn whole_fill_values_count_as_ints() {
+    let t = Tensor::full(&[1], -2.0, DType::U8, CPU).unwrap();
+    assert_eq!(t.to_vec::<u8>().unwrap(), vec![254]);
+    assert!(Tensor::full(&[1], -2.5, DType::U8, CPU).is_err());
+}
+
+/// Deviation 8: On bool tensors, `floor` and `round` are the identity (PyTorch:
+/// "not implemented for 'Bool'"), while `sign` and `square` are refused
+/// (PyTorch: bool and int64 results). Every other numeric-only op is
+/// refused on bool as in PyTorch; float ops compute in f32, as PyTorch's.
+#[test]
+fn bool_unary_ops() {
+    let b = Tensor::from_slice(&[true, false], &[2], CPU).unwrap();
+    assert_eq!(
+        b.floor().unwrap().to_vec::<bool>().unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(b.round().unwrap().dtype(), DType::Bool);
+    assert!(b.sign().is_err());
+    assert!(b.square().is_err());
+}
+
+/// Deviation 9: Random numbers: the same seed gives the same values on one device
+/// (any layout, any thread that uses the global generator in the same
+/// order), but not PyTorch's values: the CPU draws from xoshiro256++, not
+/// mt19937, and CUDA from Philox 4x32-10 with its own counter layout.
+#[test]
+fn random_streams_are_reproducible_but_not_pytorchs() {
+    tensorscope::manual_seed(0);
+    let a = Tensor::rand(&[4], DType::F32, CPU).unwrap();
+    tensorscope::manual_seed(0);
+    let b = Tensor::rand(&[4], DType::F32, CPU).unwrap();
+    assert_eq!(v(&a), v(&b));
+    // torch.manual_seed(0); torch.rand(4)[0] is 0.49625659.
+    assert!((v(&a)[0] - 0.496_256_59).abs() > 1e-6);
+}

@@ -324,7 +324,9 @@ impl Layout {
                 if self.strides[i] != expected {
                     return false;
                 }
-                expected *= d;
+                // Saturating, as `contiguous_strides` (an empty shape's
+                // other dims may be huge).
+                expected = expected.saturating_mul(d);
             }
         }
         true

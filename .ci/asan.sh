@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# AddressSanitizer over the test suite (not part of .ci/run: it needs the
+# nightly toolchain and rebuilds everything instrumented, ~10 minutes on 2
+# cores). Every test binary but tests/ui.rs (trybuild runs cargo itself,
+# uninstrumented); the lib's unit tests included; doctests excluded.
+#
+# allocator_may_return_null=1: ASan otherwise aborts on a request above its
+# 1 TiB limit, where the system allocator returns null and tensorscope
+# returns Err(OutOfMemory) (tests/errors.rs and tests/hostile.rs ask for
+# such sizes on purpose); its "failed to allocate" warnings are expected.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests=()
+for f in tests/*.rs; do
+    name=$(basename "$f" .rs)
+    [ "$name" = ui ] || tests+=(--test "$name")
+done
+ASAN_OPTIONS=allocator_may_return_null=1 \
+RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/asan} \
+    cargo +nightly test --target x86_64-unknown-linux-gnu --no-fail-fast --lib "${tests[@]}"

@@ -166,6 +166,21 @@ mod private {
 }
 
 macro_rules! impl_element {
+    // An integer type: `as` casts (saturating from f64), wrapping through
+    // i64 where PyTorch stores a number.
+    (int $t:ty, $dt:ident) => {
+        impl_element!(
+            $t,
+            $dt,
+            |x: $t| x as f64,
+            |v: f64| v as $t,
+            0,
+            1,
+            |v: f64| v as i64 as $t,
+            |x: $t| x as i64,
+            |v: i64| v as $t
+        );
+    };
     ($t:ty, $dt:ident, $to:expr, $from:expr, $zero:expr, $one:expr) => {
         impl_element!(
             $t,
@@ -238,39 +253,9 @@ impl_element!(
     bf16::ZERO,
     bf16::ONE
 );
-impl_element!(
-    i64,
-    I64,
-    |x: i64| x as f64,
-    |v: f64| v as i64,
-    0,
-    1,
-    |v: f64| v as i64,
-    |x: i64| x,
-    |v: i64| v
-);
-impl_element!(
-    i32,
-    I32,
-    |x: i32| x as f64,
-    |v: f64| v as i32,
-    0,
-    1,
-    |v: f64| v as i64 as i32,
-    |x: i32| x as i64,
-    |v: i64| v as i32
-);
-impl_element!(
-    u8,
-    U8,
-    |x: u8| x as f64,
-    |v: f64| v as u8,
-    0,
-    1,
-    |v: f64| v as i64 as u8,
-    |x: u8| x as i64,
-    |v: i64| v as u8
-);
+impl_element!(int i64, I64);
+impl_element!(int i32, I32);
+impl_element!(int u8, U8);
 impl_element!(
     bool,
     Bool,

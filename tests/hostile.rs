@@ -15,6 +15,8 @@
 //! One `#[test]` in its own binary: the allocator's statistics are per
 //! device and process-wide, so no other test may allocate meanwhile.
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tensorscope::{memory, DType, Device, Result, Tensor};
 
@@ -85,16 +87,7 @@ impl Rng {
         ])
     }
     fn dtype(&mut self) -> DType {
-        self.pick(&[
-            DType::F32,
-            DType::F64,
-            DType::F16,
-            DType::BF16,
-            DType::I64,
-            DType::I32,
-            DType::U8,
-            DType::Bool,
-        ])
+        self.pick(&common::ALL)
     }
     fn device(&mut self) -> Device {
         if self.below(12) == 0 {

@@ -377,12 +377,30 @@ fn unreadable_malformed_and_unsupported_files_are_errors() {
     std::fs::remove_file(&path).ok();
 }
 
-fn python_with_torch() -> bool {
+/// `true` if `python3 -c code` runs and succeeds.
+fn python_can(code: &str) -> bool {
     std::process::Command::new("python3")
-        .args(["-c", "import torch, safetensors.torch"])
+        .args(["-c", code])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// Runs `script` with python3; fails the test with its stderr otherwise.
+fn run_python(script: &str) {
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn python_with_torch() -> bool {
+    python_can("import torch, safetensors.torch")
 }
 
 #[test]
@@ -414,15 +432,7 @@ save_file(out, {theirs:?})
         theirs = theirs.to_str().unwrap(),
         v = f32_vals[6],
     );
-    let out = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(&script);
     let mut back = all_types(8);
     load_safetensors(&mut back, &theirs).unwrap();
     for ((n, a), (_, b)) in m.ps.iter().zip(&back.ps) {
@@ -437,11 +447,7 @@ save_file(out, {theirs:?})
 }
 
 fn python_with_numpy_safetensors() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import numpy, safetensors.numpy"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    python_can("import numpy, safetensors.numpy")
 }
 
 /// The same exchange through the Python package's numpy API (no torch
@@ -475,15 +481,7 @@ save_file(out, {theirs:?})
         theirs = theirs.to_str().unwrap(),
         v = f64_vals[11],
     );
-    let out = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(&script);
     let mut back = all_types(10);
     back.ps.retain(|(n, _)| n != "layer.bf16");
     load_safetensors(&mut back, &theirs).unwrap();
@@ -564,15 +562,7 @@ assert m[1].num_batches_tracked.item() == 1
 "#,
             p = path.to_str().unwrap()
         );
-        let out = std::process::Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_python(&script);
     } else {
         println!("PyTorch half skipped: python3 with torch and safetensors is not available");
     }

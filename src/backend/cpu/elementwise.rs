@@ -255,7 +255,7 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
             }
         }
     }
-    with_numeric_dtype!(a.dtype, T => go::<T>(op, a, <T as Num>::scalar(scalar), dst), _ => {
+    with_numeric_dtype!(a.dtype, T => go::<T>(op, a, T::wrap_from_f64(scalar), dst), _ => {
         let s = scalar != 0.0;
         // SAFETY: dtypes match; the caller holds the locks.
         unsafe {

@@ -2,7 +2,6 @@
 //! would take several (and allocate their temporaries).
 
 use super::elementwise::map2;
-use super::num::Num;
 use crate::backend::Operand;
 use crate::with_float_dtype;
 
@@ -13,7 +12,7 @@ use crate::with_float_dtype;
 pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) {
     debug_assert!(g.dtype == y.dtype && g.dtype == dst.dtype);
     with_float_dtype!(g.dtype, T => {
-        let zero = <T as Num>::scalar(0.0);
+        let zero = <T as crate::dtype::Element>::zero();
         // SAFETY: dtypes match the operands; the caller holds the locks.
         unsafe { map2::<T, T, T>(g, y, dst, move |g, y| if y <= zero { zero } else { g }) }
     }, _ => unreachable!("relu_backward on a non-float dtype: the formula checks"))

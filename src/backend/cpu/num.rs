@@ -16,10 +16,6 @@ pub(crate) trait Num: crate::dtype::Element + Default {
     fn neg(self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
-    /// An arithmetic scalar in this dtype: rounded for floats, wrapped
-    /// (two's complement, through i64) for integers, as PyTorch converts a
-    /// Python int for `uint8_tensor + (-2)`.
-    fn scalar(v: f64) -> Self;
 }
 
 macro_rules! num_float {
@@ -76,10 +72,6 @@ macro_rules! num_float {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 num_traits::Float::is_nan(self)
-            }
-            #[inline(always)]
-            fn scalar(v: f64) -> Self {
-                <$t as crate::dtype::Element>::from_f64(v)
             }
         }
     };
@@ -175,10 +167,6 @@ macro_rules! num_int {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 false
-            }
-            #[inline(always)]
-            fn scalar(v: f64) -> Self {
-                v as i64 as $t
             }
         }
     };

@@ -21,37 +21,32 @@ use crate::storage::Storage;
 use crate::with_dtype;
 use std::borrow::Cow;
 
-/// The bits of `v` converted to `dt` (`T::from_f64`, as the CPU does), in
-/// the low bytes of a u64: how kernels receive scalars.
-pub(crate) fn scalar_bits(dt: DType, v: f64) -> u64 {
-    with_dtype!(dt, T => {
-        let x = T::from_f64(v);
-        let mut b = [0u8; 8];
-        // SAFETY: T is a plain value of at most 8 bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping((&x as *const T).cast::<u8>(), b.as_mut_ptr(), std::mem::size_of::<T>())
-        };
-        u64::from_le_bytes(b)
-    })
+/// The bits of `x` in the low bytes of a u64: how kernels receive scalars.
+fn bits_of<T: Element>(x: T) -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: T is a plain value of at most 8 bytes; `b` has room for it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&x as *const T).cast::<u8>(),
+            b.as_mut_ptr(),
+            std::mem::size_of::<T>(),
+        )
+    };
+    u64::from_le_bytes(b)
 }
 
-/// The bits of an arithmetic scalar `v` for `dt`, converted as the CPU's
-/// `binary_scalar` converts it (`Num::scalar`): rounded for floats (as
-/// [`scalar_bits`]), wrapped through i64 for integers (`v as i64 as T`, so
-/// `u8_tensor + (-2)` adds 254 and wraps, as PyTorch does; fills store
-/// numbers the same way; [`scalar_bits`] saturates, which is right for clamp
-/// bounds only), `v != 0` for bool.
+/// The bits of `v` converted to `dt` saturating (`T::from_f64`): clamp
+/// bounds (PyTorch's u8 `clamp(-1, 2)` leaves 0 alone).
+pub(crate) fn scalar_bits(dt: DType, v: f64) -> u64 {
+    with_dtype!(dt, T => bits_of(T::from_f64(v)))
+}
+
+/// The bits of `v` stored as PyTorch stores a number (`T::wrap_from_f64`,
+/// as the CPU's scalar arithmetic and fills): rounded for floats, wrapped
+/// through i64 for integers (`u8_tensor + (-2)` adds 254), `v != 0` for
+/// bool.
 pub(crate) fn arith_scalar_bits(dt: DType, v: f64) -> u64 {
-    if dt.is_int() {
-        // Two's complement: the low `size` bytes of `v as i64` are `v as i64 as T`.
-        let bits = (v as i64) as u64;
-        match dt.size_in_bytes() {
-            8 => bits,
-            n => bits & ((1u64 << (8 * n)) - 1),
-        }
-    } else {
-        scalar_bits(dt, v)
-    }
+    with_dtype!(dt, T => bits_of(T::wrap_from_f64(v)))
 }
 
 /// `true` when the operand's elements are one dense run.

@@ -257,13 +257,12 @@ fn a_stream_guard_cannot_leave_its_thread() {
 
 // ------------------------------------------- kernel review (no GPU) ---
 
-/// The scalar of `binary_scalar` reaches the kernel converted as the CPU's
-/// `Num::scalar` converts it: integers wrap through i64 (`u8 + (-2)` adds
-/// 254) and fills store numbers the same way, where `scalar_bits` (clamp
-/// bounds) saturates.
+/// The scalar of `binary_scalar` (and a fill value) reaches the kernel as
+/// PyTorch stores a number: integers wrap through i64 (`u8 + (-2)` adds
+/// 254), checked against plain two's-complement casts, where `scalar_bits`
+/// (clamp bounds) saturates.
 #[test]
 fn arith_scalar_bits_wrap_like_the_cpu() {
-    use crate::backend::cpu::num::Num;
     use cuda::elementwise::arith_scalar_bits;
     let vals = [
         -2.0,
@@ -283,17 +282,17 @@ fn arith_scalar_bits_wrap_like_the_cpu() {
     for v in vals {
         assert_eq!(
             arith_scalar_bits(DType::U8, v),
-            <u8 as Num>::scalar(v) as u64,
+            (v as i64 as u8) as u64,
             "u8 {v}"
         );
         assert_eq!(
             arith_scalar_bits(DType::I32, v),
-            <i32 as Num>::scalar(v) as u32 as u64,
+            (v as i64 as i32) as u32 as u64,
             "i32 {v}"
         );
         assert_eq!(
             arith_scalar_bits(DType::I64, v),
-            <i64 as Num>::scalar(v) as u64,
+            (v as i64) as u64,
             "i64 {v}"
         );
         for dt in [DType::F32, DType::F64, DType::F16, DType::BF16, DType::Bool] {

@@ -24,7 +24,8 @@ class Cfg:
         self.smoke = smoke
         self.dev = torch.device("cpu") if smoke else torch.device("cuda", 0)
         self.n_add = 1 << 16 if smoke else 256 * 1024 * 1024  # 1 GiB of f32 per tensor
-        self.mm = 64 if smoke else 8192
+        self.mm = [32, 64] if smoke else [1024, 2048, 4096, 8192]
+        self.rows = 64 if smoke else 4096
         self.pre = "smoke_" if smoke else ""
 
     def reps(self, n):
@@ -108,8 +109,14 @@ def alloc_free(cfg):
     print(f"{cfg.pre}alloc_free_cached {host_ns(cfg.reps(50), PAIRS, pair):.1f} ns")
 
 
-def matmul(cfg, dtype, name, reps):
-    torch, dev, mm, pre = cfg.torch, cfg.dev, cfg.mm, cfg.pre
+def matmuls(cfg, dtype, tag):
+    for mm in cfg.mm:
+        reps = max(10, min(200, 30 * 8192 * 8192 // (mm * mm)))  # as benches/cuda.rs
+        matmul(cfg, dtype, mm, f"matmul_{mm}_{tag}", reps)
+
+
+def matmul(cfg, dtype, mm, name, reps):
+    torch, dev, pre = cfg.torch, cfg.dev, cfg.pre
     a = torch.randn(mm, mm, device=dev).to(dtype)
     b = torch.randn(mm, mm, device=dev).to(dtype)
     c = torch.empty(mm, mm, device=dev, dtype=dtype)
@@ -119,6 +126,44 @@ def matmul(cfg, dtype, name, reps):
     assert ((c[0, :4].double() - want).abs() <= tol * (1 + want.abs())).all(), f"{name}: wrong row 0"
     print(f"{pre}{name} {2 * mm**3 / (ms * 1e-3) / 1e12:.2f} TFLOP/s")
     print(f"{pre}{name}_time {ms:.4f} ms")
+
+
+def softmax_layernorm(cfg):
+    torch, dev, n, pre = cfg.torch, cfg.dev, cfg.rows, cfg.pre
+    F = torch.nn.functional
+    nbytes = 2 * n * n * 4
+    with torch.no_grad():
+        x = torch.randn(n, n, device=dev)
+        ms = gpu_ms(cfg, cfg.reps(5), cfg.reps(50), lambda: torch.softmax(x, -1))
+        want = torch.softmax(x[0].double(), -1)
+        assert torch.allclose(torch.softmax(x, -1)[0].double(), want, rtol=1e-4, atol=1e-6), "softmax: wrong row 0"
+        print(f"{pre}softmax_{n}x{n}_f32 {nbytes / (ms * 1e-3) / 1e9:.1f} GB/s")
+        print(f"{pre}softmax_{n}x{n}_f32_time {ms:.4f} ms")
+        ln = torch.nn.LayerNorm(n, eps=1e-5, device=dev)
+        ms = gpu_ms(cfg, cfg.reps(5), cfg.reps(50), lambda: ln(x))
+        r = x[0].double()
+        want = (r - r.mean()) / (r.var(unbiased=False) + 1e-5).sqrt()
+        assert torch.allclose(ln(x)[0].double(), want, rtol=1e-4, atol=1e-4), "layer_norm: wrong row 0"
+        print(f"{pre}layernorm_{n}x{n}_f32 {nbytes / (ms * 1e-3) / 1e9:.1f} GB/s")
+        print(f"{pre}layernorm_{n}x{n}_f32_time {ms:.4f} ms")
+
+
+def launch_overhead(cfg):
+    """1,000 chained adds of 1-element tensors, host clock per op, synchronised per batch (as benches/cuda.rs)."""
+    torch, dev, pre = cfg.torch, cfg.dev, cfg.pre
+    chain = 1000
+    with torch.no_grad():
+        one = torch.ones(1, device=dev)
+
+        def batch():
+            c = torch.zeros(1, device=dev)
+            for _ in range(chain):
+                c = c + one
+            cfg.sync()
+            assert c.item() == chain, "chained adds: wrong sum"
+
+        ns = host_ns(cfg.reps(20), 1, batch) / chain
+    print(f"{pre}chain_add_1elem {ns * 1e-3:.2f} us")
 
 
 def mlp_adam(cfg):
@@ -185,8 +230,10 @@ def main():
         ("add", lambda: add_and_copy(cfg)),
         ("sum", lambda: full_sum(cfg)),
         ("alloc", lambda: alloc_free(cfg)),
-        ("matmul_f32", lambda: matmul(cfg, torch.float32, "matmul_8192_f32", 10)),
-        ("matmul_bf16", lambda: matmul(cfg, torch.bfloat16, "matmul_8192_bf16", 30)),
+        ("matmul_f32", lambda: matmuls(cfg, torch.float32, "f32")),
+        ("matmul_bf16", lambda: matmuls(cfg, torch.bfloat16, "bf16")),
+        ("softmax_layernorm", lambda: softmax_layernorm(cfg)),
+        ("launch", lambda: launch_overhead(cfg)),
         ("mlp", lambda: mlp_adam(cfg)),
     ]
     failed = []

@@ -11,7 +11,13 @@
 //!   + drop (ns per pair, host clock), and the caching allocator alone;
 //! * what cudarc's per-allocation event tracking costs (its `alloc` + drop
 //!   with tracking on and off), which tensorscope turns off;
-//! * matmul 8192 × 8192 × 8192 in f32 (TF32 off) and bf16 (TFLOP/s);
+//! * matmul n × n × n for n in 1024, 2048, 4096, 8192, in f32 (TF32 off)
+//!   and bf16 (TFLOP/s; target ≥ 0.9 × PyTorch's cuBLAS);
+//! * softmax over the last dimension and LayerNorm (weight and bias) of a
+//!   [4096, 4096] f32 tensor, forward under `no_grad` (GB/s counting one
+//!   read and one write);
+//! * the small-op launch overhead: 1,000 chained adds of 1-element tensors
+//!   (host clock per op, the device waited for at the end);
 //! * one Adam training step of the MLP 784-1024-1024-10 at batch 128 (ms)
 //!   and its `max_memory_allocated` (bytes, peak reset before the step).
 //!
@@ -27,8 +33,9 @@
 
 use std::hint::black_box;
 use std::time::Instant;
+use tensorscope::autograd::no_grad_guard;
 use tensorscope::backend::cuda::{self, Event};
-use tensorscope::nn::Module;
+use tensorscope::nn::{LayerNorm, Module};
 use tensorscope::optim::{Adam, AdamConfig};
 use tensorscope::{memory, DType, Device, Tensor};
 
@@ -50,8 +57,10 @@ struct Cfg {
     dev: Device,
     /// Elements per add operand (256M: 1 GiB of f32).
     n_add: usize,
-    /// Matmul side.
-    mm: usize,
+    /// Matmul sides.
+    mm: &'static [usize],
+    /// Rows and columns of the softmax / LayerNorm input.
+    rows: usize,
     /// Prefix of every output name.
     pre: &'static str,
 }
@@ -229,8 +238,18 @@ fn cudarc_tracking(cfg: &Cfg) -> R<()> {
     Ok(())
 }
 
-fn matmul(cfg: &Cfg, dt: DType, name: &str, reps: usize) -> R<()> {
-    let (dev, mm, pre) = (cfg.dev, cfg.mm, cfg.pre);
+/// Every matmul side of `cfg` in `dt`; `tag` is "f32" or "bf16".
+fn matmuls(cfg: &Cfg, dt: DType, tag: &str) -> R<()> {
+    for &mm in cfg.mm {
+        // About 0.2 s of samples at the slowest (f32 8192: ~25 ms each).
+        let reps = (30usize * 8192 * 8192 / (mm * mm)).clamp(10, 200);
+        matmul(cfg, dt, mm, &format!("matmul_{mm}_{tag}"), reps)?;
+    }
+    Ok(())
+}
+
+fn matmul(cfg: &Cfg, dt: DType, mm: usize, name: &str, reps: usize) -> R<()> {
+    let (dev, pre) = (cfg.dev, cfg.pre);
     let a = Tensor::randn(&[mm, mm], DType::F32, dev)?.to_dtype(dt)?;
     let b = Tensor::randn(&[mm, mm], DType::F32, dev)?.to_dtype(dt)?;
     let mut c = Tensor::empty(&[mm, mm], dt, dev)?;
@@ -259,6 +278,81 @@ fn matmul(cfg: &Cfg, dt: DType, name: &str, reps: usize) -> R<()> {
     let tflops = 2.0 * (mm as f64).powi(3) / (ms * 1e-3) / 1e12;
     println!("{pre}{name} {tflops:.2} TFLOP/s");
     println!("{pre}{name}_time {ms:.4} ms");
+    Ok(())
+}
+
+/// Softmax over the last dimension and LayerNorm over the last dimension
+/// (weight and bias) of a [rows, rows] f32 tensor, forward only, into fresh
+/// outputs as a user calls them (GB/s counting one read and one write).
+fn softmax_layernorm(cfg: &Cfg) -> R<()> {
+    let (dev, n, pre) = (cfg.dev, cfg.rows, cfg.pre);
+    let _g = no_grad_guard();
+    let x = Tensor::randn(&[n, n], DType::F32, dev)?;
+    let bytes = 2.0 * (n * n * 4) as f64;
+    let ms = gpu_ms(dev, cfg.reps(5), cfg.reps(50), || {
+        black_box(x.softmax(-1)?);
+        Ok(())
+    })?;
+    // Row 0 against a host softmax in f64.
+    let got = head(&x.softmax(-1)?.select(0, 0)?, n)?;
+    let row = head(&x.select(0, 0)?, n)?;
+    let m = row.iter().cloned().fold(f64::MIN, f64::max);
+    let z: f64 = row.iter().map(|v| (v - m).exp()).sum();
+    for (j, (g, v)) in got.iter().zip(&row).enumerate() {
+        let want = (v - m).exp() / z;
+        if (g - want).abs() > 1e-6 + 1e-4 * want {
+            return Err(format!("softmax: y[0, {j}] = {g} but the host says {want}").into());
+        }
+    }
+    println!(
+        "{pre}softmax_{n}x{n}_f32 {:.1} GB/s",
+        bytes / (ms * 1e-3) / 1e9
+    );
+    println!("{pre}softmax_{n}x{n}_f32_time {ms:.4} ms");
+
+    let ln = LayerNorm::with_options(&[n], 1e-5, DType::F32, dev)?;
+    let ms = gpu_ms(dev, cfg.reps(5), cfg.reps(50), || {
+        black_box(ln.forward(&x)?);
+        Ok(())
+    })?;
+    let got = head(&ln.forward(&x)?.select(0, 0)?, n)?;
+    let mean = row.iter().sum::<f64>() / n as f64;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+    for (j, (g, v)) in got.iter().zip(&row).enumerate() {
+        let want = (v - mean) / (var + 1e-5).sqrt();
+        if (g - want).abs() > 1e-4 * (1.0 + want.abs()) {
+            return Err(format!("layer_norm: y[0, {j}] = {g} but the host says {want}").into());
+        }
+    }
+    println!(
+        "{pre}layernorm_{n}x{n}_f32 {:.1} GB/s",
+        bytes / (ms * 1e-3) / 1e9
+    );
+    println!("{pre}layernorm_{n}x{n}_f32_time {ms:.4} ms");
+    Ok(())
+}
+
+/// The small-op launch overhead: 1,000 chained adds of 1-element tensors
+/// (`c = c + one`), host clock per op, the device waited for at the end of
+/// each batch, so the figure is what a user's loop of tiny ops costs.
+fn launch_overhead(cfg: &Cfg) -> R<()> {
+    let (dev, pre) = (cfg.dev, cfg.pre);
+    let _g = no_grad_guard();
+    let one = Tensor::ones(&[1], DType::F32, dev)?;
+    const CHAIN: usize = 1000;
+    let ns = host_ns(cfg.reps(20), 1, || {
+        let mut c = Tensor::zeros(&[1], DType::F32, dev)?;
+        for _ in 0..CHAIN {
+            c = c.add(&one)?;
+        }
+        cfg.sync()?;
+        let v = c.to_device(Device::Cpu)?.item::<f32>()?;
+        if v != CHAIN as f32 {
+            return Err(format!("chained adds: {v}, not {CHAIN}").into());
+        }
+        Ok(())
+    })? / CHAIN as f64;
+    println!("{pre}chain_add_1elem {:.2} us", ns * 1e-3);
     Ok(())
 }
 
@@ -296,14 +390,16 @@ fn main() {
         Cfg {
             dev: Device::Cpu,
             n_add: 1 << 16,
-            mm: 64,
+            mm: &[32, 64],
+            rows: 64,
             pre: "smoke_",
         }
     } else if cuda::is_available() {
         Cfg {
             dev: Device::Cuda(0),
             n_add: 256 << 20,
-            mm: 8192,
+            mm: &[1024, 2048, 4096, 8192],
+            rows: 4096,
             pre: "",
         }
     } else {
@@ -341,17 +437,15 @@ fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
         cuda::set_allow_tf32(false);
         println!("# allow_tf32 {}", cuda::allow_tf32());
     }
-    let workloads: [(&str, &dyn Fn() -> R<()>); 7] = [
+    let workloads: [(&str, &dyn Fn() -> R<()>); 9] = [
         ("add", &|| add_and_copy(cfg)),
         ("sum", &|| full_sum(cfg)),
         ("alloc", &|| alloc_free(cfg)),
         ("cudarc_tracking", &|| cudarc_tracking(cfg)),
-        ("matmul_f32", &|| {
-            matmul(cfg, DType::F32, "matmul_8192_f32", 10)
-        }),
-        ("matmul_bf16", &|| {
-            matmul(cfg, DType::BF16, "matmul_8192_bf16", 30)
-        }),
+        ("matmul_f32", &|| matmuls(cfg, DType::F32, "f32")),
+        ("matmul_bf16", &|| matmuls(cfg, DType::BF16, "bf16")),
+        ("softmax_layernorm", &|| softmax_layernorm(cfg)),
+        ("launch", &|| launch_overhead(cfg)),
         ("mlp", &|| mlp_adam(cfg)),
     ];
     let mut failed = Vec::new();

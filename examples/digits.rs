@@ -13,7 +13,10 @@ use tensorscope::nn::{
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{autograd, memory, Device, Generator, Tensor};
 
-const DEV: Device = Device::Cpu;
+/// CUDA device 0 when a GPU is present, the CPU otherwise (as the tour).
+fn dev() -> Device {
+    Device::cuda_if_available()
+}
 
 fn model() -> tensorscope::Result<Sequential> {
     let mut net = Sequential::new();
@@ -22,6 +25,7 @@ fn model() -> tensorscope::Result<Sequential> {
         .add(Linear::new(128, 64)?)
         .add(ReLU)
         .add(Linear::new(64, 10)?);
+    net.to_device(dev())?;
     Ok(net)
 }
 
@@ -74,14 +78,15 @@ pub fn run() -> tensorscope::Result<f64> {
             .collect();
         let y: Vec<i64> = ids.iter().map(|&i| ys[i]).collect();
         Ok((
-            Tensor::from_vec(x, &[ids.len(), 64], DEV)?,
-            Tensor::from_vec(y, &[ids.len()], DEV)?,
+            Tensor::from_vec(x, &[ids.len(), 64], dev())?,
+            Tensor::from_vec(y, &[ids.len()], dev())?,
         ))
     };
     let (x_train, y_train) = pick(&order[..n_train])?;
     let (x_test, y_test) = pick(&order[n_train..])?;
     println!(
-        "digits: {n} samples, {n_train} for training, {} for testing",
+        "digits on {}: {n} samples, {n_train} for training, {} for testing",
+        dev(),
         n - n_train
     );
 
@@ -106,7 +111,7 @@ pub fn run() -> tensorscope::Result<f64> {
         }
         bar.set_prefix(format!("{epoch:>2}"));
         for chunk in ids.chunks(batch) {
-            let idx = Tensor::from_slice(chunk, &[chunk.len()], DEV)?;
+            let idx = Tensor::from_slice(chunk, &[chunk.len()], dev())?;
             let (xb, yb) = (
                 x_train.index_select(0, &idx)?,
                 y_train.index_select(0, &idx)?,
@@ -118,8 +123,8 @@ pub fn run() -> tensorscope::Result<f64> {
             bar.set_message(format!(
                 "loss {:.4}  allocated {}  reserved {}",
                 loss.item::<f32>()?,
-                memory::fmt_bytes(memory::memory_allocated(DEV)),
-                memory::fmt_bytes(memory::memory_reserved(DEV))
+                memory::fmt_bytes(memory::memory_allocated(dev())),
+                memory::fmt_bytes(memory::memory_reserved(dev()))
             ));
             bar.inc(1);
         }

@@ -8,7 +8,8 @@
 //! (c) an inference service answering 10,000 requests of batch 1..=64 under
 //!     no_grad: reserved memory flat after warm-up, no growth trend.
 //!
-//! Run with `cargo run --release --example long_running`.
+//! Run with `cargo run --release --example long_running`. It uses CUDA
+//! device 0 when a GPU is present and the CPU otherwise.
 
 use std::time::Instant;
 use tensorscope::autograd::no_grad_guard;
@@ -17,7 +18,10 @@ use tensorscope::nn::{Linear, Module, ReLU, Sequential};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{DType, Device, Generator, Result, Tensor};
 
-const DEV: Device = Device::Cpu;
+/// CUDA device 0 when a GPU is present, the CPU otherwise (as the tour).
+fn dev() -> Device {
+    Device::cuda_if_available()
+}
 
 /// An `i`-`h`-`o` MLP (Linear, ReLU, Linear) with PyTorch's default
 /// initialisation, drawn from the global generator seeded with `seed`.
@@ -27,6 +31,7 @@ fn mlp(i: usize, h: usize, o: usize, seed: u64) -> Result<Sequential> {
     net.add(Linear::new(i, h)?)
         .add(ReLU)
         .add(Linear::new(h, o)?);
+    net.to_device(dev())?;
     Ok(net)
 }
 
@@ -34,7 +39,7 @@ fn training() -> Result<()> {
     println!("(a) 10,000 Adam steps, MLP 64-256-10, batch 64");
     let mut g = Generator::new(1);
     let mut model = mlp(64, 256, 10, 1)?;
-    let x = Tensor::randn_with(&[64, 64], DType::F32, DEV, &mut g)?;
+    let x = Tensor::randn_with(&[64, 64], DType::F32, dev(), &mut g)?;
     let y = x.narrow(1, 0, 10)?.sin()?;
     let mut opt = Adam::new(AdamConfig {
         lr: 1e-3,
@@ -50,7 +55,10 @@ fn training() -> Result<()> {
         opt.zero_grad(&model);
         loss_v = loss.item::<f32>()?;
         drop(loss);
-        let (a, r) = (memory::memory_allocated(DEV), memory::memory_reserved(DEV));
+        let (a, r) = (
+            memory::memory_allocated(dev()),
+            memory::memory_reserved(dev()),
+        );
         match step {
             1 => {
                 baseline = a;
@@ -73,7 +81,7 @@ fn training() -> Result<()> {
     );
     println!(
         "    loss {first_loss:.4} -> {loss_v:.4}; peak allocated {}; {:.1} s ({:.0} us/step)",
-        fmt_bytes(memory::max_memory_allocated(DEV)),
+        fmt_bytes(memory::max_memory_allocated(dev())),
         t0.elapsed().as_secs_f64(),
         t0.elapsed().as_secs_f64() * 1e6 / 10_000.0
     );
@@ -82,18 +90,18 @@ fn training() -> Result<()> {
 
 fn build_and_drop() -> Result<()> {
     println!("(b) a model (MLP 256-512-10) built, run forward+backward, and dropped 1,000 times");
-    let start = memory::memory_allocated(DEV);
+    let start = memory::memory_allocated(dev());
     let mut g = Generator::new(2);
     let (mut not_back, mut max_reserved, mut min_reserved) = (0, 0, usize::MAX);
     let t0 = Instant::now();
     for _ in 0..1000 {
         {
             let model = mlp(256, 512, 10, 2)?;
-            let x = Tensor::randn_with(&[32, 256], DType::F32, DEV, &mut g)?;
+            let x = Tensor::randn_with(&[32, 256], DType::F32, dev(), &mut g)?;
             model.forward(&x)?.square()?.sum_all()?.backward()?;
         }
-        not_back += usize::from(memory::memory_allocated(DEV) != start);
-        let r = memory::memory_reserved(DEV);
+        not_back += usize::from(memory::memory_allocated(dev()) != start);
+        let r = memory::memory_reserved(dev());
         max_reserved = max_reserved.max(r);
         min_reserved = min_reserved.min(r);
     }
@@ -104,11 +112,11 @@ fn build_and_drop() -> Result<()> {
         fmt_bytes(min_reserved),
         fmt_bytes(max_reserved)
     );
-    memory::empty_cache(DEV);
+    memory::empty_cache(dev());
     println!(
         "    empty_cache: reserved {} (allocated {}); {:.1} s",
-        fmt_bytes(memory::memory_reserved(DEV)),
-        fmt_bytes(memory::memory_allocated(DEV)),
+        fmt_bytes(memory::memory_reserved(dev())),
+        fmt_bytes(memory::memory_allocated(dev())),
         t0.elapsed().as_secs_f64()
     );
     Ok(())
@@ -119,7 +127,7 @@ fn service() -> Result<()> {
     let mut g = Generator::new(3);
     let model = mlp(256, 512, 10, 3)?;
     let _ng = no_grad_guard();
-    let base = memory::memory_allocated(DEV);
+    let base = memory::memory_allocated(dev());
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         state ^= state >> 12;
@@ -133,11 +141,11 @@ fn service() -> Result<()> {
     let t0 = Instant::now();
     for _ in 0..n {
         let b = 1 + (next() % 64) as usize;
-        let x = Tensor::randn_with(&[b, 256], DType::F32, DEV, &mut g)?;
+        let x = Tensor::randn_with(&[b, 256], DType::F32, dev(), &mut g)?;
         let _pred = model.forward(&x)?.argmax(1, false)?.to_vec::<i64>()?;
         drop(x);
-        off += usize::from(memory::memory_allocated(DEV) != base);
-        reserved.push(memory::memory_reserved(DEV));
+        off += usize::from(memory::memory_allocated(dev()) != base);
+        reserved.push(memory::memory_reserved(dev()));
     }
     let after = &reserved[warmup..];
     let (peak, low) = (*after.iter().max().unwrap(), *after.iter().min().unwrap());
@@ -162,6 +170,7 @@ fn service() -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    println!("long_running on {}\n", dev());
     training()?;
     build_and_drop()?;
     service()?;

@@ -128,12 +128,12 @@ fn main() -> tensorscope::Result<()> {
 
     // 5. A real task: the digits MLP (examples/digits.rs), trained with Adam.
     println!("\n5. A real task: an MLP on the UCI handwritten digits");
-    let before = memory::memory_allocated(Device::Cpu);
+    let before = memory::memory_allocated(dev);
     let acc = digits::run()?;
     println!(
-        "    every tensor of the run is gone again: {} allocated before, {} after (accuracy {:.2}%)",
+        "    every tensor of the run is gone again: {} allocated on {dev} before, {} after (accuracy {:.2}%)",
         mib(before),
-        mib(memory::memory_allocated(Device::Cpu)),
+        mib(memory::memory_allocated(dev)),
         100.0 * acc
     );
     Ok(())

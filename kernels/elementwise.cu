@@ -200,6 +200,10 @@ template <typename C> DEV u8 op_ge(C a, C b) { return a >= b; }
 // Arithmetic: out is T.
 #define BINARY_KERNEL(NAME, SUF, T)                                                            \
     KERNEL void binary_##NAME##_##SUF(Geom<3> g, i64 n, T* out, const T* a, const T* b) {       \
+        if (g.rank == 0) {                                                                     \
+            dense_map2(n, out, a, b, [](T x, T y) { return Store<T>::from(op_##NAME(load(x), load(y))); }); \
+            return;                                                                            \
+        }                                                                                      \
         for_each<3>(g, n, [&](const i64* o) {                                                   \
             out[o[0]] = Store<T>::from(op_##NAME(load(a[o[1]]), load(b[o[2]])));                \
         });                                                                                    \

@@ -286,7 +286,9 @@ fn an_explicit_generator_is_reproducible_and_leaves_the_global_one_alone() {
     );
     let e = Tensor::rand_with(&[2], DType::I32, CPU, &mut g1).unwrap_err();
     assert!(matches!(e, Error::DTypeMismatch { op: "rand", .. }), "{e}");
-    let e = Tensor::randn_with(&[2], DType::F32, Device::Cuda(0), &mut g1).unwrap_err();
+    // The first CUDA ordinal this machine lacks (cuda:0 without a GPU).
+    let absent = Device::Cuda(tensorscope::backend::cuda::device_count());
+    let e = Tensor::randn_with(&[2], DType::F32, absent, &mut g1).unwrap_err();
     assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e}");
 }
 

@@ -529,6 +529,56 @@ fn softmax_family(dev: Device) {
             4.0 * tol(dt),
             &format!("long softmax {dt}"),
         );
+        // Masked rows (attention masks): runs of -inf that fill whole
+        // threads' shares, in a short row (warp groups) and a long one
+        // (block groups); a row of only -inf, a row with a NaN and a row
+        // with +inf are NaN throughout, as in PyTorch. (The CUDA forward is
+        // an online softmax, whose running sum must not turn -inf - -inf
+        // into NaN.)
+        for n in [40usize, 3000] {
+            let k = n * 2 / 3;
+            let mut rows = Vec::new();
+            for r in 0..4 {
+                rows.extend((0..n).map(|i| match (r, i) {
+                    (0, i) if i < k => f64::NEG_INFINITY,
+                    (1, _) => f64::NEG_INFINITY,
+                    (2, 7) => f64::NAN,
+                    (3, 9) => f64::INFINITY,
+                    _ => (i % 13) as f64 / 4.0,
+                }));
+            }
+            let x = tensor(&rows, &[4, n], dt, dev);
+            for log in [false, true] {
+                let y = if log { x.log_softmax(1) } else { x.softmax(1) };
+                let yv = read(&y.unwrap());
+                let tail: Vec<f64> = (k..n).map(|i| (i % 13) as f64 / 4.0).collect();
+                let lse = tail.iter().map(|v| v.exp()).sum::<f64>().ln();
+                for i in 0..n {
+                    let want = if i < k {
+                        if log {
+                            f64::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    } else {
+                        let l = (i % 13) as f64 / 4.0 - lse;
+                        cast_ref(if log { l } else { l.exp() }, dt)
+                    };
+                    let got = yv[i];
+                    assert!(
+                        got == want || (got - want).abs() <= 4.0 * tol(dt) * (1.0 + want.abs()),
+                        "masked {} {dt} n {n}: [{i}] = {got}, want {want}",
+                        if log { "log_softmax" } else { "softmax" }
+                    );
+                }
+                for r in 1..4 {
+                    assert!(
+                        yv[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
+                        "{dt} n {n}: row {r} (all -inf, a NaN, +inf) is NaN throughout"
+                    );
+                }
+            }
+        }
     }
     let e = tensor(&[1.0], &[1], DType::I64, dev)
         .softmax(0)

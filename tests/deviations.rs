@@ -141,3 +141,28 @@ fn random_streams_are_reproducible_but_not_pytorchs() {
     // torch.manual_seed(0); torch.rand(4)[0] is 0.49625659.
     assert!((v(&a)[0] - 0.496_256_59).abs() > 1e-6);
 }
+
+/// Deviation 10: A CPU tensor larger than the machine's physical memory
+/// plus swap is an `OutOfMemory` error at once, whatever the kernel's
+/// overcommit policy (PyTorch asks the system; where the kernel
+/// overcommits, the request succeeds and the process is killed when the
+/// pages are touched).
+#[test]
+fn a_cpu_tensor_larger_than_the_machine_is_out_of_memory() {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb = |name: &str| -> usize {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let machine = (kb("MemTotal:") + kb("SwapTotal:")) * 1024;
+    let before = tensorscope::memory::memory_stats(CPU).num_ooms;
+    let e = Tensor::empty(&[machine + 1], DType::U8, CPU).unwrap_err();
+    assert!(matches!(e, tensorscope::Error::OutOfMemory { .. }), "{e:?}");
+    assert!(tensorscope::memory::memory_stats(CPU).num_ooms > before);
+    // The same through arange (the call that was OOM-killed on a 128 GiB
+    // machine that overcommits: 108 billion f32 elements).
+    let e = Tensor::arange(-1e30, -1.0, 9.223_372_036_854_776e18, DType::F32, CPU).unwrap_err();
+    assert!(matches!(e, tensorscope::Error::OutOfMemory { .. }), "{e:?}");
+}

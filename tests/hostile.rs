@@ -147,6 +147,8 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     let mut rng = Rng(env("TENSORSCOPE_HOSTILE_SEED").unwrap_or(0x5EED_0013));
     let calls = env("TENSORSCOPE_HOSTILE_CALLS").unwrap_or(20_000) as usize;
+    // TENSORSCOPE_HOSTILE_TRACE=1 prints each call before it runs.
+    let trace = std::env::var_os("TENSORSCOPE_HOSTILE_TRACE").is_some();
     let base = memory::memory_allocated(CPU);
     let mut errs = 0usize;
     for call in 0..calls {
@@ -160,6 +162,11 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
             b.shape(),
             b.dtype()
         );
+        if trace {
+            // The last line before a crash names the call (the generator
+            // is seeded, so the call can be replayed).
+            eprintln!("hostile: {what}");
+        }
         let before = memory::memory_allocated(CPU);
         let r = catch_unwind(AssertUnwindSafe(|| -> (Out, Option<bool>) {
             let g = &mut rng;

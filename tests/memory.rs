@@ -368,8 +368,9 @@ fn set_memory_limit_in_bytes_and_as_a_fraction() {
     );
     memory::set_memory_limit(CPU, MemoryLimit::Unlimited).unwrap();
     assert_eq!(memory::memory_stats(CPU).limit, None);
-    // another device: its own error
-    let e = memory::set_memory_limit(Device::Cuda(0), MemoryLimit::Bytes(1)).unwrap_err();
+    // a device this machine lacks (cuda:0 without a GPU): its own error
+    let absent = Device::Cuda(tensorscope::backend::cuda::device_count());
+    let e = memory::set_memory_limit(absent, MemoryLimit::Bytes(1)).unwrap_err();
     assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e}");
 }
 

@@ -473,7 +473,9 @@ fn constructors_report_errors_and_count_nothing() {
             matches!(e, Error::InvalidArgument { op: "arange", .. }),
             "{e:?}"
         );
-        let e = s.zeros(&[2], DType::F32, Device::Cuda(0)).unwrap_err();
+        // The first CUDA ordinal this machine lacks (cuda:0 without a GPU).
+        let absent = Device::Cuda(tensorscope::backend::cuda::device_count());
+        let e = s.zeros(&[2], DType::F32, absent).unwrap_err();
         assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e:?}");
         assert_eq!(s.stats(), Default::default());
         assert_eq!(leak::live_scoped_tensors(), 0);

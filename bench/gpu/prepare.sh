@@ -11,7 +11,8 @@
 #   * every test executable of `cargo test --release --features cuda --no-run`
 #     (the lib's unit tests as `test-lib`; tests/ui.rs is left out: trybuild
 #     runs cargo, which the GPU machine does not have);
-#   * benches/cuda.rs (`bench-cuda`) and examples/tour.rs (`example-tour`).
+#   * benches/cuda.rs (`bench-cuda`) and the examples tour, digits and
+#     long_running (`example-NAME`), which run on cuda:0 when a GPU is present.
 # Each executable is stripped of debug info (symbols stay, so panics still
 # name functions), and all of them go into one archive, carry/gpu/bin.tar.xz
 # (run.sh unpacks it): the device tool carries at most 64 MiB in all, this
@@ -38,8 +39,8 @@ trap 'rm -f "$json" "$json.xz"' EXIT
 
 echo "== cargo test --release --features cuda --no-run"
 cargo test --release --features cuda --no-run --message-format=json-render-diagnostics >"$json"
-echo "== cargo build --release --features cuda --bench cuda --example tour"
-cargo build --release --features cuda --bench cuda --example tour --message-format=json-render-diagnostics >>"$json"
+echo "== cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running"
+cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --message-format=json-render-diagnostics >>"$json"
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
@@ -65,8 +66,8 @@ for line in open(sys.argv[1]):
         name = "test-" + t["name"]
     elif kind == "bench" and t["name"] == "cuda":
         name = "bench-cuda"
-    elif kind == "example" and t["name"] == "tour":
-        name = "example-tour"
+    elif kind == "example" and t["name"] in ("tour", "digits", "long_running"):
+        name = "example-" + t["name"]
     else:
         continue
     exes[name] = m["executable"]
@@ -122,7 +123,7 @@ fi
     printf 'meta\tcommit\t%s%s\n' "$(git rev-parse HEAD)" "$(git diff --quiet HEAD -- src tests benches examples kernels Cargo.toml Cargo.lock || echo ' (dirty)')"
     printf 'meta\tdate\t%s\n' "$(date -Iseconds)"
     printf 'meta\trustc\t%s\n' "$(rustc --version)"
-    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour; objcopy --strip-debug\n'
+    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running; objcopy --strip-debug\n'
     printf 'meta\tarchive\t%s\n' "$ARCHIVE"
     # The newest glibc symbol version any executable needs (the GPU machine's
     # glibc must be at least this: run.sh compares).

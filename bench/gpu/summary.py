@@ -28,8 +28,17 @@ ROWS = [
     ("alloc_free_raw", "the caching allocator alone (1 KiB), no tensor", False),
     ("cudarc_alloc_free_tracking_on", "cudarc `alloc` + drop, 1 KiB, event tracking on (cudarc's default)", False),
     ("cudarc_alloc_free_tracking_off", "cudarc `alloc` + drop, 1 KiB, event tracking off (as tensorscope runs it)", False),
+    ("matmul_1024_f32", "matmul 1024², f32, TF32 off", True),
+    ("matmul_2048_f32", "matmul 2048², f32, TF32 off", True),
+    ("matmul_4096_f32", "matmul 4096², f32, TF32 off", True),
     ("matmul_8192_f32", "matmul 8192², f32, TF32 off", True),
+    ("matmul_1024_bf16", "matmul 1024², bf16 (f32 accumulation)", True),
+    ("matmul_2048_bf16", "matmul 2048², bf16 (f32 accumulation)", True),
+    ("matmul_4096_bf16", "matmul 4096², bf16 (f32 accumulation)", True),
     ("matmul_8192_bf16", "matmul 8192², bf16 (f32 accumulation)", True),
+    ("softmax_4096x4096_f32", "softmax over the last dim, [4096, 4096] f32, forward (read + write)", True),
+    ("layernorm_4096x4096_f32", "LayerNorm over the last dim (weight, bias), [4096, 4096] f32, forward", True),
+    ("chain_add_1elem", "small-op launch overhead: 1,000 chained adds of 1-element tensors, per op", False),
     ("mlp_adam_step", "Adam training step, MLP 784-1024-1024-10, batch 128", False),
     ("mlp_adam_step_max_memory_allocated", "`max_memory_allocated` over that step (peak reset before it)", False),
     ("mlp_adam_step_memory_at_start", "memory allocated when the step starts (model, Adam state, batch)", False),
@@ -80,8 +89,12 @@ def target(name, ts, pt):
         return "≥ 0.85 × tensorscope's copy", None if t is None or not c else t >= 0.85 * c
     if name == "alloc_free_cached":
         return "≤ PyTorch (`torch.empty` + drop)", None if t is None or p is None else t <= p
-    if name in ("matmul_8192_f32", "matmul_8192_bf16"):
+    if name.startswith("matmul_"):
         return "≥ 0.9 × PyTorch", None if t is None or p is None else t >= 0.9 * p
+    if name.startswith(("softmax_", "layernorm_")):
+        return "≥ 0.9 × PyTorch", None if t is None or p is None else t >= 0.9 * p
+    if name == "chain_add_1elem":
+        return "≤ PyTorch", None if t is None or p is None else t <= p
     if name == "mlp_adam_step":
         return "≤ 1.0 × PyTorch", None if t is None or p is None else t <= p
     if name == "mlp_adam_step_max_memory_allocated":
@@ -112,7 +125,7 @@ def main():
     m = re.search(r"^\s*\d+, (NVIDIA[^,]*), ([0-9.]+), ([^,]+),", env, re.M)
     device = f"{m.group(1)}, driver {m.group(2)}, {m.group(3).strip()}" if m else None
 
-    L = ["# GPU checks of issue 6", ""]
+    L = ["# GPU checks (issues 6 and 19)", ""]
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     L.append(f"{now}, `bash bench/gpu/run.sh` over the executables of `bash bench/gpu/prepare.sh`"
              f" (commit `{meta.get('commit', '?')[:12]}`, built {meta.get('date', '?')}, {meta.get('rustc', '?')}).")
@@ -150,7 +163,7 @@ def main():
         L += ["", "`max_memory_allocated`: PyTorch allocates its cuBLAS workspace through its caching allocator, so "
               "its absolute figure may include it (it is then part of the memory at start too); the peak above start "
               "compares the step itself."]
-        missing = [n for n, _, _ in ROWS[:12] if n not in ts]
+        missing = [n for n, _, _ in ROWS if n not in ts and not n.startswith("cudarc_")]
         if missing:
             L += ["", f"Missing from tensorscope's log: {', '.join(missing)} (see bench-tensorscope.log)."]
     else:

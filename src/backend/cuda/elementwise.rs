@@ -54,11 +54,16 @@ fn dense(o: &Operand) -> bool {
     o.layout.is_contiguous()
 }
 
-/// A contiguous temporary of `shape` and `dt` on `device`.
-fn temp(device: Device, shape: &[usize], dt: DType) -> Result<(Storage, Layout)> {
+/// A contiguous temporary of `shape` and `dt` on `device`, from that
+/// device's caching allocator: a CUDA device's, or the CPU's for the host
+/// staging of a strided or casting host <-> device copy. (It once always
+/// asked the CUDA allocator, so a non-contiguous CPU tensor could not be
+/// sent to a GPU: seen on the first GPU run.)
+pub(super) fn temp(device: Device, shape: &[usize], dt: DType) -> Result<(Storage, Layout)> {
     let layout = Layout::contiguous(shape);
     let bytes = layout.numel() * dt.size_in_bytes();
-    Ok((super::device::new_storage(device, bytes)?, layout))
+    let storage = Storage::new_in(crate::backend::allocator(device)?, bytes)?;
+    Ok((storage, layout))
 }
 
 fn operand<'a>(s: &'a Storage, l: &Layout, dt: DType) -> Operand<'a> {

@@ -137,10 +137,10 @@ const PARTIAL: usize = 32;
 /// each output is long, as for a full reduction; then enough blocks per
 /// output for about 8 per multiprocessor in all (a full wave of
 /// [`BLOCK`]-thread blocks: 2048 threads), each folding at least
-/// [`MIN_SPLIT`] elements. (With 4 per multiprocessor, half the threads a
-/// multiprocessor can hold, a full f32 sum of 256M elements read 1.16 TB/s
-/// on an H100, against PyTorch's 2.9: each thread has one load in flight,
-/// so the loads in flight set the bandwidth.)
+/// [`MIN_SPLIT`] elements. (4 per multiprocessor read a full f32 sum of
+/// 256M elements at 1.16 TB/s on an H100, PyTorch 2.9 TB/s; 8 were tried on
+/// the guess that loads in flight limit it, and read 1.17 TB/s: the limit
+/// is elsewhere, in the per-element work of the kernel, and is left open.)
 pub(crate) fn split_count(n_out: i64, n_red: i64, sm_count: u32) -> i64 {
     let target = sm_count.max(1) as i64 * 8;
     if n_out >= target || n_red < 2 * MIN_SPLIT {

@@ -553,7 +553,7 @@ fn softmax_family(dev: Device) {
                 let yv = read(&y.unwrap());
                 let tail: Vec<f64> = (k..n).map(|i| (i % 13) as f64 / 4.0).collect();
                 let lse = tail.iter().map(|v| v.exp()).sum::<f64>().ln();
-                for i in 0..n {
+                for (i, &got) in yv.iter().enumerate().take(n) {
                     let want = if i < k {
                         if log {
                             f64::NEG_INFINITY
@@ -564,7 +564,6 @@ fn softmax_family(dev: Device) {
                         let l = (i % 13) as f64 / 4.0 - lse;
                         cast_ref(if log { l } else { l.exp() }, dt)
                     };
-                    let got = yv[i];
                     assert!(
                         got == want || (got - want).abs() <= 4.0 * tol(dt) * (1.0 + want.abs()),
                         "masked {} {dt} n {n}: [{i}] = {got}, want {want}",

@@ -130,7 +130,6 @@ def matmul(cfg, dtype, mm, name, reps):
 
 def softmax_layernorm(cfg):
     torch, dev, n, pre = cfg.torch, cfg.dev, cfg.rows, cfg.pre
-    F = torch.nn.functional
     nbytes = 2 * n * n * 4
     with torch.no_grad():
         x = torch.randn(n, n, device=dev)

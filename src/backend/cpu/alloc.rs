@@ -80,6 +80,7 @@ pub(crate) fn allocator() -> &'static CachingAllocator<SystemSource> {
 mod tests {
     use super::*;
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_segment_larger_than_the_machine_is_refused_without_asking_the_system() {
         assert!(fits_in_machine(1 << 30, Some(1 << 30)));

@@ -534,8 +534,8 @@ fn softmax_family(dev: Device) {
         // (block groups); a row of only -inf, a row with a NaN and a row
         // with +inf are NaN throughout, as in PyTorch (checked with
         // PyTorch 2.11 on CUDA and the CPU). A one-pass (online) CUDA
-        // forward was tried and failed the masked row until -inf - -inf
-        // was kept out of its running sum; it was not kept (slower).
+        // forward was tried, which must keep -inf - -inf out of its running
+        // sum for such rows; it measured slower and was not kept.
         for n in [40usize, 3000] {
             let k = n * 2 / 3;
             let mut rows = Vec::new();

@@ -99,7 +99,7 @@ fn out_of_range_float_to_integer_casts_are_defined() {
     assert_eq!(i, vec![-1, -1, 0, 300]);
 }
 
-/// Deviation 7: A fill value that is a whole number counts as a Python int: `-2.0`
+/// Deviation 7: A fill or scalar value that is a whole number counts as a Python int: `-2.0`
 /// into u8 wraps to 254, as PyTorch's `-2` does; PyTorch's float `-2.0`
 /// raises "value cannot be converted to type uint8_t without overflow". An
 /// f64 cannot tell the two apart; a fractional value follows PyTorch's
@@ -109,6 +109,16 @@ fn whole_fill_values_count_as_ints() {
     let t = Tensor::full(&[1], -2.0, DType::U8, CPU).unwrap();
     assert_eq!(t.to_vec::<u8>().unwrap(), vec![254]);
     assert!(Tensor::full(&[1], -2.5, DType::U8, CPU).is_err());
+    // The same rule for arithmetic with a scalar: a whole number keeps an
+    // integer tensor's dtype (PyTorch's `int64 + 2` is int64, `+ 2.0`
+    // float32), a fractional one gives float32 in both.
+    let i = Tensor::from_slice(&[1i64, -3], &[2], CPU).unwrap();
+    let a = i.add_scalar(2.0).unwrap();
+    assert_eq!(
+        (a.dtype(), a.to_vec::<i64>().unwrap()),
+        (DType::I64, vec![3, -1])
+    );
+    assert_eq!(i.add_scalar(2.5).unwrap().dtype(), DType::F32);
 }
 
 /// Deviation 8: On bool tensors, `floor` and `round` are the identity (PyTorch:

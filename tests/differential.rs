@@ -23,7 +23,9 @@
 mod common;
 
 use common::devices::on_both;
+use common::Params;
 use tensorscope::nn::{bce_with_logits, cross_entropy, mse_loss, LayerNorm, Module};
+use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use tensorscope::{DType, Device, Result, Tensor};
 
 const FIXTURE: &str = include_str!("fixtures/differential.txt");
@@ -260,8 +262,45 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,
         "stack" => Tensor::stack(&[a, b()], c.f("dim") as isize)?,
         "where" => Tensor::where_cond(a, b(), &x[2])?,
+        "sgd" | "adam" | "adamw" => optimize(c, x)?,
         op => panic!("case {}: unknown op {op}", c.id),
     })
+}
+
+/// Three steps of the case's optimizer on the parameter `x[0]` with the
+/// gradients `x[1..4]`; the parameter after them.
+fn optimize(c: &Case, x: &[Tensor]) -> Result<Tensor> {
+    let flag = |k: &str| c.param(k) == "1";
+    let mut opt: Box<dyn Optimizer> = if c.op == "sgd" {
+        Box::new(Sgd::new(SgdConfig {
+            lr: c.f("lr"),
+            momentum: c.f("momentum"),
+            dampening: c.f("dampening"),
+            weight_decay: c.f("weight_decay"),
+            nesterov: flag("nesterov"),
+            maximize: flag("maximize"),
+        })?)
+    } else {
+        let cfg = AdamConfig {
+            lr: c.f("lr"),
+            betas: (c.f("beta1"), c.f("beta2")),
+            eps: c.f("eps"),
+            weight_decay: c.f("weight_decay"),
+            amsgrad: flag("amsgrad"),
+            maximize: flag("maximize"),
+        };
+        if c.op == "adam" {
+            Box::new(Adam::new(cfg)?)
+        } else {
+            Box::new(AdamW::new(cfg)?)
+        }
+    };
+    let mut params = Params(vec![("p".into(), x[0].deep_clone()?.requires_grad_(true)?)]);
+    for g in &x[1..4] {
+        params.0[0].1.set_grad(Some(g.deep_clone()?))?;
+        opt.step(&mut params)?;
+    }
+    Ok(params.0[0].1.detach())
 }
 
 /// (relative, absolute) tolerance of `dt`.

@@ -568,3 +568,57 @@ assert m[1].num_batches_tracked.item() == 1
     }
     std::fs::remove_file(&path).ok();
 }
+
+/// Issue 13, "save/load both ways", without Python in CI: a checkpoint that
+/// PyTorch 2.15 wrote (tests/fixtures/pytorch_state.py: `Sequential(Linear(4,
+/// 6), BatchNorm1d(6))` after two training forwards) loads into the same
+/// model here, which in eval mode computes PyTorch's output for the same
+/// input; saved again by us and reloaded, it computes the same. (That
+/// PyTorch reads our files is `batchnorm_buffers_are_saved_and_loaded` and
+/// `pytorch_reads_and_writes_our_files`, when python3 has torch.)
+#[test]
+fn a_checkpoint_pytorch_wrote_loads_and_computes_what_pytorch_computed() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+    let text = std::fs::read_to_string(format!("{dir}pytorch_linear_bn.txt")).unwrap();
+    let line = |name: &str| -> (Vec<usize>, Vec<f32>) {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap();
+        let mut it = l.split_whitespace().skip(1);
+        let shape = it
+            .next()
+            .unwrap()
+            .split(',')
+            .map(|d| d.parse().unwrap())
+            .collect();
+        (shape, it.map(|v| v.parse().unwrap()).collect())
+    };
+    let (xs, xv) = line("x");
+    let (ys, yv) = line("y");
+    let x = Tensor::from_slice(&xv, &xs, CPU).unwrap();
+    let mut m = linear_bn(21);
+    load_safetensors(&mut m, format!("{dir}pytorch_linear_bn.safetensors")).unwrap();
+    let nbt = &state_dict(&m).unwrap()[6].1;
+    assert_eq!(nbt.to_vec::<i64>().unwrap(), vec![2], "num_batches_tracked");
+    m.eval();
+    let check = |m: &dyn Module, what: &str| {
+        let y = tensorscope::autograd::no_grad(|| m.forward(&x)).unwrap();
+        assert_eq!(y.shape(), ys.as_slice(), "{what}");
+        for (i, (g, w)) in y.to_vec::<f32>().unwrap().iter().zip(&yv).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{what}: y[{i}] = {g}, PyTorch {w}"
+            );
+        }
+    };
+    check(&m, "PyTorch's checkpoint");
+    let path = tmp("from_pytorch");
+    save_safetensors(&m, &path).unwrap();
+    let mut again = linear_bn(22);
+    load_safetensors(&mut again, &path).unwrap();
+    again.eval();
+    assert_eq!(state_bits(&m), state_bits(&again));
+    check(&again, "saved by tensorscope and reloaded");
+    std::fs::remove_file(&path).ok();
+}

@@ -18,10 +18,11 @@
 //! Integer and bool results are exact.
 //!
 //! `on_both!`: the CUDA variant replays the same file on cuda:0 (a skip line
-//! without a GPU).
+//! without a GPU); the CPU-only build replays it on the CPU.
 
 mod common;
 
+#[cfg(feature = "cuda")]
 use common::devices::on_both;
 use common::Params;
 use tensorscope::nn::{bce_with_logits, cross_entropy, mse_loss, LayerNorm, Module};
@@ -30,7 +31,15 @@ use tensorscope::{DType, Device, Result, Tensor};
 
 const FIXTURE: &str = include_str!("fixtures/differential.txt");
 
+#[cfg(feature = "cuda")]
 on_both!(replay);
+
+/// The CPU-only build (`--no-default-features`) replays on the CPU.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn replay_on_the_cpu() {
+    replay(Device::Cpu)
+}
 
 struct Input {
     dtype: DType,

@@ -16,7 +16,8 @@
 //!
 //! From this table come the `UnaryOp` enum, its `name`/`needs_float`, the
 //! list of kernels the CUDA build checks against the compiled PTX, the
-//! public methods `Tensor::NAME` and `Tensor::NAME_`, the CPU dispatch, and
+//! public methods `Tensor::NAME`, `Tensor::NAME_` and `Tensor::NAME_out`,
+//! the CPU dispatch, and
 //! the backward formula. A missing CPU kernel does not compile; a missing
 //! CUDA kernel fails `tests/nvrtc.rs` (every kernel the table implies must
 //! exist in the compiled PTX).
@@ -24,8 +25,9 @@
 //! Columns, in order:
 //!
 //! * `Variant`: the `UnaryOp` variant;
-//! * `name`, `name_`: the methods (PyTorch's names; `name` is also the
-//!   kernel name and the op's name in errors);
+//! * `name`, `name_`, `name_out`: the methods (PyTorch's names; `name` is
+//!   also the kernel name and the op's name in errors; `name_out` writes
+//!   into a given tensor, PyTorch's `out=`);
 //! * `float`, `numeric` or `exact`: `float` ops are defined on floats only
 //!   (an integer or bool input computes in f32, as in PyTorch; in place it
 //!   is an error); `numeric` ops also on integers, in the integer type;
@@ -49,66 +51,66 @@
 macro_rules! unary_table {
     ($m:ident) => {
         $m! {
-            Neg neg neg_ exact "Negation, `-x` (wrapping on integers)."
+            Neg neg neg_ neg_out exact "Negation, `-x` (wrapping on integers)."
                 "NegBackward" grad(g) { g.neg() };
-            Abs abs abs_ exact "Absolute value (wrapping on integers: `abs(i64::MIN)` is `i64::MIN`)."
+            Abs abs abs_ abs_out exact "Absolute value (wrapping on integers: `abs(i64::MIN)` is `i64::MIN`)."
                 "AbsBackward" input(g, x) { g.mul(&x.sign()?) };
-            Exp exp exp_ float "`e^x`."
+            Exp exp exp_ exp_out float "`e^x`."
                 "ExpBackward" output(g, y) { g.mul(y) };
-            Log log log_ float "Natural logarithm."
+            Log log log_ log_out float "Natural logarithm."
                 "LogBackward" input(g, x) { g.mul(&x.reciprocal()?) };
-            Log1p log1p log1p_ float "`ln(1 + x)`, accurate for `x` near 0."
+            Log1p log1p log1p_ log1p_out float "`ln(1 + x)`, accurate for `x` near 0."
                 "Log1pBackward" input(g, x) { g.div(&x.add_scalar(1.0)?) };
-            Sqrt sqrt sqrt_ float "Square root."
+            Sqrt sqrt sqrt_ sqrt_out float "Square root."
                 "SqrtBackward" output(g, y) {
                     let mut d = g.div(y)?;
                     d.mul_scalar_(0.5)?;
                     Ok(d)
                 };
-            Rsqrt rsqrt rsqrt_ float "`1 / sqrt(x)`."
+            Rsqrt rsqrt rsqrt_ rsqrt_out float "`1 / sqrt(x)`."
                 "RsqrtBackward" output(g, y) {
                     let mut d = y.square()?;
                     d.mul_(y)?.mul_scalar_(-0.5)?.mul_(g)?;
                     Ok(d)
                 };
-            Sin sin sin_ float "Sine."
+            Sin sin sin_ sin_out float "Sine."
                 "SinBackward" input(g, x) { g.mul(&x.cos()?) };
-            Cos cos cos_ float "Cosine."
+            Cos cos cos_ cos_out float "Cosine."
                 "CosBackward" input(g, x) { g.mul(&x.sin()?.neg()?) };
-            Tanh tanh tanh_ float "Hyperbolic tangent."
+            Tanh tanh tanh_ tanh_out float "Hyperbolic tangent."
                 "TanhBackward" output(g, y) {
                     let mut d = y.square()?;
                     d.neg_()?.add_scalar_(1.0)?.mul_(g)?;
                     Ok(d)
                 };
-            Sigmoid sigmoid sigmoid_ float "Logistic sigmoid, `1 / (1 + e^-x)`."
+            Sigmoid sigmoid sigmoid_ sigmoid_out float "Logistic sigmoid, `1 / (1 + e^-x)`."
                 "SigmoidBackward" output(g, y) {
                     let mut d = y.neg()?;
                     d.add_scalar_(1.0)?.mul_(y)?.mul_(g)?;
                     Ok(d)
                 };
-            Relu relu relu_ exact "`max(x, 0)`; NaN passes through."
+            Relu relu relu_ relu_out exact "`max(x, 0)`; NaN passes through."
                 "ReluBackward" output(g, y) { relu_backward(g, y) };
-            Gelu gelu gelu_ float "GELU, exact (erf) form, as `torch.nn.functional.gelu`."
+            Gelu gelu gelu_ gelu_out float "GELU, exact (erf) form, as `torch.nn.functional.gelu`."
                 "GeluBackward" input(g, x) { g.mul(&gelu_derivative(x)?) };
-            Erf erf erf_ float "The error function."
+            Erf erf erf_ erf_out float "The error function."
                 "ErfBackward" input(g, x) {
                     // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
                     g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?)
                 };
-            Floor floor floor_ numeric "Largest integer not above `x` (the identity on integers)."
+            Floor floor floor_ floor_out numeric "Largest integer not above `x` (the identity on integers)."
                 "FloorBackward" grad(g) { g.zeros_like() };
-            Round round round_ numeric "Nearest integer, halves to even (the identity on integers)."
+            Round round round_ round_out numeric "Nearest integer, halves to even (the identity on integers)."
                 "RoundBackward" grad(g) { g.zeros_like() };
-            Sign sign sign_ numeric "-1, 0 or 1 by the sign of `x` (NaN gives 0, as in PyTorch)."
+            Sign sign sign_ sign_out numeric "-1, 0 or 1 by the sign of `x` (NaN gives 0, as in PyTorch)."
                 "SignBackward" grad(g) { g.zeros_like() };
-            Recip reciprocal reciprocal_ float "`1 / x`."
+            Recip reciprocal reciprocal_ reciprocal_out float "`1 / x`."
                 "ReciprocalBackward" output(g, y) {
                     let mut d = y.square()?;
                     d.neg_()?.mul_(g)?;
                     Ok(d)
                 };
-            Square square square_ numeric "`x * x` (wrapping on integers)."
+            Square square square_ square_out numeric "`x * x` (wrapping on integers)."
                 "SquareBackward" input(g, x) { g.mul(&x.mul_scalar(2.0)?) };
         }
     };

@@ -9,7 +9,7 @@ mod common;
 
 use common::devices::{also_cpu, cast_ref, on_both, sample, tensor, tol, wrap};
 use common::{assert_close, read, ALL, FLOATS, NUMERIC};
-use tensorscope::{DType, Device, Error, Tensor};
+use tensorscope::{memory, DType, Device, Error, Tensor};
 
 on_both!(
     unary_ops,
@@ -18,6 +18,7 @@ on_both!(
     scalar_ops,
     in_place_ops,
     where_and_masked_fill,
+    unary_out_forms,
 );
 
 fn unary_ref(name: &str, x: f64) -> f64 {
@@ -717,5 +718,62 @@ mod kernel_review {
                 y[i]
             );
         }
+    }
+}
+
+/// `NAME_out` (PyTorch's `out=`): the values of `NAME`, written into a
+/// tensor the caller owns with no allocation when its dtype is the
+/// result's; casts into a wider dtype; refuses a wrong shape, a float
+/// result into an integer `out`, another device, and an input that
+/// requires grad in grad mode; an `out` that overlaps the input with
+/// another layout reads the input first.
+fn unary_out_forms(dev: Device) {
+    let v = sample(12, DType::F32, 41);
+    let x = tensor(&v, &[3, 4], DType::F32, dev);
+    let mut out = Tensor::empty(&[3, 4], DType::F32, dev).unwrap();
+    let before = memory::memory_allocated(dev);
+    x.neg_out(&mut out).unwrap();
+    assert_eq!(memory::memory_allocated(dev), before, "neg_out allocates nothing");
+    assert_eq!(read(&out), read(&x.neg().unwrap()));
+    let xp = x.abs().unwrap().add_scalar(0.5).unwrap();
+    let before = memory::memory_allocated(dev);
+    xp.sqrt_out(&mut out).unwrap();
+    xp.exp_out(&mut out).unwrap();
+    assert_eq!(memory::memory_allocated(dev), before, "exp_out allocates nothing");
+    assert_eq!(read(&out), read(&xp.exp().unwrap()));
+    // Into f64: computed in f32, then cast (as PyTorch).
+    let mut wide = Tensor::empty(&[3, 4], DType::F64, dev).unwrap();
+    xp.sqrt_out(&mut wide).unwrap();
+    assert_eq!(read(&wide), read(&xp.sqrt().unwrap()));
+    // An integer input of a float op computes in f32.
+    let xi = tensor(&[1.0, 4.0, 9.0], &[3], DType::I64, dev);
+    let mut fo = Tensor::empty(&[3], DType::F32, dev).unwrap();
+    xi.sqrt_out(&mut fo).unwrap();
+    assert_eq!(read(&fo), vec![1.0, 2.0, 3.0]);
+    let mut io = Tensor::empty(&[3], DType::I64, dev).unwrap();
+    let e = xi.sqrt_out(&mut io).unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { op: "sqrt", .. }), "{e:?}");
+    xi.neg_out(&mut io).unwrap();
+    assert_eq!(read(&io), vec![-1.0, -4.0, -9.0]);
+    // Wrong shape: an Err naming the op and both shapes; out untouched.
+    let mut small = Tensor::zeros(&[4], DType::F32, dev).unwrap();
+    let e = x.relu_out(&mut small).unwrap_err();
+    assert!(e.to_string().contains("relu") && e.to_string().contains("[3, 4]"), "{e}");
+    assert_eq!(read(&small), vec![0.0; 4]);
+    // Out overlapping the input with another layout: the input is read first.
+    let sq = tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::F32, dev);
+    let mut view = sq.t().unwrap();
+    sq.neg_out(&mut view).unwrap();
+    assert_eq!(read(&sq), vec![-1.0, -3.0, -2.0, -4.0]);
+    // Requires grad: refused in grad mode, allowed under no_grad.
+    let g = x.deep_clone().unwrap().requires_grad_(true).unwrap();
+    let e = g.tanh_out(&mut out).unwrap_err();
+    assert!(matches!(e, Error::Autograd { op: "tanh", .. }), "{e:?}");
+    tensorscope::autograd::no_grad(|| g.tanh_out(&mut out)).unwrap();
+    assert_eq!(read(&out), read(&x.tanh().unwrap()));
+    // Another device.
+    if dev.is_cuda() {
+        let mut host = Tensor::empty(&[3, 4], DType::F32, Device::Cpu).unwrap();
+        assert!(x.neg_out(&mut host).is_err());
     }
 }

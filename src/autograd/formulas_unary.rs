@@ -51,7 +51,7 @@ fn clamp_backward(g: &Tensor, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
 }
 
 macro_rules! unary_backward {
-    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+    ($($variant:ident $name:ident $inplace:ident $out:ident $domain:ident $doc:literal
        $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
         /// Records `out = op(a)`.
         pub(crate) fn unary(op: UnaryOp, a: &Tensor, out: Tensor) -> Result<Tensor> {

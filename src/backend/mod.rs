@@ -64,7 +64,7 @@ impl<'a> Operand<'a> {
 }
 
 macro_rules! define_unary_op {
-    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+    ($($variant:ident $name:ident $inplace:ident $out:ident $domain:ident $doc:literal
        $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
         /// Elementwise functions of one operand (defined in `src/unary_table.rs`).
         #[derive(Copy, Clone, Debug, PartialEq)]

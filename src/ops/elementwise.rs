@@ -330,6 +330,37 @@ impl Tensor {
         }
     }
 
+    /// `op(self)` written into `out` (same shape and device; any dtype the
+    /// result can be cast to, as PyTorch's `out=`). Allocates nothing when
+    /// `out` has the compute dtype and the input needs no conversion.
+    fn unary_out(&self, op: UnaryOp, out: &mut Tensor) -> Result<()> {
+        crate::autograd::check_unrecorded_inputs(op.name(), &[self])?;
+        self.same_device(op.name(), out)?;
+        if self.shape() != out.shape() {
+            bail!(Error::shape(
+                op.name(),
+                self.shape(),
+                out.shape(),
+                "the output must have the input's shape"
+            ));
+        }
+        out.check_writable(op.name())?;
+        let converted = self.unary_input(op)?;
+        let src = out.detangle(converted.as_ref().unwrap_or(self))?;
+        if !can_cast(src.dtype(), out.dtype()) {
+            bail!(cast_error(op.name(), src.dtype(), out.dtype()));
+        }
+        if src.dtype() == out.dtype() {
+            backend::unary(op, &Operand::of(&src), &Operand::of(out))?;
+        } else {
+            let tmp = Tensor::alloc(src.shape(), src.dtype(), out.device())?;
+            backend::unary(op, &Operand::of(&src), &Operand::of(&tmp))?;
+            backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
+        }
+        out.storage().bump_version();
+        Ok(())
+    }
+
     fn unary_inplace(&mut self, op: UnaryOp) -> Result<&mut Tensor> {
         self.check_writable(op.name())?;
         if op.needs_float() && !self.dtype().is_float() {
@@ -551,7 +582,7 @@ compare_methods! {
 }
 
 macro_rules! unary_methods {
-    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+    ($($variant:ident $name:ident $inplace:ident $out:ident $domain:ident $doc:literal
        $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
         impl Tensor {
             $(
@@ -565,6 +596,14 @@ macro_rules! unary_methods {
                 #[doc = concat!("In-place [`", stringify!($name), "`](Tensor::", stringify!($name), ").")]
                 pub fn $inplace(&mut self) -> Result<&mut Tensor> {
                     self.unary_inplace(UnaryOp::$variant)
+                }
+
+                #[doc = concat!("[`", stringify!($name), "`](Tensor::", stringify!($name), ") written into `out` \
+                    (the input's shape and device; a dtype the result casts to): PyTorch's `out=`. \
+                    Allocates nothing when `out` has the result's dtype, so a serving loop can reuse \
+                    its buffers. Refused in grad mode when the input requires grad (not recorded).")]
+                pub fn $out(&self, out: &mut Tensor) -> Result<()> {
+                    self.unary_out(UnaryOp::$variant, out)
                 }
             )*
         }

@@ -147,7 +147,7 @@ pub(crate) mod typed {
 }
 
 macro_rules! cpu_unary_dispatch {
-    ($($variant:ident $name:ident $inplace:ident $domain:ident $doc:literal
+    ($($variant:ident $name:ident $inplace:ident $out:ident $domain:ident $doc:literal
        $node:literal $saves:ident ($($arg:ident),*) $body:block);* $(;)?) => {
         fn float_unary<T: Flt>(op: UnaryOp, src: &Operand, dst: &Operand) {
             // SAFETY: `unary` checked that both operands have dtype `T`; the

@@ -733,13 +733,21 @@ fn unary_out_forms(dev: Device) {
     let mut out = Tensor::empty(&[3, 4], DType::F32, dev).unwrap();
     let before = memory::memory_allocated(dev);
     x.neg_out(&mut out).unwrap();
-    assert_eq!(memory::memory_allocated(dev), before, "neg_out allocates nothing");
+    assert_eq!(
+        memory::memory_allocated(dev),
+        before,
+        "neg_out allocates nothing"
+    );
     assert_eq!(read(&out), read(&x.neg().unwrap()));
     let xp = x.abs().unwrap().add_scalar(0.5).unwrap();
     let before = memory::memory_allocated(dev);
     xp.sqrt_out(&mut out).unwrap();
     xp.exp_out(&mut out).unwrap();
-    assert_eq!(memory::memory_allocated(dev), before, "exp_out allocates nothing");
+    assert_eq!(
+        memory::memory_allocated(dev),
+        before,
+        "exp_out allocates nothing"
+    );
     assert_eq!(read(&out), read(&xp.exp().unwrap()));
     // Into f64: computed in f32, then cast (as PyTorch).
     let mut wide = Tensor::empty(&[3, 4], DType::F64, dev).unwrap();
@@ -752,13 +760,19 @@ fn unary_out_forms(dev: Device) {
     assert_eq!(read(&fo), vec![1.0, 2.0, 3.0]);
     let mut io = Tensor::empty(&[3], DType::I64, dev).unwrap();
     let e = xi.sqrt_out(&mut io).unwrap_err();
-    assert!(matches!(e, Error::DTypeMismatch { op: "sqrt", .. }), "{e:?}");
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "sqrt", .. }),
+        "{e:?}"
+    );
     xi.neg_out(&mut io).unwrap();
     assert_eq!(read(&io), vec![-1.0, -4.0, -9.0]);
     // Wrong shape: an Err naming the op and both shapes; out untouched.
     let mut small = Tensor::zeros(&[4], DType::F32, dev).unwrap();
     let e = x.relu_out(&mut small).unwrap_err();
-    assert!(e.to_string().contains("relu") && e.to_string().contains("[3, 4]"), "{e}");
+    assert!(
+        e.to_string().contains("relu") && e.to_string().contains("[3, 4]"),
+        "{e}"
+    );
     assert_eq!(read(&small), vec![0.0; 4]);
     // Out overlapping the input with another layout: the input is read first.
     let sq = tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::F32, dev);

@@ -89,9 +89,7 @@ def target(name, ts, pt):
         return "≥ 0.85 × tensorscope's copy", None if t is None or not c else t >= 0.85 * c
     if name == "alloc_free_cached":
         return "≤ PyTorch (`torch.empty` + drop)", None if t is None or p is None else t <= p
-    if name.startswith("matmul_"):
-        return "≥ 0.9 × PyTorch", None if t is None or p is None else t >= 0.9 * p
-    if name.startswith(("softmax_", "layernorm_")):
+    if name.startswith(("matmul_", "softmax_", "layernorm_")):
         return "≥ 0.9 × PyTorch", None if t is None or p is None else t >= 0.9 * p
     if name == "chain_add_1elem":
         return "≤ PyTorch", None if t is None or p is None else t <= p

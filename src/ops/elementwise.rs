@@ -267,14 +267,26 @@ impl Tensor {
             Operand::broadcast(&a, &shape)?,
             Operand::broadcast(&b, &shape)?,
         );
-        if res_dt == out.dtype() {
-            backend::binary(op, &oa, &ob, &Operand::of(out))?;
+        out.write_result(res_dt, |dst| backend::binary(op, &oa, &ob, dst))
+    }
+
+    /// The end of every `_out` form: `run` writes a result of dtype
+    /// `res_dt` and `self`'s shape, straight into `self` when the dtypes
+    /// match, else into one temporary that is then cast into `self`
+    /// (PyTorch's `out=` casting); the version counter moves once.
+    fn write_result(
+        &mut self,
+        res_dt: DType,
+        run: impl FnOnce(&Operand) -> Result<()>,
+    ) -> Result<()> {
+        if res_dt == self.dtype() {
+            run(&Operand::of(self))?;
         } else {
-            let tmp = Tensor::alloc(&shape, res_dt, out.device())?;
-            backend::binary(op, &oa, &ob, &Operand::of(&tmp))?;
-            backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
+            let tmp = Tensor::alloc(self.shape(), res_dt, self.device())?;
+            run(&Operand::of(&tmp))?;
+            backend::copy(&Operand::of(&tmp), &Operand::of(self))?;
         }
-        out.storage().bump_version();
+        self.storage().bump_version();
         Ok(())
     }
 
@@ -350,15 +362,9 @@ impl Tensor {
         if !can_cast(src.dtype(), out.dtype()) {
             bail!(cast_error(op.name(), src.dtype(), out.dtype()));
         }
-        if src.dtype() == out.dtype() {
-            backend::unary(op, &Operand::of(&src), &Operand::of(out))?;
-        } else {
-            let tmp = Tensor::alloc(src.shape(), src.dtype(), out.device())?;
-            backend::unary(op, &Operand::of(&src), &Operand::of(&tmp))?;
-            backend::copy(&Operand::of(&tmp), &Operand::of(out))?;
-        }
-        out.storage().bump_version();
-        Ok(())
+        out.write_result(src.dtype(), |dst| {
+            backend::unary(op, &Operand::of(&src), dst)
+        })
     }
 
     fn unary_inplace(&mut self, op: UnaryOp) -> Result<&mut Tensor> {

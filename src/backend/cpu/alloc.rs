@@ -33,27 +33,27 @@ impl SegmentSource for SystemSource {
         unsafe { dealloc(addr as *mut u8, layout) }
     }
     fn mem_info(&self) -> Option<(usize, usize)> {
-        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-        let field = |name: &str| -> Option<usize> {
-            let line = text.lines().find(|l| l.starts_with(name))?;
-            let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        };
-        Some((field("MemAvailable:")?, field("MemTotal:")?))
+        let [available, total] = meminfo(["MemAvailable:", "MemTotal:"])?;
+        Some((available?, total?))
     }
+}
+
+/// The named fields of /proc/meminfo, in bytes (each `None` if absent);
+/// `None` where the file cannot be read.
+fn meminfo<const N: usize>(names: [&str; N]) -> Option<[Option<usize>; N]> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some(names.map(|name| {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    }))
 }
 
 /// The machine's physical memory plus its swap (`MemTotal + SwapTotal` of
 /// /proc/meminfo), read once; `None` where that cannot be read.
 static MACHINE_BYTES: LazyLock<Option<usize>> = LazyLock::new(|| {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb = |name: &str| -> Option<usize> {
-        let line = text.lines().find(|l| l.starts_with(name))?;
-        line.split_whitespace().nth(1)?.parse().ok()
-    };
-    kb("MemTotal:")?
-        .checked_add(kb("SwapTotal:").unwrap_or(0))?
-        .checked_mul(1024)
+    let [total, swap] = meminfo(["MemTotal:", "SwapTotal:"])?;
+    total?.checked_add(swap.unwrap_or(0))
 });
 
 /// `false` for a segment larger than the whole machine (`machine`: physical

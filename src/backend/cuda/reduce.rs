@@ -135,14 +135,13 @@ const PARTIAL: usize = 32;
 /// `n_red` elements on a device of `sm_count` multiprocessors: 1 (one group
 /// per output) unless the outputs alone leave the device mostly idle and
 /// each output is long, as for a full reduction; then enough blocks per
-/// output for about 8 per multiprocessor in all (a full wave of
-/// [`BLOCK`]-thread blocks: 2048 threads), each folding at least
-/// [`MIN_SPLIT`] elements. (4 per multiprocessor read a full f32 sum of
-/// 256M elements at 1.16 TB/s on an H100, PyTorch 2.9 TB/s; 8 were tried on
-/// the guess that loads in flight limit it, and read 1.17 TB/s: the limit
-/// is elsewhere, in the per-element work of the kernel, and is left open.)
+/// output for about 4 per multiprocessor in all, each folding at least
+/// [`MIN_SPLIT`] elements. (A full f32 sum of 256M elements reads 1.16 TB/s
+/// on an H100, PyTorch 2.9 TB/s; 8 per multiprocessor were tried on the
+/// guess that loads in flight limit it, read 1.17 TB/s, and were not kept:
+/// the limit is elsewhere and is open.)
 pub(crate) fn split_count(n_out: i64, n_red: i64, sm_count: u32) -> i64 {
-    let target = sm_count.max(1) as i64 * 8;
+    let target = sm_count.max(1) as i64 * 4;
     if n_out >= target || n_red < 2 * MIN_SPLIT {
         return 1;
     }

@@ -124,7 +124,7 @@ fn gpu_random_fills_have_the_right_moments() {
         // The expected mean of the kernel's distribution: 2 + 2u, u on the
         // grid of 2^-P (P = 8 for bf16, as PyTorch's CPU generator), stored
         // in dt (ties to even), a value that rounds to 4 replaced by 2. For
-        // bf16 that is 2.9883, not 3 (the first GPU run measured 2.9879
+        // bf16 that is 2.98828125, not 3 (the first GPU run measured 2.9879
         // against a test that wanted 3 +- 0.01).
         let want = if dt == DType::BF16 {
             let v = |k: u32| {
@@ -139,7 +139,6 @@ fn gpu_random_fills_have_the_right_moments() {
         } else {
             3.0
         };
-        assert!((want - 2.9883).abs() < 1e-4 || dt != DType::BF16, "{want}");
         assert!(
             (mean - want).abs() < 0.003,
             "{dt} uniform mean {mean}, want {want}"
@@ -297,7 +296,6 @@ fn gpu_matmul_matches_naive() {
             .map(|(i, j)| (0..k).map(|l| ar[i * k + l] * br[l * n + j]).sum())
             .collect()
     };
-    let want = reference(DType::F64);
     for (dt, tol) in [
         (DType::F32, 1e-4),
         (DType::F64, 1e-12),
@@ -347,6 +345,7 @@ fn gpu_matmul_matches_naive() {
         .unwrap();
     let c = Tensor::alloc(&[2, m, n], DType::F32, dev).unwrap();
     cuda::blas::matmul(&Operand::of(&a), &Operand::of(&b), &Operand::of(&c)).unwrap();
+    let want = reference(DType::F32);
     close(
         &host(&c),
         &[want.clone(), want].concat(),

@@ -309,30 +309,29 @@ fn arith_scalar_bits_wrap_like_the_cpu() {
 #[test]
 fn split_count_fills_the_device_only_for_few_long_reductions() {
     use cuda::reduce::split_count;
-    // 132 multiprocessors (an H100): 1056 blocks (8 per multiprocessor, a
-    // full wave of 256-thread blocks) is the target.
-    // A full sum of 256M elements: 1056 blocks of ~254k elements each.
-    assert_eq!(split_count(1, 256 << 20, 132), 1056);
-    // Three long rows: 352 blocks per row.
-    assert_eq!(split_count(3, 1 << 24, 132), 352);
+    // 132 multiprocessors (an H100): 528 blocks is the target.
+    // A full sum of 256M elements: 528 blocks of ~508k elements each.
+    assert_eq!(split_count(1, 256 << 20, 132), 528);
+    // Three long rows: 176 blocks per row.
+    assert_eq!(split_count(3, 1 << 24, 132), 176);
     // Not long enough to share: each block must fold at least 4096.
     assert_eq!(split_count(1, 8191, 132), 1);
     assert_eq!(split_count(1, 8192, 132), 2);
     assert_eq!(split_count(1, 100_000, 132), 24);
     // Enough outputs to fill the device on their own: one group each.
-    assert_eq!(split_count(1056, 1 << 20, 132), 1);
+    assert_eq!(split_count(528, 1 << 20, 132), 1);
     assert_eq!(split_count(10_000, 1 << 20, 132), 1);
-    // 1055 outputs: 2 blocks each.
-    assert_eq!(split_count(1055, 1 << 20, 132), 2);
+    // 527 outputs: 2 blocks each.
+    assert_eq!(split_count(527, 1 << 20, 132), 2);
     // A device that reports no multiprocessors still gets a plan.
-    assert_eq!(split_count(1, 1 << 20, 0), 8);
+    assert_eq!(split_count(1, 1 << 20, 0), 4);
     for (n_out, n_red) in [(1i64, 1i64 << 30), (7, 123_457), (100, 1 << 22)] {
         let s = split_count(n_out, n_red, 108);
         assert!(
             s >= 1 && (s == 1 || n_red / s >= 4096),
             "{n_out} {n_red}: {s}"
         );
-        assert!(n_out * s <= 108 * 8 + n_out, "{n_out} {n_red}: {s}");
+        assert!(n_out * s <= 108 * 4 + n_out, "{n_out} {n_red}: {s}");
     }
 }
 

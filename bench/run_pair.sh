@@ -51,13 +51,7 @@ if ! python3 -c "import torch, numpy" 2>/dev/null; then
 fi
 echo "== $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 
-# Rows for unary ops that were added after benches/ops.rs (see its docs).
 FEATURES=()
-if [ "$KIND" = ops ] && grep -Eq '^\s*[A-Za-z]+ silu silu_ ' src/unary_table.rs &&
-    grep -Eq '^\s*[A-Za-z]+ softplus softplus_ ' src/unary_table.rs &&
-    grep -Eq '^\s*[A-Za-z]+ gelu_tanh gelu_tanh_ ' src/unary_table.rs; then
-    FEATURES=(--features bench-new-unary)
-fi
 echo "== building (${FEATURES[*]:-no extra features})"
 BUILD_START=$(date +%s)
 cargo bench --bench "$BENCH" "${FEATURES[@]}" --no-run

@@ -46,7 +46,6 @@ UNARY = [
     ("reciprocal", "pos", torch.reciprocal),
     ("square", "any", torch.square),
     ("clamp", "any", lambda x: torch.clamp(x, -0.5, 0.5)),
-    # Rows behind the `bench-new-unary` feature on tensorscope's side.
     ("silu", "any", F.silu),
     ("softplus", "any", F.softplus),
     ("gelu_tanh", "any", lambda x: F.gelu(x, approximate="tanh")),

@@ -26,11 +26,8 @@
 //! ```
 //!
 //! `--filter` keeps the rows whose name (`op/size`) contains any of the
-//! comma-separated strings. Unary ops added to the library after this file
-//! (`silu`, `softplus`, `gelu_tanh`) are rows behind the `bench-new-unary`
-//! feature, which `bench/run_ops.sh` turns on when `src/unary_table.rs` has
-//! all three; a new unary op is one line in [`unary_ops`] (and one in
-//! `UNARY` of `bench/torch_ops.py`).
+//! comma-separated strings. A new unary op is one line in [`unary_ops`]
+//! (and one in `UNARY` of `bench/torch_ops.py`).
 
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
@@ -108,8 +105,7 @@ type Binary = fn(&Tensor, &Tensor) -> tensorscope::Result<Tensor>;
 /// row's name (PyTorch's), its input domain and the method.
 fn unary_ops() -> Vec<(&'static str, Domain, Unary)> {
     use Domain::{Any, Pos};
-    #[allow(unused_mut)] // extended behind the feature below
-    let mut v: Vec<(&'static str, Domain, Unary)> = vec![
+    vec![
         ("neg", Any, Tensor::neg),
         ("abs", Any, Tensor::abs),
         ("exp", Any, Tensor::exp),
@@ -130,14 +126,10 @@ fn unary_ops() -> Vec<(&'static str, Domain, Unary)> {
         ("reciprocal", Pos, Tensor::reciprocal),
         ("square", Any, Tensor::square),
         ("clamp", Any, |x| x.clamp(Some(-0.5), Some(0.5))),
-    ];
-    #[cfg(feature = "bench-new-unary")]
-    v.extend([
-        ("silu", Any, Tensor::silu as Unary),
-        ("softplus", Any, Tensor::softplus as Unary),
-        ("gelu_tanh", Any, Tensor::gelu_tanh as Unary),
-    ]);
-    v
+        ("silu", Any, Tensor::silu),
+        ("softplus", Any, Tensor::softplus),
+        ("gelu_tanh", Any, Tensor::gelu_tanh),
+    ]
 }
 
 /// Unary ops that also get a forward + backward row at the medium size.

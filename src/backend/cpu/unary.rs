@@ -184,9 +184,17 @@ macro_rules! cpu_unary_dispatch {
     (@float exact $name:ident, $T:ident, $src:ident, $dst:ident) => {
         map1::<$T, $T>($src, $dst, typed::$name)
     };
-    (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {
-        map_float::<$T>($src, $dst, float::$name)
-    };
+    (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {{
+        #[derive(Clone, Copy)]
+        struct K;
+        impl<C: crate::backend::cpu::vmath::VMath + num_traits::Float> FloatFn<C> for K {
+            #[inline(always)]
+            fn apply(self, x: C) -> C {
+                float::$name(x)
+            }
+        }
+        map_float::<$T>($src, $dst, K)
+    }};
     (@int float $name:ident, $T:ident, $src:ident, $dst:ident) => {
         unreachable!(
             "float op {} on an integer dtype: the op layer promotes first",
@@ -204,6 +212,54 @@ crate::unary_table::unary_table!(cpu_unary_dispatch);
 /// Elements per block of [`map_float`]: 4 KiB of f32, in L1 with the input.
 const BLOCK: usize = 1024;
 
+/// A kernel on one element of the compute type, as a type whose `apply`
+/// is `#[inline(always)]`: a closure or fn item would reach the SIMD
+/// level's function through `Fn::call`, which LLVM leaves out of line once
+/// the polynomial is inlined into it (seen in the disassembly: a scalar
+/// call per element).
+pub(crate) trait FloatFn<C>: Copy + Sync {
+    fn apply(self, x: C) -> C;
+}
+
+/// [`FloatFn`] with two arguments (gradient and saved value).
+pub(crate) trait FloatFn2<C>: Copy + Sync {
+    fn apply(self, a: C, b: C) -> C;
+}
+
+/// One block of [`map_float`]: gather `n = buf.len()` elements of the input
+/// (stride `ss`) up into `buf`, apply `f`, round down into the output
+/// (stride `sd`). `call` is inlined into each SIMD level's function.
+struct Block1<'a, T: Flt, F> {
+    src: *const T,
+    ss: usize,
+    dst: *mut T,
+    sd: usize,
+    buf: &'a mut [T::C],
+    f: F,
+}
+
+impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
+    type Output = ();
+    #[inline(always)]
+    fn call(self) {
+        // SAFETY: the constructor (`map_float`) gives pointers whose
+        // `buf.len()` elements at the strides lie inside their runs of
+        // the plan (so inside the storages, which the caller has locked),
+        // and the output run is this thread's alone.
+        unsafe {
+            for (i, v) in self.buf.iter_mut().enumerate() {
+                *v = self.src.add(i * self.ss).read().up();
+            }
+            for v in self.buf.iter_mut() {
+                *v = self.f.apply(*v);
+            }
+            for (i, v) in self.buf.iter().enumerate() {
+                self.dst.add(i * self.sd).write(T::down(*v));
+            }
+        }
+    }
+}
+
 /// `dst[i] = down(f(up(src[i])))` over any layouts of one shape: each run
 /// of the plan goes through a stack block in the compute type, so that the
 /// kernel loop sees one dense, unaliased slice (in-place ops included) and
@@ -212,7 +268,7 @@ const BLOCK: usize = 1024;
 /// # Safety
 /// As for [`map1`] with `A = O = T`.
 #[inline]
-unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl Fn(T::C) -> T::C + Sync + Copy) {
+unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl FloatFn<T::C>) {
     use num_traits::Zero;
     let ps = SendPtr(super::ptr::<T>(src.storage));
     let pd = SendPtr(super::ptr::<T>(dst.storage));
@@ -226,69 +282,112 @@ unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl Fn(T::C) -> T:
         let mut done = 0;
         while done < len {
             let n = (len - done).min(BLOCK);
-            let b = &mut buf[..n];
-            simd::run(|| {
-                for (i, v) in b.iter_mut().enumerate() {
-                    *v = ps.add((done + i) * st[1]).read().up();
-                }
-                for v in b.iter_mut() {
-                    *v = f(*v);
-                }
-                for (i, v) in b.iter().enumerate() {
-                    pd.add((done + i) * st[0]).write(T::down(*v));
-                }
+            simd::run(Block1::<T, _> {
+                src: ps.add(done * st[1]),
+                ss: st[1],
+                dst: pd.add(done * st[0]),
+                sd: st[0],
+                buf: &mut buf[..n],
+                f,
             });
             done += n;
         }
     });
 }
 
-/// `dst[i] = g[i] * grad(saved[i])`, like [`map_float`] with two inputs.
+/// One block of [`map2_float`], as [`Block1`] with two inputs.
+struct Block2<'a, T: Flt, F> {
+    a: *const T,
+    sa: usize,
+    b: *const T,
+    sb: usize,
+    dst: *mut T,
+    sd: usize,
+    ba: &'a mut [T::C],
+    bb: &'a mut [T::C],
+    f: F,
+}
+
+impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
+    type Output = ();
+    #[inline(always)]
+    fn call(self) {
+        // SAFETY: as in `Block1::call`, for both inputs (`ba` and `bb`
+        // have the same length).
+        unsafe {
+            for (i, (va, vb)) in self.ba.iter_mut().zip(self.bb.iter_mut()).enumerate() {
+                *va = self.a.add(i * self.sa).read().up();
+                *vb = self.b.add(i * self.sb).read().up();
+            }
+            for (va, vb) in self.ba.iter_mut().zip(self.bb.iter()) {
+                *va = self.f.apply(*va, *vb);
+            }
+            for (i, v) in self.ba.iter().enumerate() {
+                self.dst.add(i * self.sd).write(T::down(*v));
+            }
+        }
+    }
+}
+
+/// `dst[i] = f(a[i], b[i])` in the compute type, like [`map_float`] with
+/// two inputs.
 ///
 /// # Safety
 /// As for [`map1`], all three operands of dtype `T`.
 #[inline]
-unsafe fn map2_float<T: Flt>(
-    g: &Operand,
-    saved: &Operand,
-    dst: &Operand,
-    f: impl Fn(T::C, T::C) -> T::C + Sync + Copy,
-) {
+unsafe fn map2_float<T: Flt>(a: &Operand, b: &Operand, dst: &Operand, f: impl FloatFn2<T::C>) {
     use num_traits::Zero;
-    let pg = SendPtr(super::ptr::<T>(g.storage));
-    let ps = SendPtr(super::ptr::<T>(saved.storage));
+    let pa = SendPtr(super::ptr::<T>(a.storage));
+    let pb = SendPtr(super::ptr::<T>(b.storage));
     let pd = SendPtr(super::ptr::<T>(dst.storage));
     // SAFETY: as in `map_float`, with a second input read at its own
     // offsets and strides (inside its layout, which fits its storage).
-    par_runs(
-        [&dst.layout, &g.layout, &saved.layout],
-        |o, len, st| unsafe {
-            let pd = pd.get().add(o[0]);
-            let pg = pg.get().add(o[1]) as *const T;
-            let ps = ps.get().add(o[2]) as *const T;
-            const HALF: usize = BLOCK / 2;
-            let mut bg = [T::C::zero(); HALF];
-            let mut bs = [T::C::zero(); HALF];
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(HALF);
-                let (bg, bs) = (&mut bg[..n], &mut bs[..n]);
-                simd::run(|| {
-                    for (i, (vg, vs)) in bg.iter_mut().zip(bs.iter_mut()).enumerate() {
-                        *vg = pg.add((done + i) * st[1]).read().up();
-                        *vs = ps.add((done + i) * st[2]).read().up();
-                    }
-                    for (vg, vs) in bg.iter_mut().zip(bs.iter()) {
-                        *vg = f(*vg, *vs);
-                    }
-                    for (i, v) in bg.iter().enumerate() {
-                        pd.add((done + i) * st[0]).write(T::down(*v));
-                    }
-                });
-                done += n;
-            }
-        },
-    );
+    par_runs([&dst.layout, &a.layout, &b.layout], |o, len, st| unsafe {
+        let pd = pd.get().add(o[0]);
+        let pa = pa.get().add(o[1]) as *const T;
+        let pb = pb.get().add(o[2]) as *const T;
+        const HALF: usize = BLOCK / 2;
+        let mut ba = [T::C::zero(); HALF];
+        let mut bb = [T::C::zero(); HALF];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(HALF);
+            simd::run(Block2::<T, _> {
+                a: pa.add(done * st[1]),
+                sa: st[1],
+                b: pb.add(done * st[2]),
+                sb: st[2],
+                dst: pd.add(done * st[0]),
+                sd: st[0],
+                ba: &mut ba[..n],
+                bb: &mut bb[..n],
+                f,
+            });
+            done += n;
+        }
+    });
+}
+
+/// `g * which(s)` with `which` a constant (`UnaryGrad as u8`), so that the
+/// derivative's `match` folds away.
+#[derive(Clone, Copy)]
+struct GradTimes<const W: u8>;
+
+impl<C: VMath + num_traits::Float, const W: u8> FloatFn2<C> for GradTimes<W> {
+    #[inline(always)]
+    fn apply(self, g: C, s: C) -> C {
+        use UnaryGrad::*;
+        let which = match W {
+            x if x == Tanh as u8 => Tanh,
+            x if x == Sigmoid as u8 => Sigmoid,
+            x if x == Silu as u8 => Silu,
+            x if x == Softplus as u8 => Softplus,
+            x if x == Gelu as u8 => Gelu,
+            x if x == GeluTanh as u8 => GeluTanh,
+            _ => Erf,
+        };
+        g * s.v_grad(which)
+    }
 }
 
 /// The fused backward of the transcendental unary ops:
@@ -304,7 +403,7 @@ pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &O
                 // locks; the op layer gives three operands of dtype `T`
                 // with layouts of one shape that fit their storages.
                 $(UnaryGrad::$v => unsafe {
-                    map2_float::<$T>(g, saved, dst, |g, s| g * s.v_grad(UnaryGrad::$v))
+                    map2_float::<$T>(g, saved, dst, GradTimes::<{ UnaryGrad::$v as u8 }>)
                 },)*
             }
         };
@@ -331,17 +430,21 @@ unsafe fn clamp_float<T: Flt>(src: &Operand, dst: &Operand, lo: f64, hi: f64) {
     };
     let lo = bound(lo, T::C::neg_infinity());
     let hi = bound(hi, T::C::infinity());
-    // SAFETY: the caller's contract.
-    unsafe {
-        map_float::<T>(src, dst, move |x| {
-            let x = if x < lo { lo } else { x };
-            if x > hi {
-                hi
+    #[derive(Clone, Copy)]
+    struct Clamp<C>(C, C);
+    impl<C: num_traits::Float + Sync> FloatFn<C> for Clamp<C> {
+        #[inline(always)]
+        fn apply(self, x: C) -> C {
+            let x = if x < self.0 { self.0 } else { x };
+            if x > self.1 {
+                self.1
             } else {
                 x
             }
-        })
+        }
     }
+    // SAFETY: the caller's contract.
+    unsafe { map_float::<T>(src, dst, Clamp(lo, hi)) }
 }
 
 /// Clamp to `[lo, hi]` in the storage type; a NaN bound is absent.

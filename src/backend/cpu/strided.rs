@@ -5,11 +5,13 @@
 //! operand, a length, and an inner stride per operand. Kernels loop over a run
 //! with plain pointer arithmetic; the caller never sees multi-indices.
 //!
-//! Large plans are split into chunks of linear index ranges and run on rayon.
+//! Large plans are split into chunks of linear index ranges and run on the
+//! CPU backend's thread pool ([`super::pool`]).
 //! Plans whose inner dimension is strided in one operand but not in another
 //! (a transposed input) walk 2-D tiles instead, so both operands stay in cache
 //! and in the TLB.
 
+use super::pool::par_for;
 use crate::layout::{Dims, Layout};
 
 /// Elements per parallel chunk; below twice this a plan runs on the caller's thread.
@@ -23,7 +25,7 @@ const TILE: usize = 32;
 /// other operands (`2 * BAND` pages) stay in the TLB.
 const BAND: usize = 256;
 
-/// A raw pointer that may cross to rayon's threads. Kernels guarantee that
+/// A raw pointer that may cross to the pool's threads. Kernels guarantee that
 /// concurrently running chunks touch disjoint output elements.
 pub(crate) struct SendPtr<T>(pub *mut T);
 impl<T> Clone for SendPtr<T> {
@@ -45,34 +47,6 @@ impl<T> SendPtr<T> {
     pub(crate) fn get(&self) -> *mut T {
         self.0
     }
-}
-
-/// The thread pool kernels split their work over, or `None` to run on the
-/// calling thread.
-///
-/// Kernels run while holding storage locks, so their chunks must never wait
-/// for a thread that could itself be blocked on a storage lock:
-/// * chunks run on a private pool whose threads run nothing else (never user
-///   code), so they always make progress;
-/// * a kernel called from any rayon worker thread (a tensor op inside the
-///   user's own `par_iter`) runs on that thread alone, as PyTorch's
-///   `parallel_for` does inside a parallel region. Otherwise the waiting
-///   worker could steal another task that blocks on the lock it holds.
-///
-/// Any kernel that parallelises under storage locks (reductions, matmul
-/// through gemm's rayon parallelism) must do so inside
-/// `kernel_pool().install(..)`, or run sequentially when this is `None`.
-pub(crate) fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::LazyLock<Option<rayon::ThreadPool>> = std::sync::LazyLock::new(|| {
-        rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("tensorscope-kernel-{i}"))
-            .build()
-            .ok()
-    });
-    if rayon::current_thread_index().is_some() {
-        return None;
-    }
-    POOL.as_ref().filter(|p| p.current_num_threads() > 1)
 }
 
 /// Runs `f` over every run of `layouts` (one shape), as
@@ -235,22 +209,13 @@ impl<const N: usize> Plan<N> {
         if self.wants_tiles() {
             return self.tiled(f);
         }
-        let pool = if n < 2 * PAR_CHUNK {
-            None
-        } else {
-            kernel_pool()
-        };
-        let Some(pool) = pool else {
+        if n < 2 * PAR_CHUNK {
             self.runs(0, n, &mut |o, l, s| f(o, l, s));
             return;
-        };
-        let chunks = n.div_ceil(PAR_CHUNK);
-        use rayon::prelude::*;
-        pool.install(|| {
-            (0..chunks).into_par_iter().for_each(|c| {
-                let start = c * PAR_CHUNK;
-                self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
-            })
+        }
+        par_for(n.div_ceil(PAR_CHUNK), |c| {
+            let start = c * PAR_CHUNK;
+            self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
         });
     }
 
@@ -275,17 +240,10 @@ impl<const N: usize> Plan<N> {
             }
         };
         let bands = rows.div_ceil(BAND);
-        let pool = if rows * cols < 2 * PAR_CHUNK {
-            None
+        if rows * cols < 2 * PAR_CHUNK {
+            (0..bands).for_each(band);
         } else {
-            kernel_pool()
-        };
-        match pool {
-            None => (0..bands).for_each(band),
-            Some(pool) => {
-                use rayon::prelude::*;
-                pool.install(|| (0..bands).into_par_iter().for_each(band));
-            }
+            par_for(bands, band);
         }
     }
 }

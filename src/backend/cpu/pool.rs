@@ -10,11 +10,12 @@
 //! positive integer, else [`std::thread::available_parallelism`]: on Linux
 //! that is the CPUs of the process's affinity mask (`sched_getaffinity`)
 //! capped by its cgroup CPU quota, v2 (`cpu.max`) and v1
-//! (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), rounded down, at least 1;
-//! read from the standard library's source, `sys::thread::available_parallelism`
-//! and its `cgroups::quota`. [`set_num_threads`] changes the size at run
-//! time (the next kernel builds a pool of the new size; kernels running on
-//! the old one finish there). With one thread there is no pool at all.
+//! (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), rounded down, at least 1
+//! (the `cgroups::quota` helper of std's Unix `available_parallelism`, and
+//! the 1.95 documentation of that function, which notes the v1 mountpoint
+//! scan), so there is no cgroup code here. [`set_num_threads`] changes the
+//! size at run time (the next kernel builds a pool of the new size; kernels
+//! running on the old one finish there). With one thread there is no pool.
 //!
 //! **Deadlock avoidance.** Kernels run while holding storage locks, so
 //! their chunks must never wait for a thread that could itself be blocked

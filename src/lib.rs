@@ -46,6 +46,7 @@ pub mod scope;
 mod static_checks;
 mod storage;
 mod tensor;
+mod threads;
 mod unary_table;
 
 pub use borrowed::{TensorView, TensorViewMut};
@@ -57,6 +58,7 @@ pub use ops::PendingHost;
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;
+pub use threads::{num_threads, set_num_threads};
 
 #[doc(hidden)]
 pub use half;

@@ -27,6 +27,13 @@ pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) 
             for i in 0..len {
                 po.add(i).write(f(pa.add(i).read()));
             }
+        } else if s == [1, 0] {
+            // A broadcast input (a stride-0 column, as in `expand` of a
+            // `[m, 1]` then `contiguous`): read once per run, not per element.
+            let av = pa.read();
+            for i in 0..len {
+                po.add(i).write(f(av));
+            }
         } else if s[0] == 1 {
             // A transposed input (the tiled walk's short runs).
             let sa = s[1];

@@ -168,13 +168,29 @@ unsafe fn gather_t<T: Copy, I: IndexElem>(
     // SAFETY: the plan's runs stay inside the three layouts, which fit their
     // storages (the contract); each index was range-checked by the op layer
     // (`offset_of` maps it into `0..size` of the gathered dim), and parallel
-    // runs write disjoint output elements.
+    // runs write disjoint output elements. `dst` is a fresh or exclusively
+    // locked output that shares no storage with `src` (the op layer), so a
+    // run copied with `copy_nonoverlapping` does not overlap its source.
     plan.par_runs(|o, len, s| unsafe {
         let (po, pi, ps) = (
             po.get().add(o[0]),
             pi.get().add(o[1]) as *const I,
             ps.get().add(o[2]) as *const T,
         );
+        if s[1] == 0 {
+            // One index for the whole run: a slice along dims after the
+            // indexed one (a row of `index_select(0, ..)`, an embedding
+            // vector). Dense on both sides: one memcpy.
+            let ps = ps.add(offset_of(pi.read().get(), size, stride));
+            if s[0] == 1 && s[2] == 1 {
+                std::ptr::copy_nonoverlapping(ps, po, len);
+            } else {
+                for i in 0..len {
+                    po.add(i * s[0]).write(ps.add(i * s[2]).read());
+                }
+            }
+            return;
+        }
         for i in 0..len {
             let k = offset_of(pi.add(i * s[1]).read().get(), size, stride);
             po.add(i * s[0]).write(ps.add(i * s[2] + k).read());
@@ -261,6 +277,24 @@ unsafe fn scatter_t<T: Copy, I: IndexElem>(
             // index is in range (checked by the op layer, mapped by
             // `offset_of`); sequential, so repeated indices cannot race.
             plan.runs(0, plan.numel(), &mut |o, len, s| unsafe {
+                if s[1] == 0 {
+                    // One index for the whole run: a whole slice (a row of
+                    // `index_add_(0, ..)`, an embedding gradient) combined
+                    // at once, a vectorisable loop when both are dense.
+                    let k = offset_of(pi.add(o[1]).read().get(), size, stride);
+                    let (pd, ps) = (pd.add(o[0] + k), ps.add(o[2]));
+                    if s[0] == 1 && s[2] == 1 {
+                        for i in 0..len {
+                            pd.add(i).write(f(pd.add(i).read(), ps.add(i).read()));
+                        }
+                    } else {
+                        for i in 0..len {
+                            let p = pd.add(i * s[0]);
+                            p.write(f(p.read(), ps.add(i * s[2]).read()));
+                        }
+                    }
+                    return;
+                }
                 for i in 0..len {
                     let k = offset_of(pi.add(o[1] + i * s[1]).read().get(), size, stride);
                     let p = pd.add(o[0] + i * s[0] + k);

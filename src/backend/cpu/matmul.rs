@@ -6,11 +6,12 @@
 //! (scratch buffers on the system heap, not tensor memory), multiplied by
 //! gemm and rounded back. Integer dtypes use a plain wrapping loop.
 //!
-//! Batches walk the (broadcast) batch dimensions with a [`Plan`]: large
-//! matrices run one after another with gemm's own rayon parallelism, many
-//! small ones run in parallel with a single-threaded gemm each.
+//! Batches walk the (broadcast) batch dimensions with a [`Plan`]. Parallel
+//! work runs on the CPU backend's one pool ([`super::pool`]), gemm's threads
+//! included: see [`batches_in_parallel`] for how a batch is split.
 
 use super::num::Num;
+use super::pool::{install, kernel_pool};
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use crate::backend::Operand;
@@ -20,8 +21,14 @@ use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// `m * n * k` at and above which one product uses every thread.
+/// Total `m * n * k` of a batch at and above which its products are worth
+/// spreading over the pool: below it the pool's wake-up costs more than it
+/// saves.
 const PAR_FLOPS: usize = 1 << 18;
+
+/// `m * n * k` below which a batch of at least `threads` products runs its
+/// products in parallel, each on one thread (see [`batches_in_parallel`]).
+const BATCH_PAR_FLOPS: usize = 1 << 24;
 
 /// The sizes and strides of one product `[m, k] x [k, n] -> [m, n]`.
 #[derive(Copy, Clone)]
@@ -35,6 +42,19 @@ struct Geom {
     d: (isize, isize),
 }
 
+impl Geom {
+    fn flops(&self) -> usize {
+        self.m.saturating_mul(self.n).saturating_mul(self.k)
+    }
+
+    /// Whether gemm would split this one product over threads: not a
+    /// matrix-vector or outer product (its `gemv`/`gevv` paths run on one
+    /// thread) and at least gemm's own threshold of work.
+    fn splits(&self) -> bool {
+        self.m > 1 && self.n > 1 && self.k > 2 && self.flops() >= gemm::get_threading_threshold()
+    }
+}
+
 /// The batch dimensions of a layout (everything but the last two).
 fn batch(l: &Layout) -> Layout {
     let r = l.rank();
@@ -45,25 +65,71 @@ fn batch(l: &Layout) -> Layout {
     )
 }
 
-/// Calls `f([dst, a, b] offsets)` for every batch element; in parallel when
-/// `par` (each call must then touch only its own output matrix).
-fn for_each_batch(plan: &Plan<3>, par: bool, f: impl Fn([usize; 3]) + Sync) {
+/// Whether a batch of `nb` products of `flops = m * n * k` each runs its
+/// products in parallel (each on one thread, `true`) or one after another
+/// with every thread on each (gemm's own parallelism, `false`), on a pool
+/// of `threads`. `splits`: whether one product can use several threads at
+/// all ([`Geom::splits`]).
+///
+/// gemm splits one product per `kc`-deep step of `k`: a fork-join of the
+/// pool and a shared packing of the right operand for every step, and a
+/// left operand of at most two cache blocks is packed on one thread first.
+/// For a small product that synchronisation is most of the time
+/// (`[64,128,64] @ [64,64,128]`, 1M flops a product, ran 5.4x PyTorch's time
+/// batch after batch). A batch split by products needs one fork-join in all
+/// and no sharing, so it is preferred whenever one product cannot split, or
+/// is small (`< BATCH_PAR_FLOPS`, e.g. 256^3) and the batch has a product
+/// for every thread. Large products keep gemm's parallelism: each thread
+/// then streams its own packed panels through the shared cache, and a batch
+/// shorter than the pool would leave threads idle.
+fn batches_in_parallel(nb: usize, flops: usize, splits: bool, threads: usize) -> bool {
+    threads > 1 && nb > 1 && (!splits || (nb >= threads && flops < BATCH_PAR_FLOPS))
+}
+
+/// Calls `f([dst, a, b] offsets, threads)` for every batch element, where
+/// `threads` is how many threads that one product may use; batch elements
+/// run in parallel or in order as [`batches_in_parallel`] says (each call
+/// must touch only its own output matrix). `splits`: whether one product
+/// can use more than one thread at all; when neither it nor the batch can,
+/// everything runs on the caller's thread (no hand-over to the pool).
+fn run_batches(
+    plan: &Plan<3>,
+    g: &Geom,
+    splits: bool,
+    f: impl Fn([usize; 3], usize) + Sync + Send,
+) {
     let nb = plan.numel();
-    let each = |start: usize, end: usize| {
+    let each = |start: usize, end: usize, threads: usize| {
         plan.runs(start, end, &mut |o, len, s| {
             for t in 0..len {
-                f(std::array::from_fn(|i| o[i] + t * s[i]));
+                f(std::array::from_fn(|i| o[i] + t * s[i]), threads);
             }
         })
     };
-    let threads = rayon::current_num_threads();
-    if par && nb > 1 && threads > 1 {
+    let worth = (nb > 1 && nb.saturating_mul(g.flops()) >= PAR_FLOPS) || splits;
+    let pool = if worth { kernel_pool() } else { None };
+    let Some(pool) = pool else {
+        return each(0, nb, 1);
+    };
+    let threads = pool.current_num_threads();
+    if batches_in_parallel(nb, g.flops(), splits, threads) {
         let per = nb.div_ceil(threads * 4).max(1);
-        (0..nb.div_ceil(per))
-            .into_par_iter()
-            .for_each(|c| each(c * per, ((c + 1) * per).min(nb)));
+        pool.install(|| {
+            (0..nb.div_ceil(per))
+                .into_par_iter()
+                .for_each(|c| each(c * per, ((c + 1) * per).min(nb), 1))
+        });
     } else {
-        each(0, nb)
+        pool.install(|| each(0, nb, threads));
+    }
+}
+
+/// gemm's parallelism for one product given `threads` (1: this thread).
+fn parallelism(threads: usize) -> Parallelism {
+    if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
     }
 }
 
@@ -103,13 +169,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
     units: (T, T),
     acc: bool,
 ) {
-    let big = g.m * g.n * g.k >= PAR_FLOPS;
-    let par = if big {
-        Parallelism::Rayon(rayon::current_num_threads())
-    } else {
-        Parallelism::None
-    };
-    for_each_batch(plan, !big, |o| {
+    run_batches(plan, g, g.splits(), |o, threads| {
         // SAFETY: the offsets come from layouts that fit their storages; the
         // op layer made sure dst does not overlap the inputs; each batch
         // element writes its own output matrix.
@@ -121,7 +181,7 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
                 pb.get().add(o[2]),
                 units,
                 acc,
-                par,
+                parallelism(threads),
             )
         }
     });
@@ -136,12 +196,6 @@ fn bf16_batched(
     pb: SendPtr<bf16>,
     acc: bool,
 ) {
-    let big = g.m * g.n * g.k >= PAR_FLOPS;
-    let par = if big {
-        Parallelism::Rayon(rayon::current_num_threads())
-    } else {
-        Parallelism::None
-    };
     let (m, n, k) = (g.m, g.n, g.k);
     let gf = Geom {
         a: (k as isize, 1),
@@ -149,7 +203,7 @@ fn bf16_batched(
         d: (n as isize, 1),
         ..*g
     };
-    for_each_batch(plan, !big, |o| {
+    run_batches(plan, g, g.splits(), |o, threads| {
         let (mut a, mut b, mut c) = (vec![0f32; m * k], vec![0f32; k * n], vec![0f32; m * n]);
         // SAFETY: as in `gemm_batched`; the f32 buffers are dense and private.
         unsafe {
@@ -177,7 +231,7 @@ fn bf16_batched(
                 b.as_ptr(),
                 (1f32, 0f32),
                 false,
-                par,
+                parallelism(threads),
             );
             for i in 0..m {
                 for j in 0..n {
@@ -199,8 +253,9 @@ fn int_batched<T: Num>(
     pb: SendPtr<T>,
     acc: bool,
 ) {
-    let big = g.m * g.n * g.k >= PAR_FLOPS;
-    for_each_batch(plan, !big, |o| {
+    // Rows of one product in parallel when it is large.
+    let splits = g.m > 1 && g.flops() >= PAR_FLOPS;
+    run_batches(plan, g, splits, |o, threads| {
         let row = |i: usize| {
             // SAFETY: as in `gemm_batched`; each row is written by one caller.
             unsafe {
@@ -221,7 +276,8 @@ fn int_batched<T: Num>(
                 }
             }
         };
-        if big {
+        if threads > 1 {
+            // On the pool (`run_batches` installed it): rows in parallel.
             (0..g.m).into_par_iter().for_each(row);
         } else {
             (0..g.m).for_each(row);
@@ -304,37 +360,81 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
     }
 }
 
-/// Largest column-major product, in bytes, that [`linear`] routes through
-/// its per-thread scratch buffer (which it keeps for reuse).
-const LINEAR_SCRATCH_MAX: usize = 8 << 20;
+/// Largest scratch buffer, in bytes, that [`linear`] keeps per thread for
+/// reuse; a larger column-major product gets a buffer of its own, freed
+/// after the call. (A memory bound, not a speed choice: the layout comes from
+/// [`column_major_product`] alone.)
+const LINEAR_SCRATCH_KEEP: usize = 8 << 20;
 
 thread_local! {
     /// [`linear`]'s reusable scratch (u64 words: aligned for f32 and f64).
     static SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Whether [`linear`] computes `x @ w^T` column-major (into a scratch
+/// buffer, then one transposing pass into `dst` that also adds the bias) or
+/// lets gemm write the row-major `dst` directly. Chosen from the shapes and
+/// strides alone: `x: [m, k]` with row stride `x_rs`, `w: [n, k]` with row
+/// stride `w_rs` (the column stride of `wt = w^T`).
+///
+/// gemm computes every product with a column-major destination: asked for a
+/// row-major one it computes the transpose, `dst^T = w x^T`, so the operand
+/// it calls *left* is `x` for a column-major destination and `w` for a
+/// row-major one. It packs its left operand into panels, and one of at most
+/// two cache blocks of rows, which is any left operand of a few hundred
+/// rows, it packs *before* its parallel section, on one thread, unless that
+/// operand is column-major already (row stride 1). The right operand is
+/// packed in parallel or read in place. So the rule: the layout whose left
+/// operand costs less to pack, `rows * k` element copies on one thread, or
+/// nothing for a column-major operand:
+///
+/// | left operand | column-major dst (scratch) | row-major dst (direct) |
+/// |---|---|---|
+/// | is | `x`, `m` rows | `w`, `n` rows |
+/// | serial packing | `m * k`, 0 if `x_rs == 1` | `n * k`, 0 if `w_rs == 1` |
+///
+/// and column-major only when it packs strictly less: on a tie the direct
+/// write saves the scratch and the transposing pass. A skinny weight
+/// (`x[512,1024] w[16,1024]^T`) is thus written directly (only `w`'s 16
+/// rows are packed serially; the old choice, tuned on one machine, packed
+/// all 512 of `x`'s and ran 12x PyTorch's time on a 2-core Xeon); a skinny
+/// batch (`x[64,1024] w[1024,1024]^T`) or a transposed input goes
+/// column-major; a square pair is written directly. A product with one row
+/// or one column is a matrix-vector product (gemm's `gemv`, nothing packed)
+/// and is written directly.
+///
+/// Measured on a 2-core AMD EPYC (AVX2), both layouts forced, medians of 3
+/// to 5 runs on a machine busy with other builds: `x[512,1024] w[16,1024]^T`
+/// 304 us direct vs 669 us column-major; `x[64,1024] w[1024,1024]^T` 3645
+/// vs 1652 us; `[1024,1024]` pair 40.8 vs 48.9 ms. (The column-major
+/// square case was once 2.4x faster on an AVX-512 EPYC; not reproduced
+/// here.)
+fn column_major_product(m: usize, n: usize, x_rs: isize, w_rs: isize) -> bool {
+    if m <= 1 || n <= 1 {
+        return false;
+    }
+    let cost_col = if x_rs == 1 { 0 } else { m };
+    let cost_row = if w_rs == 1 { 0 } else { n };
+    cost_col < cost_row
+}
+
 /// `dst = x @ w^T (+ bias)` for a 2-D `x: [m, k]`, `wt` = `w^T: [k, n]`
 /// (any strides) and a bias already broadcast to `[m, n]` (row stride 0).
 ///
-/// gemm packs a row-major `w` (the usual `[out, in]` weight) slowly when its
-/// row stride is a multiple of 4 KiB (cache-set and TLB conflicts: 2.4x the
-/// time of the same product at 1024 x 1024 on an AVX-512 EPYC), and it
-/// computes a row-major result as the transposed problem with `w` as its
-/// packed operand. So f32/f64 products of some size are computed column-major
-/// into a per-thread scratch buffer (like gemm's own packing buffers it is
-/// workspace, not tensor memory, and is kept for reuse) and written to `dst`
-/// by one tiled transposing pass that also adds the bias. Other dtypes and
-/// small products: the bias is copied into `dst` and the product accumulated
-/// onto it by gemm.
+/// f32/f64 products that [`column_major_product`] sends column-major are
+/// computed into a per-thread scratch buffer (like gemm's own packing
+/// buffers it is workspace, not tensor memory) and written to `dst` by one
+/// tiled transposing pass that also adds the bias. Otherwise, and for other
+/// dtypes, the bias is copied into `dst` and the product accumulated onto it
+/// by gemm.
 pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Operand) {
     let (m, n) = (dst.layout.shape()[0], dst.layout.shape()[1]);
     let k = x.layout.shape()[1];
     let esz = dst.dtype.size_in_bytes();
+    let st = |l: &Layout| (l.strides()[0] as isize, l.strides()[1] as isize);
     let scratch = matches!(dst.dtype, DType::F32 | DType::F64)
-        && m >= 16
-        && n >= 16
         && k > 0
-        && m * n * esz <= LINEAR_SCRATCH_MAX;
+        && column_major_product(m, n, st(&x.layout).0, st(&wt.layout).1);
     if !scratch {
         match bias {
             Some(b) => {
@@ -345,12 +445,12 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
         }
         return;
     }
-    let mut buf = SCRATCH.take();
     let words = (m * n * esz).div_ceil(8);
+    let keep = words * 8 <= LINEAR_SCRATCH_KEEP;
+    let mut buf = if keep { SCRATCH.take() } else { Vec::new() };
     if buf.len() < words {
         buf = vec![0u64; words];
     }
-    let st = |l: &Layout| (l.strides()[0] as isize, l.strides()[1] as isize);
     let g = Geom {
         m,
         n,
@@ -359,26 +459,39 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
         b: st(&wt.layout),
         d: (1, m as isize),
     };
-    let big = m * n * k >= PAR_FLOPS;
-    let par = if big {
-        Parallelism::Rayon(rayon::current_num_threads())
-    } else {
-        Parallelism::None
-    };
     let bias = bias.map(|b| (b.storage, b.layout.offset(), b.layout.strides()[1]));
+    let s = SendPtr(buf.as_mut_ptr());
     macro_rules! go {
         ($t:ty, $one:expr, $zero:expr) => {{
-            let s = buf.as_mut_ptr() as *mut $t;
+            let s = SendPtr(s.get() as *mut $t);
             // SAFETY: the operand layouts fit their storages (the op layer
             // checked them); `s` holds m * n elements; dst does not overlap
             // the inputs (a fresh output); the caller holds the locks.
+            let (px, pw) = unsafe {
+                (
+                    SendPtr(ptr::<$t>(x.storage).add(x.layout.offset())),
+                    SendPtr(ptr::<$t>(wt.storage).add(wt.layout.offset())),
+                )
+            };
+            install(g.splits(), |threads| {
+                // SAFETY: as above.
+                unsafe {
+                    gemm_one(
+                        &g,
+                        s.get(),
+                        px.get(),
+                        pw.get(),
+                        ($one, $zero),
+                        false,
+                        parallelism(threads),
+                    )
+                }
+            });
+            // SAFETY: as above; the bias holds n elements at its increment.
             unsafe {
-                let px = ptr::<$t>(x.storage).add(x.layout.offset());
-                let pw = ptr::<$t>(wt.storage).add(wt.layout.offset());
-                gemm_one(&g, s, px, pw, ($one, $zero), false, par);
                 let pb = bias.map(|(st, off, inc)| (ptr::<$t>(st).add(off) as *const $t, inc));
                 let pd = ptr::<$t>(dst.storage).add(dst.layout.offset());
-                transpose_into(s, m, n, pb, pd, st(&dst.layout));
+                transpose_into(s.get(), m, n, pb, pd, st(&dst.layout));
             }
         }};
     }
@@ -386,7 +499,9 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
         DType::F32 => go!(f32, 1f32, 0f32),
         _ => go!(f64, 1f64, 0f64),
     }
-    SCRATCH.set(buf);
+    if keep {
+        SCRATCH.set(buf);
+    }
 }
 
 /// `dst[i, j] = src[i + j m] (+ bias[j])`: a column-major `[m, n]` written
@@ -429,12 +544,64 @@ unsafe fn transpose_into<T: Num>(
         }
     };
     let bands = m.div_ceil(TILE);
-    match super::strided::kernel_pool() {
-        Some(pool) if m * n >= 2 * super::strided::PAR_CHUNK => pool.install(|| {
-            (0..bands)
-                .into_par_iter()
-                .for_each(|b| rows(b * TILE, ((b + 1) * TILE).min(m)))
-        }),
-        _ => (0..bands).for_each(|b| rows(b * TILE, ((b + 1) * TILE).min(m))),
+    if m * n >= 2 * super::strided::PAR_CHUNK {
+        super::pool::par_for(bands, |b| rows(b * TILE, ((b + 1) * TILE).min(m)));
+    } else {
+        (0..bands).for_each(|b| rows(b * TILE, ((b + 1) * TILE).min(m)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_layout_follows_the_left_operand_gemm_would_pack() {
+        // (m, n, x row stride, w row stride): row-major x and w are strided
+        // by k = 1024 along their rows.
+        let k = 1024;
+        // A skinny weight: direct (w's 16 rows packed, not x's 512).
+        assert!(!column_major_product(512, 16, k, k));
+        // A skinny batch: column-major (x's 64 rows, not w's 1024).
+        assert!(column_major_product(64, 1024, k, k));
+        // Square: a tie, written directly.
+        assert!(!column_major_product(1024, 1024, k, k));
+        // A transposed (column-major) x needs no packing: column-major.
+        assert!(column_major_product(512, 16, 1, k));
+        // A column-major w needs none either: direct.
+        assert!(!column_major_product(64, 1024, k, 1));
+        // Matrix-vector products: direct.
+        assert!(!column_major_product(1, 1024, k, k));
+        assert!(!column_major_product(1024, 1, k, k));
+    }
+
+    #[test]
+    fn small_products_of_a_batch_run_in_parallel() {
+        let (small, large) = (128 * 128 * 64, 512 * 512 * 512);
+        assert!(batches_in_parallel(64, small, true, 2));
+        assert!(!batches_in_parallel(8, large, true, 2));
+        // Fewer products than threads: gemm's split, unless it cannot split.
+        assert!(!batches_in_parallel(3, small, true, 4));
+        assert!(batches_in_parallel(3, small, false, 4));
+        assert!(batches_in_parallel(8, large, false, 2));
+        // One product, or one thread: nothing to spread.
+        assert!(!batches_in_parallel(1, small, false, 2));
+        assert!(!batches_in_parallel(64, small, true, 1));
+    }
+
+    #[test]
+    fn gemm_splits_only_products_it_would_thread() {
+        let g = |m, n, k| Geom {
+            m,
+            n,
+            k,
+            a: (k as isize, 1),
+            b: (n as isize, 1),
+            d: (n as isize, 1),
+        };
+        assert!(g(512, 512, 512).splits());
+        assert!(!g(1, 4096, 4096).splits()); // gemv
+        assert!(!g(4096, 4096, 2).splits()); // gevv
+        assert!(!g(32, 32, 32).splits()); // below gemm's threshold
     }
 }

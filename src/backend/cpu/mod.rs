@@ -12,6 +12,7 @@ pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod num;
 pub(crate) mod optim;
+pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod simd;
 pub(crate) mod softmax;

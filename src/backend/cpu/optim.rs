@@ -12,8 +12,9 @@
 use num_traits::Float;
 
 use super::num::Flt;
+use super::pool::kernel_pool;
 use super::ptr;
-use super::strided::{kernel_pool, Plan, SendPtr, PAR_CHUNK};
+use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::optim::{AdamHyper, SgdHyper};
 use crate::backend::Operand;
 use crate::with_float_dtype;

@@ -17,6 +17,7 @@
 //! 16M f32 values keeps its accuracy); integer sums and products wrap in i64.
 
 use super::num::{FastExp, Flt, Num};
+use super::pool::kernel_pool;
 use super::ptr;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::{Operand, Reduction};
@@ -717,23 +718,35 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
     let kp = Plan::new([kept]);
     let rp = Plan::new([red]);
     let src = SendPtr(src as *mut R::In);
-    let threads = rayon::current_num_threads();
+    // The pool, for work worth splitting (`None`: this thread alone).
+    let pool = if n_out.saturating_mul(n_red) >= 2 * PAR_CHUNK {
+        kernel_pool()
+    } else {
+        None
+    };
 
     // Few outputs, many inputs each: split every output's range.
-    if n_out <= 16 && n_red >= 2 * PAR_CHUNK && threads > 1 {
+    if let Some(pool) = pool
+        .as_ref()
+        .filter(|_| n_out <= 16 && n_red >= 2 * PAR_CHUNK)
+    {
         let mut o = 0;
         kp.runs(0, n_out, &mut |off, len, s| {
             for k in 0..len {
                 let base = off[0] + k * s[0];
-                let parts: Vec<R::Acc> = (0..n_red.div_ceil(PAR_CHUNK))
-                    .into_par_iter()
-                    .map(|c| {
-                        let st = c * PAR_CHUNK;
-                        // SAFETY: `base` is an offset of the kept layout and `st..end` a range
-                        // of the reduced one: in bounds (this fn's contract).
-                        unsafe { fold(r, src.get(), &rp, base, st, (st + PAR_CHUNK).min(n_red)) }
-                    })
-                    .collect();
+                let parts: Vec<R::Acc> = pool.install(|| {
+                    (0..n_red.div_ceil(PAR_CHUNK))
+                        .into_par_iter()
+                        .map(|c| {
+                            let st = c * PAR_CHUNK;
+                            // SAFETY: `base` is an offset of the kept layout and `st..end` a
+                            // range of the reduced one: in bounds (this fn's contract).
+                            unsafe {
+                                fold(r, src.get(), &rp, base, st, (st + PAR_CHUNK).min(n_red))
+                            }
+                        })
+                        .collect()
+                });
                 let a = parts.into_iter().fold(r.init(), |a, b| r.merge(a, b));
                 // SAFETY: `o + k` indexes this run's output, written once, by this thread.
                 unsafe { r.finish(a, n_red, o + k) };
@@ -807,12 +820,13 @@ unsafe fn run_reduction<R: Reducer>(r: &R, src: *const R::In, kept: &Layout, red
     // Outputs per parallel chunk: about PAR_CHUNK inputs, and whole lane blocks.
     let per = (PAR_CHUNK / n_red).max(if lanes { LANES } else { 1 });
     let chunks = n_out.div_ceil(per);
-    if chunks < 2 || threads == 1 || n_out.saturating_mul(n_red) < 2 * PAR_CHUNK {
-        outputs(0, n_out);
-    } else {
-        (0..chunks)
-            .into_par_iter()
-            .for_each(|c| outputs(c * per, ((c + 1) * per).min(n_out)));
+    match pool.filter(|_| chunks >= 2) {
+        None => outputs(0, n_out),
+        Some(pool) => pool.install(|| {
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|c| outputs(c * per, ((c + 1) * per).min(n_out)))
+        }),
     }
 }
 

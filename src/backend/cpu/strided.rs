@@ -5,11 +5,13 @@
 //! operand, a length, and an inner stride per operand. Kernels loop over a run
 //! with plain pointer arithmetic; the caller never sees multi-indices.
 //!
-//! Large plans are split into chunks of linear index ranges and run on rayon.
+//! Large plans are split into chunks of linear index ranges and run on the
+//! CPU backend's thread pool ([`super::pool`]).
 //! Plans whose inner dimension is strided in one operand but not in another
 //! (a transposed input) walk 2-D tiles instead, so both operands stay in cache
 //! and in the TLB.
 
+use super::pool::par_for;
 use crate::layout::{Dims, Layout};
 
 /// Elements per parallel chunk; below twice this a plan runs on the caller's thread.
@@ -23,7 +25,7 @@ const TILE: usize = 32;
 /// other operands (`2 * BAND` pages) stay in the TLB.
 const BAND: usize = 256;
 
-/// A raw pointer that may cross to rayon's threads. Kernels guarantee that
+/// A raw pointer that may cross to the pool's threads. Kernels guarantee that
 /// concurrently running chunks touch disjoint output elements.
 pub(crate) struct SendPtr<T>(pub *mut T);
 impl<T> Clone for SendPtr<T> {
@@ -45,34 +47,6 @@ impl<T> SendPtr<T> {
     pub(crate) fn get(&self) -> *mut T {
         self.0
     }
-}
-
-/// The thread pool kernels split their work over, or `None` to run on the
-/// calling thread.
-///
-/// Kernels run while holding storage locks, so their chunks must never wait
-/// for a thread that could itself be blocked on a storage lock:
-/// * chunks run on a private pool whose threads run nothing else (never user
-///   code), so they always make progress;
-/// * a kernel called from any rayon worker thread (a tensor op inside the
-///   user's own `par_iter`) runs on that thread alone, as PyTorch's
-///   `parallel_for` does inside a parallel region. Otherwise the waiting
-///   worker could steal another task that blocks on the lock it holds.
-///
-/// Any kernel that parallelises under storage locks (reductions, matmul
-/// through gemm's rayon parallelism) must do so inside
-/// `kernel_pool().install(..)`, or run sequentially when this is `None`.
-pub(crate) fn kernel_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::LazyLock<Option<rayon::ThreadPool>> = std::sync::LazyLock::new(|| {
-        rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("tensorscope-kernel-{i}"))
-            .build()
-            .ok()
-    });
-    if rayon::current_thread_index().is_some() {
-        return None;
-    }
-    POOL.as_ref().filter(|p| p.current_num_threads() > 1)
 }
 
 /// Runs `f` over every run of `layouts` (one shape), as
@@ -149,13 +123,21 @@ impl<const N: usize> Plan<N> {
     }
 
     /// `true` when a tiled walk pays: rank 2 after coalescing, and some
-    /// operand's inner stride is not 1 while it is 1 along the outer dim.
+    /// operand is *transposed*: stride 1 along the outer dim and a stride
+    /// other than 0 or 1 along the inner one.
+    ///
+    /// A broadcast column (inner stride 0, e.g. `[1, 0]`: the `[m, 1]`
+    /// output of a sum over dim 1 seen with the input's shape, or the `b` of
+    /// `a[m, n] + b[m, 1]`) reads one element per row: its rows are already
+    /// as local as they can be, so it stays on the row-wise walk with full
+    /// rows as runs (where kernels hoist the broadcast value) instead of
+    /// `TILE`-element runs.
     fn wants_tiles(&self) -> bool {
         let r = self.shape.len();
         r == 2
             && self.shape[0] >= TILE
             && self.shape[1] >= TILE
-            && (0..N).any(|k| self.strides[k][1] != 1 && self.strides[k][0] == 1)
+            && (0..N).any(|k| self.strides[k][1] > 1 && self.strides[k][0] == 1)
     }
 
     /// Calls `f(offsets, len, inner_strides)` for every run covering linear
@@ -227,22 +209,13 @@ impl<const N: usize> Plan<N> {
         if self.wants_tiles() {
             return self.tiled(f);
         }
-        let pool = if n < 2 * PAR_CHUNK {
-            None
-        } else {
-            kernel_pool()
-        };
-        let Some(pool) = pool else {
+        if n < 2 * PAR_CHUNK {
             self.runs(0, n, &mut |o, l, s| f(o, l, s));
             return;
-        };
-        let chunks = n.div_ceil(PAR_CHUNK);
-        use rayon::prelude::*;
-        pool.install(|| {
-            (0..chunks).into_par_iter().for_each(|c| {
-                let start = c * PAR_CHUNK;
-                self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
-            })
+        }
+        par_for(n.div_ceil(PAR_CHUNK), |c| {
+            let start = c * PAR_CHUNK;
+            self.runs(start, (start + PAR_CHUNK).min(n), &mut |o, l, s| f(o, l, s));
         });
     }
 
@@ -267,17 +240,10 @@ impl<const N: usize> Plan<N> {
             }
         };
         let bands = rows.div_ceil(BAND);
-        let pool = if rows * cols < 2 * PAR_CHUNK {
-            None
+        if rows * cols < 2 * PAR_CHUNK {
+            (0..bands).for_each(band);
         } else {
-            kernel_pool()
-        };
-        match pool {
-            None => (0..bands).for_each(band),
-            Some(pool) => {
-                use rayon::prelude::*;
-                pool.install(|| (0..bands).into_par_iter().for_each(band));
-            }
+            par_for(bands, band);
         }
     }
 }
@@ -342,6 +308,83 @@ mod tests {
             }
         });
         assert!(seen.into_inner().unwrap().iter().all(|&c| c == 1));
+    }
+
+    /// Every element of a `rows x cols` plan visited once, through
+    /// `par_runs`: returns the run lengths seen and checks operand 1's
+    /// offset against `want(row, col)` for each element.
+    fn visit_once<const N: usize>(
+        p: &Plan<N>,
+        rows: usize,
+        cols: usize,
+        want: impl Fn(usize, usize) -> [usize; N] + Sync,
+    ) -> Vec<usize> {
+        let seen = std::sync::Mutex::new((vec![0u8; rows * cols], Vec::new()));
+        p.par_runs(|o, l, s| {
+            let mut g = seen.lock().unwrap();
+            g.1.push(l);
+            for i in 0..l {
+                let oi = o[0] + i * s[0];
+                let got: [usize; N] = std::array::from_fn(|k| o[k] + i * s[k]);
+                assert_eq!(got, want(oi / cols, oi % cols));
+                g.0[oi] += 1;
+            }
+        });
+        let (count, lens) = seen.into_inner().unwrap();
+        assert!(
+            count.iter().all(|&c| c == 1),
+            "some element missed or repeated"
+        );
+        lens
+    }
+
+    /// A broadcast column (`[m, 1]` seen as `[m, n]`: strides `[1, 0]`, as
+    /// in a sum over dim 1 or `a + b[m, 1]`) stays on the row-wise walk,
+    /// with whole rows as runs, in parallel chunks when large.
+    #[test]
+    fn broadcast_column_is_not_tiled() {
+        for (rows, cols) in [(512, 1024), (64, 40), (3, 70_000)] {
+            let out = Layout::contiguous(&[rows, cols]);
+            let col = Layout::contiguous(&[rows, 1])
+                .broadcast_to(&[rows, cols])
+                .unwrap();
+            assert_eq!(col.strides(), &[1, 0]);
+            for p in [Plan::new([&out, &col]), Plan::new([&col, &out])] {
+                assert!(!p.wants_tiles(), "{rows}x{cols}");
+            }
+            let p = Plan::new([&out, &col, &out]);
+            assert!(!p.wants_tiles());
+            let lens = visit_once(&p, rows, cols, |r, c| [r * cols + c, r, r * cols + c]);
+            // Whole rows as runs (a row longer than a parallel chunk is cut
+            // at chunk boundaries).
+            if cols <= PAR_CHUNK {
+                assert!(lens.iter().all(|&l| l == cols), "{rows}x{cols}: {lens:?}");
+            }
+        }
+    }
+
+    /// A broadcast row (`[1, n]` seen as `[m, n]`: strides `[0, 1]`) was and
+    /// is row-wise; a transposed operand next to a broadcast column still
+    /// takes the tiles.
+    #[test]
+    fn broadcast_row_walks_rows_and_transposes_still_tile() {
+        let (rows, cols) = (300, 200);
+        let out = Layout::contiguous(&[rows, cols]);
+        let row = Layout::contiguous(&[1, cols])
+            .broadcast_to(&[rows, cols])
+            .unwrap();
+        let p = Plan::new([&out, &row]);
+        assert!(!p.wants_tiles());
+        visit_once(&p, rows, cols, |r, c| [r * cols + c, c]);
+
+        let t = Layout::contiguous(&[cols, rows]).transpose(0, 1).unwrap();
+        let col = Layout::contiguous(&[rows, 1])
+            .broadcast_to(&[rows, cols])
+            .unwrap();
+        let p = Plan::new([&out, &t, &col]);
+        assert!(p.wants_tiles());
+        let lens = visit_once(&p, rows, cols, |r, c| [r * cols + c, c * rows + r, r]);
+        assert!(lens.iter().all(|&l| l <= TILE));
     }
 
     #[test]

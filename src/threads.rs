@@ -1,0 +1,55 @@
+//! How many threads the CPU kernels use.
+//!
+//! Every parallel CPU path (elementwise ops, reductions, optimizers, gemm
+//! and batched matmul, gathers) shares one pool of threads. Its size is, in
+//! order of precedence:
+//!
+//! 1. the last [`set_num_threads`] call;
+//! 2. the environment variable `TENSORSCOPE_NUM_THREADS`, read once when the
+//!    first kernel needs it (a positive integer; anything else is ignored);
+//! 3. the CPUs this process may use: [`std::thread::available_parallelism`],
+//!    which on Linux honours the affinity mask (`taskset`, `sched_setaffinity`)
+//!    and a cgroup v1 or v2 CPU quota (a container's `--cpus`), not the
+//!    host's CPU count.
+//!
+//! The thread that calls an op sleeps while the pool works on it, so at most
+//! `num_threads()` threads compute at once. An op called from inside a rayon
+//! task of your own (a `par_iter` over requests, say) runs on that task's
+//! thread alone, like an op inside PyTorch's `parallel_for`: no nested
+//! parallelism, and no deadlock on a storage that another task holds.
+
+use crate::backend::cpu::pool;
+use crate::error::{bail, Error, Result};
+
+/// The number of threads CPU kernels use (PyTorch's `torch.get_num_threads`).
+///
+/// ```
+/// assert!(tensorscope::num_threads() >= 1);
+/// ```
+pub fn num_threads() -> usize {
+    pool::num_threads()
+}
+
+/// Sets the number of threads CPU kernels use from now on (PyTorch's
+/// `torch.set_num_threads`); `1` runs every kernel on its caller's thread.
+/// It overrides `TENSORSCOPE_NUM_THREADS`. Ops already running finish on
+/// the threads they started with. `0` is an error.
+///
+/// ```
+/// let before = tensorscope::num_threads();
+/// tensorscope::set_num_threads(1)?;
+/// assert_eq!(tensorscope::num_threads(), 1);
+/// assert!(tensorscope::set_num_threads(0).is_err());
+/// tensorscope::set_num_threads(before)?;
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn set_num_threads(n: usize) -> Result<()> {
+    if n == 0 {
+        bail!(Error::arg(
+            "set_num_threads",
+            "the number of threads must be at least 1, got 0"
+        ));
+    }
+    pool::set_num_threads(n);
+    Ok(())
+}

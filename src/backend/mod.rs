@@ -366,6 +366,7 @@ pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<(
 }
 
 mod index;
+pub(crate) mod nn;
 pub(crate) mod optim;
 mod random;
 mod reduce;

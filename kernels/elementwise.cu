@@ -37,6 +37,11 @@ FLOAT_UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 FLOAT_UNARY(gelu, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)),
             x >= 0.0 ? 0.5 * x * (1.0 + erf(x * 0.70710678118654752))
                      : 0.5 * x * erfc(-(x * 0.70710678118654752)))
+// silu, softplus and gelu_tanh as PyTorch's CUDA kernels compute them.
+FLOAT_UNARY(silu, x / (1.0f + expf(-x)), x / (1.0 + exp(-x)))
+FLOAT_UNARY(softplus, x > 20.0f ? x : log1pf(expf(x)), x > 20.0 ? x : log1p(exp(x)))
+FLOAT_UNARY(gelu_tanh, 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))),
+            0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))
 FLOAT_UNARY(erf, erff(x), erf(x))
 FLOAT_UNARY(reciprocal, 1.0f / x, 1.0 / x)
 
@@ -86,6 +91,9 @@ UNARY_FLOAT_DTYPES(cos)
 UNARY_FLOAT_DTYPES(tanh)
 UNARY_FLOAT_DTYPES(sigmoid)
 UNARY_FLOAT_DTYPES(gelu)
+UNARY_FLOAT_DTYPES(silu)
+UNARY_FLOAT_DTYPES(softplus)
+UNARY_FLOAT_DTYPES(gelu_tanh)
 UNARY_FLOAT_DTYPES(erf)
 UNARY_FLOAT_DTYPES(reciprocal)
 UNARY_NUM_DTYPES(neg)

@@ -79,24 +79,44 @@ macro_rules! unary_table {
                 "CosBackward" input(g, x) { g.mul(&x.sin()?.neg()?) };
             Tanh tanh tanh_ tanh_out float "Hyperbolic tangent."
                 "TanhBackward" output(g, y) {
-                    let mut d = y.square()?;
-                    d.neg_()?.add_scalar_(1.0)?.mul_(g)?;
-                    Ok(d)
+                    fused_grad(UnaryGrad::Tanh, g, y, || {
+                        let mut d = y.square()?;
+                        d.neg_()?.add_scalar_(1.0)?.mul_(g)?;
+                        Ok(d)
+                    })
                 };
             Sigmoid sigmoid sigmoid_ sigmoid_out float "Logistic sigmoid, `1 / (1 + e^-x)`."
                 "SigmoidBackward" output(g, y) {
-                    let mut d = y.neg()?;
-                    d.add_scalar_(1.0)?.mul_(y)?.mul_(g)?;
-                    Ok(d)
+                    fused_grad(UnaryGrad::Sigmoid, g, y, || {
+                        let mut d = y.neg()?;
+                        d.add_scalar_(1.0)?.mul_(y)?.mul_(g)?;
+                        Ok(d)
+                    })
                 };
             Relu relu relu_ relu_out exact "`max(x, 0)`; NaN passes through."
                 "ReluBackward" output(g, y) { relu_backward(g, y) };
             Gelu gelu gelu_ gelu_out float "GELU, exact (erf) form, as `torch.nn.functional.gelu`."
-                "GeluBackward" input(g, x) { g.mul(&gelu_derivative(x)?) };
+                "GeluBackward" input(g, x) {
+                    fused_grad(UnaryGrad::Gelu, g, x, || g.mul(&gelu_derivative(x)?))
+                };
+            Silu silu silu_ silu_out float "SiLU (swish), `x * sigmoid(x)`, as `torch.nn.functional.silu`."
+                "SiluBackward" input(g, x) {
+                    fused_grad(UnaryGrad::Silu, g, x, || silu_derivative(x)?.mul(g))
+                };
+            Softplus softplus softplus_ softplus_out float "`ln(1 + e^x)`, and `x` above 20, as `torch.nn.functional.softplus` with its defaults (beta 1, threshold 20)."
+                "SoftplusBackward" input(g, x) {
+                    fused_grad(UnaryGrad::Softplus, g, x, || softplus_derivative(x)?.mul(g))
+                };
+            GeluTanh gelu_tanh gelu_tanh_ gelu_tanh_out float "GELU, tanh form: `torch.nn.functional.gelu(x, approximate=\"tanh\")`."
+                "GeluBackward" input(g, x) {
+                    fused_grad(UnaryGrad::GeluTanh, g, x, || gelu_tanh_derivative(x)?.mul(g))
+                };
             Erf erf erf_ erf_out float "The error function."
                 "ErfBackward" input(g, x) {
                     // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
-                    g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?)
+                    fused_grad(UnaryGrad::Erf, g, x, || {
+                        g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?)
+                    })
                 };
             Floor floor floor_ floor_out numeric "Largest integer not above `x` (the identity on integers)."
                 "FloorBackward" grad(g) { g.zeros_like() };

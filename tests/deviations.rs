@@ -178,3 +178,33 @@ fn a_cpu_tensor_larger_than_the_machine_is_out_of_memory() {
     let e = Tensor::arange(0.0, n, 1.0, DType::F32, CPU).unwrap_err();
     assert!(matches!(e, tensorscope::Error::OutOfMemory { .. }), "{e:?}");
 }
+
+/// Deviation 11: on the CPU the activations keep their tails: f32
+/// `gelu_tanh(-10)`, `silu(-100)` and `sigmoid(-90)` are the tiny values
+/// the functions have, not 0 (PyTorch 2.15 CPU printed -0.0, -0.0 and 0.0:
+/// its formulas `x/2 (1 + tanh u)`, `x / (1 + e^-x)` and `1 / (1 + e^-x)`
+/// cancel or overflow there).
+#[test]
+fn activations_keep_their_tails() {
+    let t = |x: f32| Tensor::from_slice(&[x], &[1], CPU).unwrap();
+    let one = |r: tensorscope::Result<Tensor>| r.unwrap().to_vec::<f32>().unwrap()[0];
+    // Exact: -10 * sigmoid(2u), u = sqrt(2/pi) (-10 - 44.715) = -43.65...
+    let want = -10.0 / (1.0 + (2.0 * 0.797_884_560_802_865_4f64 * 54.715).exp());
+    let got = one(t(-10.0).gelu_tanh()) as f64;
+    assert!(
+        got < 0.0 && ((got - want) / want).abs() < 1e-4,
+        "{got} vs {want}"
+    );
+    let want = -100.0 * (-100f64).exp();
+    let got = one(t(-100.0).silu()) as f64;
+    assert!(
+        got < 0.0 && ((got - want) / want).abs() < 0.05,
+        "{got} vs {want} (subnormal)"
+    );
+    let want = (-90f64).exp();
+    let got = one(t(-90.0).sigmoid()) as f64;
+    assert!(
+        got > 0.0 && ((got - want) / want).abs() < 1e-3,
+        "{got} vs {want}"
+    );
+}

@@ -521,3 +521,53 @@ fn memory_summary_has_the_rows_and_aligned_borders() {
     let widths: Vec<usize> = s.lines().map(|l| l.chars().count()).collect();
     assert!(widths.iter().all(|&w| w == widths[0]), "{s}");
 }
+
+/// The fused CPU backward of a transcendental activation allocates exactly
+/// one buffer, the input's gradient: no temporaries (the composite formula
+/// of gelu' built seven).
+#[test]
+fn fused_activation_backward_allocates_only_the_gradient() {
+    let _g = lock();
+    let n = 1 << 16;
+    let bytes = (n * 4) as i64;
+    for op in [
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "softplus",
+        "tanh",
+        "sigmoid",
+        "erf",
+    ] {
+        let x = Tensor::randn(&[n], DType::F32, CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let y = match op {
+            "gelu" => x.gelu(),
+            "gelu_tanh" => x.gelu_tanh(),
+            "silu" => x.silu(),
+            "softplus" => x.softplus(),
+            "tanh" => x.tanh(),
+            "sigmoid" => x.sigmoid(),
+            _ => x.erf(),
+        }
+        .unwrap();
+        let g = Tensor::ones(&[n], DType::F32, CPU).unwrap();
+        let s0 = memory::memory_stats(CPU);
+        memory::reset_peak_memory_stats(CPU);
+        y.backward_with(&g, false).unwrap();
+        let s = memory::memory_stats(CPU);
+        assert_eq!(
+            s.allocation.all.allocated - s0.allocation.all.allocated,
+            1,
+            "{op}: allocations in backward"
+        );
+        assert_eq!(
+            s.allocated_bytes.all.peak - s0.allocated_bytes.all.current,
+            bytes,
+            "{op}: peak above the start"
+        );
+        assert_eq!(x.grad().unwrap().shape(), &[n]);
+    }
+}

@@ -65,6 +65,28 @@ pub fn measure(
     })
 }
 
+/// Sample-count rule of the op matrix (`benches/ops.rs`, `bench/torch_ops.py`
+/// does the same): one cold call, one timed call as the estimate `t`, then
+/// `batch = ceil(1 ms / t)` calls per sample (so tiny ops are not timed at the
+/// clock's resolution), `batch - 1` more warm-up calls (none for an op of a
+/// millisecond or more: the two calls warmed it), and as many samples as fit
+/// in `budget_s`, at least `min_reps` and at most 50.
+pub fn measure_budget(
+    name: &'static str,
+    what: &'static str,
+    budget_s: f64,
+    min_reps: usize,
+    mut op: impl FnMut() -> R<()>,
+) -> R<Measured> {
+    op()?;
+    let t = Instant::now();
+    op()?;
+    let est = t.elapsed().as_secs_f64().max(1e-9);
+    let batch = ((1e-3 / est).ceil() as usize).clamp(1, 10_000);
+    let reps = ((budget_s / (est * batch as f64)) as usize).clamp(min_reps, 50);
+    measure(name, what, batch - 1, reps, batch, &mut op)
+}
+
 /// The command-line value after `flag` (`--json PATH`, `--filter NAME`).
 pub fn arg_after(flag: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();

@@ -3,7 +3,7 @@
 //! helpers the table's formulas call.
 
 use super::{attach, needs_grad, BackwardFn, Saved};
-use crate::backend::{Operand, UnaryOp};
+use crate::backend::{Operand, UnaryGrad, UnaryOp};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -21,6 +21,32 @@ pub(crate) fn relu_backward(g: &Tensor, y: &Tensor) -> Result<Tensor> {
     Tensor::where_cond(&y.le_scalar(0.0)?, &z, g)
 }
 
+/// `g * which(saved)`: one fused pass on the CPU (`backend::unary_grad`),
+/// `composite` (ops every device has) elsewhere or for mixed shapes.
+fn fused_grad(
+    which: UnaryGrad,
+    g: &Tensor,
+    saved: &Tensor,
+    composite: impl FnOnce() -> Result<Tensor>,
+) -> Result<Tensor> {
+    if saved.device().is_cpu()
+        && g.device().is_cpu()
+        && g.shape() == saved.shape()
+        && saved.dtype().is_float()
+    {
+        let g = g.to_dtype(saved.dtype())?;
+        let out = Tensor::alloc(saved.shape(), saved.dtype(), saved.device())?;
+        crate::backend::unary_grad(
+            which,
+            &Operand::of(&g),
+            &Operand::of(saved),
+            &Operand::of(&out),
+        )?;
+        return Ok(out);
+    }
+    composite()
+}
+
 /// d/dx gelu(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
 fn gelu_derivative(x: &Tensor) -> Result<Tensor> {
     let cdf = x
@@ -34,6 +60,47 @@ fn gelu_derivative(x: &Tensor) -> Result<Tensor> {
         .exp()?
         .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
     cdf.add(&x.mul(&pdf)?)
+}
+
+/// d/dx silu(x) = s (1 + x (1 - s)), s = sigmoid(x).
+fn silu_derivative(x: &Tensor) -> Result<Tensor> {
+    let s = x.sigmoid()?;
+    let mut d = s.neg()?;
+    d.add_scalar_(1.0)?.mul_(x)?.add_scalar_(1.0)?.mul_(&s)?;
+    Ok(d)
+}
+
+/// d/dx softplus(x) = sigmoid(x), and 1 above the threshold 20 (PyTorch's
+/// `softplus_backward`).
+fn softplus_derivative(x: &Tensor) -> Result<Tensor> {
+    let s = x.sigmoid()?;
+    Tensor::where_cond(&x.gt_scalar(20.0)?, &s.ones_like()?, &s)
+}
+
+/// d/dx of `x/2 (1 + tanh u)`, `u = k (x + c x^3)`: PyTorch's
+/// `gelu_backward` with `approximate="tanh"`,
+/// `(1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2)` with `t = tanh u`.
+fn gelu_tanh_derivative(x: &Tensor) -> Result<Tensor> {
+    const K: f64 = 0.797_884_560_802_865_4;
+    const C: f64 = 0.044_715;
+    let x2 = x.square()?;
+    let mut u = x2.mul_scalar(C)?;
+    u.add_scalar_(1.0)?.mul_(x)?.mul_scalar_(K)?;
+    let t = u.tanh()?;
+    // right = x/2 (1 - t^2) k (1 + 3 c x^2)
+    let mut right = t.square()?;
+    right
+        .neg_()?
+        .add_scalar_(1.0)?
+        .mul_(x)?
+        .mul_scalar_(0.5 * K)?;
+    let mut poly = x2;
+    poly.mul_scalar_(3.0 * C)?.add_scalar_(1.0)?;
+    right.mul_(&poly)?;
+    let mut left = t;
+    left.add_scalar_(1.0)?.mul_scalar_(0.5)?;
+    left.add_(&right)?;
+    Ok(left)
 }
 
 /// Clamp's backward, as PyTorch 2.15 with scalar bounds: `g` where

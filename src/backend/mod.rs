@@ -365,6 +365,50 @@ pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<(
     }
 }
 
+/// An elementwise derivative that [`unary_grad`] multiplies the incoming
+/// gradient by: of the op's saved output (`y`) or input (`x`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnaryGrad {
+    /// `1 - y^2`, from tanh's output.
+    Tanh,
+    /// `y (1 - y)`, from sigmoid's output.
+    Sigmoid,
+    /// silu' of the input.
+    Silu,
+    /// softplus' of the input (1 above the threshold 20).
+    Softplus,
+    /// gelu' (exact form) of the input.
+    Gelu,
+    /// gelu' (tanh form) of the input, PyTorch's formula.
+    GeluTanh,
+    /// erf' of the input.
+    Erf,
+}
+
+/// `dst = g * which(saved)` in one pass: the fused backward of the
+/// transcendental unary ops. CPU only, like [`relu_backward`]: callers fall
+/// back to the composite ops elsewhere.
+pub(crate) fn unary_grad(
+    which: UnaryGrad,
+    g: &Operand,
+    saved: &Operand,
+    dst: &Operand,
+) -> Result<()> {
+    let d = device_of("unary_grad", &[g, saved, dst])?;
+    let _l = lock(&[g.storage, saved.storage], &[dst.storage]);
+    match d {
+        Device::Cpu => {
+            cpu::unary::unary_grad(which, g, saved, dst);
+            Ok(())
+        }
+        device => Err(Error::DeviceUnavailable {
+            op: "unary_grad",
+            device,
+            reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
+        }),
+    }
+}
+
 mod index;
 pub(crate) mod nn;
 pub(crate) mod optim;

@@ -15,9 +15,11 @@ pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod reduce;
+pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod strided;
 pub(crate) mod unary;
+pub(crate) mod vmath;
 
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, where_cond};
 pub(crate) use unary::unary;

@@ -177,7 +177,7 @@ num_int!(u8);
 
 /// Float element types, computed in `C` (f32 for f32/f16/bf16, f64 for f64).
 pub(crate) trait Flt: Num {
-    type C: num_traits::Float + Send + Sync;
+    type C: num_traits::Float + Send + Sync + crate::backend::cpu::vmath::VMath;
     fn up(self) -> Self::C;
     fn down(c: Self::C) -> Self;
 }
@@ -203,34 +203,6 @@ flt!(f32, f32, |x| x, |c| c);
 flt!(f64, f64, |x| x, |c| c);
 flt!(f16, f32, |x: f16| x.to_f32(), f16::from_f32);
 flt!(bf16, f32, |x: bf16| x.to_f32(), bf16::from_f32);
-
-/// Round half to even (what `torch.round` does).
-#[inline(always)]
-pub(crate) fn round_even<C: num_traits::Float>(x: C) -> C {
-    let r = x.round();
-    let two = C::one() + C::one();
-    if (x - x.trunc()).abs() == C::one() / two {
-        two * (x / two).round()
-    } else {
-        r
-    }
-}
-
-/// GELU, exact (erf) form, as `torch.nn.functional.gelu` by default.
-///
-/// Computed in f64 when `C` is f64 with an erf/erfc accurate to a few ulps
-/// (so f64 tensors get f64 accuracy); otherwise with the fast [`erf`], whose
-/// 1.2e-7 error is below f32 rounding.
-#[inline(always)]
-pub(crate) fn gelu<C: num_traits::Float>(x: C) -> C {
-    if std::mem::size_of::<C>() == 8 {
-        let v = x.to_f64().unwrap_or(f64::NAN);
-        return C::from(gelu_f64(v)).unwrap_or_else(C::nan);
-    }
-    let half = C::from(0.5).unwrap();
-    let inv_sqrt2 = C::from(std::f64::consts::FRAC_1_SQRT_2).unwrap();
-    half * x * (C::one() + erf(x * inv_sqrt2))
-}
 
 /// GELU on f64 to full precision: `x/2 * (1 + erf(x/sqrt 2))` for x >= 0 and
 /// `x/2 * erfc(-x/sqrt 2)` below 0 (no cancellation in the tail).
@@ -302,38 +274,8 @@ pub(crate) fn erfc_precise(z: f64) -> f64 {
     (-z * z).exp() / (std::f64::consts::PI.sqrt() * f)
 }
 
-/// erf to about 1.2e-7 (through [`erf_f64`]): enough for the f32/f16/bf16
-/// compute paths; f64 uses [`erf_precise`].
-#[inline(always)]
-pub(crate) fn erf<C: num_traits::Float>(x: C) -> C {
-    let xf = x.to_f64().unwrap();
-    C::from(erf_f64(xf)).unwrap()
-}
-
-/// erf on f64 with a maximum error below 1.2e-7 (Numerical Recipes' erfc
-/// Chebyshev fit).
-pub(crate) fn erf_f64(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t
-        * (-z * z - 1.26551223
-            + t * (1.00002368
-                + t * (0.37409196
-                    + t * (0.09678418
-                        + t * (-0.18628806
-                            + t * (0.27886807
-                                + t * (-1.13520398
-                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-            .exp();
-    if x >= 0.0 {
-        1.0 - r
-    } else {
-        r - 1.0
-    }
-}
-
-/// `exp` in the compute type: a branch-free polynomial for f32 (so loops over
-/// it vectorise), the standard library's for f64.
+/// `exp` in the compute type: `vmath`'s branch-free polynomial (so loops
+/// over it vectorise inside `simd::run`).
 pub(crate) trait FastExp: num_traits::Float {
     fn fexp(self) -> Self;
     /// Widened to f64.
@@ -342,7 +284,7 @@ pub(crate) trait FastExp: num_traits::Float {
 impl FastExp for f64 {
     #[inline(always)]
     fn fexp(self) -> f64 {
-        self.exp()
+        crate::backend::cpu::vmath::float64::exp(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {
@@ -352,78 +294,10 @@ impl FastExp for f64 {
 impl FastExp for f32 {
     #[inline(always)]
     fn fexp(self) -> f32 {
-        exp_f32(self)
+        crate::backend::cpu::vmath::float32::exp(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {
         self as f64
-    }
-}
-
-/// `e^x` for f32 within 2 ulp (Cephes' `expf` polynomial): `x = n ln2 + r`
-/// with `|r| <= ln2 / 2`, a degree-7 polynomial for `e^r`, and `2^n` applied
-/// in two halves so that results down to the subnormals are right. NaN
-/// propagates; `exp(-inf) = 0`, `exp(inf) = inf`.
-#[inline(always)]
-pub(crate) fn exp_f32(x: f32) -> f32 {
-    const HI: f32 = 88.722_84; // ln(f32::MAX)
-    const LO: f32 = -104.0; // below: 0
-                            // `clamp` keeps NaN (unlike min/max).
-    let xc = x.clamp(LO, HI);
-    // Round to nearest with the 1.5 * 2^23 trick (no `round` instruction
-    // needed), which also leaves n in the low bits: no float-to-int conversion.
-    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
-    let fx = t - 12_582_912.0;
-    let r = xc - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
-    let mut y = 1.987_569_1e-4f32;
-    y = y * r + 1.398_199_9e-3;
-    y = y * r + 8.333_452e-3;
-    y = y * r + 4.166_579_6e-2;
-    y = y * r + 1.666_666_5e-1;
-    y = y * r + 0.5;
-    y = y * r * r + r + 1.0;
-    let n = (t.to_bits() as i32) - 0x4B40_0000;
-    let n1 = n >> 1;
-    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
-    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
-    let v = y * p1 * p2;
-    if x > HI {
-        f32::INFINITY
-    } else if x < LO {
-        0.0
-    } else {
-        v
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::exp_f32;
-
-    #[test]
-    fn exp_f32_is_within_2_ulp() {
-        let mut x = -110.0f32;
-        while x < 90.0 {
-            let want = (x as f64).exp();
-            let got = exp_f32(x) as f64;
-            if want > f32::MAX as f64 {
-                assert_eq!(got, f64::INFINITY, "x = {x}");
-            } else if want >= f32::MIN_POSITIVE as f64 {
-                let ulp = (want as f32).to_bits();
-                let diff = (got as f32).to_bits().abs_diff(ulp);
-                assert!(diff <= 2, "x = {x}: {got} vs {want} ({diff} ulp)");
-            } else {
-                // Subnormal range: absolute error below the smallest normal's ulp.
-                assert!(
-                    (got - want).abs() <= f32::MIN_POSITIVE as f64 * 1e-6 + want * 1e-6,
-                    "x = {x}"
-                );
-            }
-            x += 0.0137;
-        }
-        assert!(exp_f32(f32::NAN).is_nan());
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
-        assert_eq!(exp_f32(0.0), 1.0);
     }
 }

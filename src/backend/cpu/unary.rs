@@ -3,8 +3,10 @@
 //! op, and the dispatch generated from the table.
 //!
 //! * [`float`]: every op, over the compute type `C` (f32 for f32, f16 and
-//!   bf16; f64 for f64); the dispatch converts up and rounds once on the way
-//!   down.
+//!   bf16; f64 for f64); [`map_float`] converts blocks of the input up,
+//!   runs the kernel over the block at the CPU's best SIMD level
+//!   (`simd::run`: the transcendentals are the branch-free polynomials of
+//!   `vmath`, so the loop vectorises), and rounds once on the way down.
 //! * [`typed`]: in the storage type itself: the `numeric` ops on integers
 //!   (wrapping) and the `exact` ops on every dtype.
 //!
@@ -12,25 +14,28 @@
 
 use super::elementwise::map1;
 use super::num::{Flt, Num};
-use crate::backend::{Operand, UnaryOp};
+use super::simd;
+use super::strided::{par_runs, SendPtr};
+use super::vmath::VMath;
+use crate::backend::{Operand, UnaryGrad, UnaryOp};
 use crate::{with_float_dtype, with_numeric_dtype};
 
 /// The float kernels, over the compute type.
 pub(crate) mod float {
-    use crate::backend::cpu::num::{erf as erf_fast, erf_precise, gelu as gelu_exact, round_even};
+    use crate::backend::cpu::vmath::VMath;
     use num_traits::Float;
 
     #[inline(always)]
-    pub(crate) fn exp<C: Float>(x: C) -> C {
-        x.exp()
+    pub(crate) fn exp<C: VMath>(x: C) -> C {
+        x.v_exp()
     }
     #[inline(always)]
-    pub(crate) fn log<C: Float>(x: C) -> C {
-        x.ln()
+    pub(crate) fn log<C: VMath>(x: C) -> C {
+        x.v_log()
     }
     #[inline(always)]
-    pub(crate) fn log1p<C: Float>(x: C) -> C {
-        x.ln_1p()
+    pub(crate) fn log1p<C: VMath>(x: C) -> C {
+        x.v_log1p()
     }
     #[inline(always)]
     pub(crate) fn sqrt<C: Float>(x: C) -> C {
@@ -49,34 +54,40 @@ pub(crate) mod float {
         x.cos()
     }
     #[inline(always)]
-    pub(crate) fn tanh<C: Float>(x: C) -> C {
-        x.tanh()
+    pub(crate) fn tanh<C: VMath>(x: C) -> C {
+        x.v_tanh()
     }
     #[inline(always)]
-    pub(crate) fn sigmoid<C: Float>(x: C) -> C {
-        C::one() / (C::one() + (-x).exp())
+    pub(crate) fn sigmoid<C: VMath>(x: C) -> C {
+        x.v_sigmoid()
     }
     #[inline(always)]
-    pub(crate) fn gelu<C: Float>(x: C) -> C {
-        gelu_exact(x)
+    pub(crate) fn silu<C: VMath>(x: C) -> C {
+        x.v_silu()
     }
-    /// The fast erf (1.2e-7, below f32 rounding) for f32/f16/bf16; f64 to a
-    /// few ulps.
     #[inline(always)]
-    pub(crate) fn erf<C: Float>(x: C) -> C {
-        if std::mem::size_of::<C>() == 8 {
-            let v = x.to_f64().unwrap_or(f64::NAN);
-            return C::from(erf_precise(v)).unwrap_or_else(C::nan);
-        }
-        erf_fast(x)
+    pub(crate) fn softplus<C: VMath>(x: C) -> C {
+        x.v_softplus()
+    }
+    #[inline(always)]
+    pub(crate) fn gelu<C: VMath>(x: C) -> C {
+        x.v_gelu()
+    }
+    #[inline(always)]
+    pub(crate) fn gelu_tanh<C: VMath>(x: C) -> C {
+        x.v_gelu_tanh()
+    }
+    #[inline(always)]
+    pub(crate) fn erf<C: VMath>(x: C) -> C {
+        x.v_erf()
     }
     #[inline(always)]
     pub(crate) fn floor<C: Float>(x: C) -> C {
         x.floor()
     }
     #[inline(always)]
-    pub(crate) fn round<C: Float>(x: C) -> C {
-        round_even(x)
+    pub(crate) fn round<C: VMath>(x: C) -> C {
+        x.v_round_even()
     }
     /// `(x > 0) - (x < 0)`, as PyTorch: NaN and -0 give 0.
     #[inline(always)]
@@ -155,7 +166,7 @@ macro_rules! cpu_unary_dispatch {
             unsafe {
                 match op {
                     $(UnaryOp::$variant => cpu_unary_dispatch!(@float $domain $name, T, src, dst),)*
-                    UnaryOp::Clamp(lo, hi) => clamp::<T>(src, dst, lo, hi),
+                    UnaryOp::Clamp(lo, hi) => clamp_float::<T>(src, dst, lo, hi),
                 }
             }
         }
@@ -174,7 +185,7 @@ macro_rules! cpu_unary_dispatch {
         map1::<$T, $T>($src, $dst, typed::$name)
     };
     (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {
-        map1::<$T, $T>($src, $dst, |x| $T::down(float::$name(x.up())))
+        map_float::<$T>($src, $dst, float::$name)
     };
     (@int float $name:ident, $T:ident, $src:ident, $dst:ident) => {
         unreachable!(
@@ -189,6 +200,149 @@ macro_rules! cpu_unary_dispatch {
     };
 }
 crate::unary_table::unary_table!(cpu_unary_dispatch);
+
+/// Elements per block of [`map_float`]: 4 KiB of f32, in L1 with the input.
+const BLOCK: usize = 1024;
+
+/// `dst[i] = down(f(up(src[i])))` over any layouts of one shape: each run
+/// of the plan goes through a stack block in the compute type, so that the
+/// kernel loop sees one dense, unaliased slice (in-place ops included) and
+/// vectorises at the level `simd::run` picks.
+///
+/// # Safety
+/// As for [`map1`] with `A = O = T`.
+#[inline]
+unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl Fn(T::C) -> T::C + Sync + Copy) {
+    use num_traits::Zero;
+    let ps = SendPtr(super::ptr::<T>(src.storage));
+    let pd = SendPtr(super::ptr::<T>(dst.storage));
+    // SAFETY: as in `map1`: `par_runs` hands each call a disjoint run of the
+    // output, with offsets and strides inside layouts that fit the
+    // storages; the caller's locks keep other writers out. Each element is
+    // read before the same element is written, so src == dst is fine.
+    par_runs([&dst.layout, &src.layout], |o, len, st| unsafe {
+        let (pd, ps) = (pd.get().add(o[0]), ps.get().add(o[1]) as *const T);
+        let mut buf = [T::C::zero(); BLOCK];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(BLOCK);
+            let b = &mut buf[..n];
+            simd::run(|| {
+                for (i, v) in b.iter_mut().enumerate() {
+                    *v = ps.add((done + i) * st[1]).read().up();
+                }
+                for v in b.iter_mut() {
+                    *v = f(*v);
+                }
+                for (i, v) in b.iter().enumerate() {
+                    pd.add((done + i) * st[0]).write(T::down(*v));
+                }
+            });
+            done += n;
+        }
+    });
+}
+
+/// `dst[i] = g[i] * grad(saved[i])`, like [`map_float`] with two inputs.
+///
+/// # Safety
+/// As for [`map1`], all three operands of dtype `T`.
+#[inline]
+unsafe fn map2_float<T: Flt>(
+    g: &Operand,
+    saved: &Operand,
+    dst: &Operand,
+    f: impl Fn(T::C, T::C) -> T::C + Sync + Copy,
+) {
+    use num_traits::Zero;
+    let pg = SendPtr(super::ptr::<T>(g.storage));
+    let ps = SendPtr(super::ptr::<T>(saved.storage));
+    let pd = SendPtr(super::ptr::<T>(dst.storage));
+    // SAFETY: as in `map_float`, with a second input read at its own
+    // offsets and strides (inside its layout, which fits its storage).
+    par_runs(
+        [&dst.layout, &g.layout, &saved.layout],
+        |o, len, st| unsafe {
+            let pd = pd.get().add(o[0]);
+            let pg = pg.get().add(o[1]) as *const T;
+            let ps = ps.get().add(o[2]) as *const T;
+            const HALF: usize = BLOCK / 2;
+            let mut bg = [T::C::zero(); HALF];
+            let mut bs = [T::C::zero(); HALF];
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(HALF);
+                let (bg, bs) = (&mut bg[..n], &mut bs[..n]);
+                simd::run(|| {
+                    for (i, (vg, vs)) in bg.iter_mut().zip(bs.iter_mut()).enumerate() {
+                        *vg = pg.add((done + i) * st[1]).read().up();
+                        *vs = ps.add((done + i) * st[2]).read().up();
+                    }
+                    for (vg, vs) in bg.iter_mut().zip(bs.iter()) {
+                        *vg = f(*vg, *vs);
+                    }
+                    for (i, v) in bg.iter().enumerate() {
+                        pd.add((done + i) * st[0]).write(T::down(*v));
+                    }
+                });
+                done += n;
+            }
+        },
+    );
+}
+
+/// The fused backward of the transcendental unary ops:
+/// `dst = g * which(saved)` (all three of one float dtype).
+pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &Operand) {
+    debug_assert!(g.dtype == dst.dtype && saved.dtype == dst.dtype);
+    // One arm per derivative, so that each loop is compiled with its
+    // derivative constant (no match per element).
+    macro_rules! arms {
+        ($T:ident, $($v:ident),*) => {
+            match which {
+                // SAFETY: the backend seam checked the devices and holds the
+                // locks; the op layer gives three operands of dtype `T`
+                // with layouts of one shape that fit their storages.
+                $(UnaryGrad::$v => unsafe {
+                    map2_float::<$T>(g, saved, dst, |g, s| g * s.v_grad(UnaryGrad::$v))
+                },)*
+            }
+        };
+    }
+    with_float_dtype!(dst.dtype, T => arms!(T, Tanh, Sigmoid, Silu, Softplus, Gelu, GeluTanh, Erf), _ => {
+        unreachable!("unary_grad on {:?}: the formulas call it for float dtypes only", dst.dtype)
+    })
+}
+
+/// Clamp of a float dtype to `[lo, hi]`, branch-free in the compute type
+/// (the bounds are rounded to `T` first, so it equals clamping in `T`); a
+/// NaN bound is absent, a NaN input stays NaN.
+///
+/// # Safety
+/// As for [`map1`].
+unsafe fn clamp_float<T: Flt>(src: &Operand, dst: &Operand, lo: f64, hi: f64) {
+    use num_traits::Float;
+    let bound = |b: f64, absent: T::C| {
+        if b.is_nan() {
+            absent
+        } else {
+            T::from_f64(b).up()
+        }
+    };
+    let lo = bound(lo, T::C::neg_infinity());
+    let hi = bound(hi, T::C::infinity());
+    // SAFETY: the caller's contract.
+    unsafe {
+        map_float::<T>(src, dst, move |x| {
+            let x = if x < lo { lo } else { x };
+            if x > hi {
+                hi
+            } else {
+                x
+            }
+        })
+    }
+}
 
 /// Clamp to `[lo, hi]` in the storage type; a NaN bound is absent.
 ///

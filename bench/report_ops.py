@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Merges the per-round raw results of bench/run_ops.sh (the op matrix) or
+bench/run_e2e.sh (the end-to-end programs) into NAME.json and NAME.md.
+
+    python3 bench/report_ops.py --kind ops --raw DIR --out bench/results --command "..." [--note ...]
+
+Each raw file is `tensorscope-rN.json` or `torch-rN.json` in the format of
+benches/common/timing.rs's write_json. A row's figure is the median of its
+rounds' medians; ratio = tensorscope / PyTorch (below 1: tensorscope is
+faster).
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+
+LIBS = ("tensorscope", "torch")
+SIZES = ("small", "medium", "large")
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable ({e})"
+
+
+def cpuinfo():
+    model, flags = None, ""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and model is None:
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and not flags:
+            flags = line.split(":", 1)[1]
+    simd = [f for f in ("avx512f", "avx2", "fma", "neon", "asimd") if f in flags.split()]
+    return {
+        "model": model or platform.processor(),
+        "simd": simd,
+        "nproc": int(sh("nproc") or 0),
+        "kernel": platform.release(),
+        "mem_total": next((l.split(":", 1)[1].strip() for l in open("/proc/meminfo") if l.startswith("MemTotal")), None),
+    }
+
+
+def load_raw(raw):
+    per = {l: {} for l in LIBS}
+    head = {}
+    order = []
+    for path in sorted(glob.glob(os.path.join(raw, "*-r*.json"))):
+        lib = re.match(r"(.*)-r\d+\.json", os.path.basename(path)).group(1)
+        if lib not in per:
+            continue
+        doc = json.load(open(path))
+        head[lib] = {k: v for k, v in doc.items() if k != "workloads"}
+        for name, w in doc["workloads"].items():
+            if name not in order:
+                order.append(name)
+            per[lib].setdefault(name, []).append(w)
+    # tensorscope's order first (it defines the rows), then rows only PyTorch has.
+    ts_order = [n for n in order if n in per["tensorscope"]]
+    return per, head, ts_order + [n for n in order if n not in per["tensorscope"]]
+
+
+def fmt_t(s):
+    if s is None:
+        return "—"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    if s >= 1e-6:
+        return f"{s * 1e6:.3g} µs"
+    return f"{s * 1e9:.3g} ns"
+
+
+def gmean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kind", choices=("ops", "e2e"), required=True)
+    p.add_argument("--raw", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--command", required=True)
+    p.add_argument("--note", default="")
+    p.add_argument("--load-before", default="")
+    p.add_argument("--load-after", default="")
+    p.add_argument("--busy", default="", help="the busiest processes before the run (ps)")
+    a = p.parse_args()
+    per, head, order = load_raw(a.raw)
+
+    rows = {}
+    for name in order:
+        r = {"libraries": {}}
+        for lib in LIBS:
+            rounds = per[lib].get(name)
+            if not rounds:
+                continue
+            meds = [x["median_s"] for x in rounds]
+            r["libraries"][lib] = {
+                "median_s": statistics.median(meds),
+                "rounds_median_s": meds,
+                "rounds_min_s": [x["min_s"] for x in rounds],
+                "samples_per_round": [x["samples"] for x in rounds],
+                "what": rounds[0]["what"],
+            }
+        ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
+        r["ratio"] = ts / th if ts and th else None
+        r["what"] = next(iter(r["libraries"].values()))["what"]
+        rows[name] = r
+
+    doc = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": a.command,
+        "note": a.note,
+        "loadavg_before": a.load_before,
+        "loadavg_after": a.load_after,
+        "busy_before": a.busy.splitlines(),
+        "git_commit": sh("git rev-parse HEAD"),
+        "git_dirty": bool(sh("git status --porcelain --untracked-files=no")),
+        "cpu": cpuinfo(),
+        "versions": {
+            "rustc": sh("rustc --version"),
+            "python": platform.python_version(),
+            **{l: head[l].get("version") for l in LIBS if l in head},
+        },
+        "threads": {l: head[l].get("threads") for l in LIBS if l in head},
+        "rounds": max((len(v) for lib in per.values() for v in lib.values()), default=0),
+        "method": "per library and row: one cold call, one timed call as the estimate t, batch = ceil(1 ms / t) "
+        "calls per sample, batch - 1 more warm-up calls, samples filling the row's budget (min 3-10, max 50); each "
+        "round's figure is the median sample, the reported figure the median of the rounds; ratio = "
+        "tensorscope / PyTorch (below 1: tensorscope is faster).",
+        "rows": rows,
+    }
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, f"{a.kind}.json"), "w") as f:
+        json.dump(doc, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+    c, v = doc["cpu"], doc["versions"]
+    title = "Op matrix: tensorscope against PyTorch (CPU, f32)" if a.kind == "ops" else \
+        "End-to-end programs: tensorscope against PyTorch (CPU, f32)"
+    lines = [
+        f"# {title}",
+        "",
+        *([f"**{a.note}**", ""] if a.note else []),
+        f"{doc['date']}, `{doc['command']}`, commit `{doc['git_commit'][:12]}`{' (dirty)' if doc['git_dirty'] else ''}.",
+        "",
+        f"CPU: {c['model']} ({', '.join(c['simd']) or 'no AVX2/AVX-512'}), {c['nproc']} cores, {c['mem_total']}, "
+        f"Linux {c['kernel']}. Threads: {', '.join(f'{k} {t}' for k, t in doc['threads'].items())}.",
+        f"Versions: tensorscope {v.get('tensorscope')}, PyTorch {v.get('torch')}, {v['rustc']}, Python {v['python']}.",
+        f"Load average (1, 5, 15 min) before: {a.load_before or '?'}; after: {a.load_after or '?'}.",
+        "",
+        f"{doc['rounds']} round(s), the libraries interleaved. {doc['method']}",
+        "",
+    ]
+    if a.kind == "ops":
+        lines += ops_table(rows)
+    else:
+        lines += e2e_table(rows)
+    if doc["busy_before"]:
+        lines += ["", "Busiest processes before the run (`ps`, %CPU):", "", "```", *doc["busy_before"], "```"]
+    lines.append("")
+    with open(os.path.join(a.out, f"{a.kind}.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def ops_table(rows):
+    ops, by = [], {}
+    for name, r in rows.items():
+        op, _, size = name.rpartition("/")
+        if op not in by:
+            ops.append(op)
+            by[op] = {}
+        by[op][size] = r
+    out = ["| op | size | shape | tensorscope | PyTorch | ratio | > 1.0 |", "|---|---|---|---|---|---|---|"]
+    over = []
+    per_size = {s: [] for s in SIZES}
+    for op in ops:
+        for size in sorted(by[op], key=lambda s: SIZES.index(s) if s in SIZES else 9):
+            r = by[op][size]
+            ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
+            ratio = r["ratio"]
+            mark = ""
+            if ratio is not None:
+                per_size.setdefault(size, []).append(ratio)
+                if ratio > 1.0 and size in ("medium", "large"):
+                    mark = "**✗**"
+                    over.append(f"{op}/{size} ({ratio:.2f}×)")
+            elif ts is None:
+                mark = "not in this build"
+            out.append(f"| {op} | {size} | {r['what']} | {fmt_t(ts)} | {fmt_t(th)} | "
+                       f"{'—' if ratio is None else f'{ratio:.2f}×'} | {mark} |")
+    summary = [
+        "## Summary",
+        "",
+        *(f"* {s}: {len(x)} rows, geometric mean ratio {gmean(x):.2f}×, {sum(1 for y in x if y > 1.0)} above 1.0"
+          for s, x in per_size.items() if x),
+        f"* medium and large rows above 1.0× (the issue's target is ≤ 1.0×): {len(over)}"
+        + (f": {', '.join(over)}" if over else ""),
+        "",
+        "## Rows",
+        "",
+    ]
+    return summary + out
+
+
+def e2e_table(rows):
+    out = ["| program | what | tensorscope | PyTorch | ratio | ≤ 0.8× |", "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
+        ratio = r["ratio"]
+        met = "—" if ratio is None else ("yes" if ratio <= 0.8 else "**no**")
+        out.append(f"| {name} | {r['what']} | {fmt_t(ts)} | {fmt_t(th)} | "
+                   f"{'—' if ratio is None else f'{ratio:.2f}×'} | {met} |")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+//! Two end-to-end programs of issue 14 (item 7), written as the GUIDE's
+//! training (chapter 9, "Training") and serving ("Long-running services")
+//! chapters write them; `bench/torch_e2e.py` is the PyTorch twin doing the
+//! same computation, and `bench/run_e2e.sh` runs both in one run.
+//!
+//! (a) `transformer_train_step`: one training step of a character-level
+//!     transformer language model: token + position embeddings, 2 pre-norm
+//!     blocks (LayerNorm, causal self-attention from matmul / masked_fill /
+//!     softmax with 4 heads, LayerNorm, MLP d -> 4d -> d with exact GELU),
+//!     a final LayerNorm and a linear head to the 65 characters; the
+//!     cross-entropy of the next character, backward, one Adam step (lr 3e-4).
+//!     d = 128, sequence 64, batch 16; the same batch every step.
+//!     The causal mask is a bool `[64, 64]` (`j > i`) made once from
+//!     `arange` and `gt`, filled with `-inf` by `masked_fill` (the library
+//!     has no `triu` or fused masked softmax; `masked_fill` is PyTorch's
+//!     `masked_fill` too).
+//! (b) `mlp_serve_bN`: an inference service, MLP 784-1024-1024-10 (ReLU),
+//!     answering one request of batch N = 1, 8, 64 under `no_grad`: the
+//!     request's host data becomes a tensor (`from_slice`), the model runs
+//!     (`Sequential::forward_owned`, so ReLU works in place), and the logits
+//!     go back to a host `Vec` (`to_vec`).
+//!     `mlp_serve_out_bN`: the same request with the activations in buffers
+//!     made once (`matmul_out` into them, then `add_` of the bias and
+//!     `relu_` in place). The library has no copy from a host slice into an
+//!     existing tensor or from a tensor into a caller's slice, so the
+//!     request's input tensor and output `Vec` are still allocated per
+//!     request (the PyTorch twin does the same: `torch.from_numpy(r).clone()`
+//!     and `.numpy().copy()`).
+//!
+//! ```text
+//! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..]
+//! ```
+
+use std::hint::black_box;
+use tensorscope::autograd::no_grad_guard;
+use tensorscope::nn::{cross_entropy, Embedding, LayerNorm, Linear, Module, ReLU, Sequential};
+use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::{DType, Device, Result, Tensor};
+
+#[path = "common/timing.rs"]
+mod timing;
+use timing::{arg_after, measure_budget, write_json, Measured, R};
+
+const CPU: Device = Device::Cpu;
+
+const VOCAB: usize = 65;
+const D: usize = 128;
+const HEADS: usize = 4;
+const SEQ: usize = 64;
+const BATCH: usize = 16;
+const LAYERS: usize = 2;
+
+/// Prefixes every name of `m`'s parameters with `prefix.`.
+fn params<'a>(prefix: &str, m: &'a dyn Module) -> Vec<(String, &'a Tensor)> {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+fn params_mut<'a>(prefix: &str, m: &'a mut dyn Module) -> Vec<(String, &'a mut Tensor)> {
+    m.named_parameters_mut()
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+/// One pre-norm transformer block.
+struct Block {
+    ln1: LayerNorm,
+    qkv: Linear,
+    proj: Linear,
+    ln2: LayerNorm,
+    fc: Linear,
+    out: Linear,
+}
+
+impl Block {
+    fn new() -> Result<Block> {
+        Ok(Block {
+            ln1: LayerNorm::new(&[D])?,
+            qkv: Linear::new(D, 3 * D)?,
+            proj: Linear::new(D, D)?,
+            ln2: LayerNorm::new(&[D])?,
+            fc: Linear::new(D, 4 * D)?,
+            out: Linear::new(4 * D, D)?,
+        })
+    }
+
+    /// `x [B, T, D]` -> `[B, T, D]`; `mask [T, T]` is true where a position
+    /// may not attend (the future).
+    fn forward(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
+        let hd = D / HEADS;
+        let qkv = self.qkv.forward(&self.ln1.forward(x)?)?; // [B, T, 3D]
+        let head = |i: usize| -> Result<Tensor> {
+            qkv.narrow(2, i * D, D)?
+                .reshape(&[b, t, HEADS as isize, hd as isize])?
+                .transpose(1, 2) // [B, H, T, hd]
+        };
+        let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        let att = q
+            .matmul(&k.transpose(-2, -1)?)?
+            .mul_scalar(1.0 / (hd as f64).sqrt())?
+            .masked_fill(mask, f64::NEG_INFINITY)?
+            .softmax(-1)?;
+        let y = att
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(&[b, t, D as isize])?;
+        let x = x.add(&self.proj.forward(&y)?)?;
+        let h = self.fc.forward(&self.ln2.forward(&x)?)?.gelu()?;
+        x.add(&self.out.forward(&h)?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        let mut v = params("ln1", &self.ln1);
+        v.extend(params("attn.qkv", &self.qkv));
+        v.extend(params("attn.proj", &self.proj));
+        v.extend(params("ln2", &self.ln2));
+        v.extend(params("mlp.fc", &self.fc));
+        v.extend(params("mlp.out", &self.out));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = params_mut("ln1", &mut self.ln1);
+        v.extend(params_mut("attn.qkv", &mut self.qkv));
+        v.extend(params_mut("attn.proj", &mut self.proj));
+        v.extend(params_mut("ln2", &mut self.ln2));
+        v.extend(params_mut("mlp.fc", &mut self.fc));
+        v.extend(params_mut("mlp.out", &mut self.out));
+        v
+    }
+}
+
+/// The character-level language model: `idx [B, T]` (i64) -> logits `[B, T, VOCAB]`.
+struct CharTransformer {
+    tok: Embedding,
+    pos: Embedding,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    head: Linear,
+    /// `0..SEQ` (i64), the positions.
+    positions: Tensor,
+    /// `[SEQ, SEQ]` bool, true above the diagonal.
+    mask: Tensor,
+}
+
+impl CharTransformer {
+    fn new() -> Result<CharTransformer> {
+        let positions = Tensor::arange(0.0, SEQ as f64, 1.0, DType::I64, CPU)?;
+        let rows = positions.view(&[SEQ as isize, 1])?;
+        let cols = positions.view(&[1, SEQ as isize])?;
+        Ok(CharTransformer {
+            tok: Embedding::new(VOCAB, D)?,
+            pos: Embedding::new(SEQ, D)?,
+            blocks: (0..LAYERS).map(|_| Block::new()).collect::<Result<_>>()?,
+            ln_f: LayerNorm::new(&[D])?,
+            head: Linear::new(D, VOCAB)?,
+            mask: cols.gt(&rows)?,
+            positions,
+        })
+    }
+}
+
+impl Module for CharTransformer {
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        let t = idx.shape()[1];
+        let pos = self.pos.forward(&self.positions.narrow(0, 0, t)?)?; // [T, D]
+        let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
+        let mut x = self.tok.forward(idx)?.add(&pos)?; // [B, T, D]
+        for b in &self.blocks {
+            x = b.forward(&x, &mask)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        let mut v = params("tok", &self.tok);
+        v.extend(params("pos", &self.pos));
+        for (i, b) in self.blocks.iter().enumerate() {
+            v.extend(
+                b.named_parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("blocks.{i}.{n}"), t)),
+            );
+        }
+        v.extend(params("ln_f", &self.ln_f));
+        v.extend(params("head", &self.head));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = params_mut("tok", &mut self.tok);
+        v.extend(params_mut("pos", &mut self.pos));
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            v.extend(
+                b.named_parameters_mut()
+                    .into_iter()
+                    .map(|(n, t)| (format!("blocks.{i}.{n}"), t)),
+            );
+        }
+        v.extend(params_mut("ln_f", &mut self.ln_f));
+        v.extend(params_mut("head", &mut self.head));
+        v
+    }
+}
+
+/// Deterministic pseudo-random numbers (the data's values do not matter to
+/// the timing; the PyTorch twin draws its own).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+    }
+}
+
+fn transformer(rows: &mut Vec<Measured>) -> R<()> {
+    let mut model = CharTransformer::new()?;
+    let mut rng = Lcg(7);
+    let text: Vec<i64> = (0..BATCH * (SEQ + 1))
+        .map(|_| (rng.next() % VOCAB as u64) as i64)
+        .collect();
+    let text = Tensor::from_vec(text, &[BATCH, SEQ + 1], CPU)?;
+    let x = text.narrow(1, 0, SEQ)?.contiguous()?;
+    let y = text.narrow(1, 1, SEQ)?.reshape(&[-1])?;
+    let mut opt = Adam::new(AdamConfig {
+        lr: 3e-4,
+        ..Default::default()
+    })?;
+    let mut losses = Vec::new();
+    let m = measure_budget(
+        "transformer_train_step",
+        "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam",
+        4.0,
+        10,
+        || {
+            opt.zero_grad(&model);
+            let logits = model.forward(&x)?;
+            let loss = cross_entropy(&logits.reshape(&[-1, VOCAB as isize])?, &y)?;
+            loss.backward()?;
+            opt.step(&mut model)?;
+            losses.push(loss.item::<f32>()?);
+            Ok(())
+        },
+    )?;
+    eprintln!(
+        "transformer_train_step {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
+        m.median() * 1e3,
+        m.samples.len(),
+        losses[0],
+        losses[losses.len() - 1],
+        losses.len(),
+        model.parameters().iter().map(|p| p.numel()).sum::<usize>()
+    );
+    rows.push(m);
+    Ok(())
+}
+
+fn mlp() -> Result<Sequential> {
+    let mut net = Sequential::new();
+    net.add(Linear::new(784, 1024)?)
+        .add(ReLU)
+        .add(Linear::new(1024, 1024)?)
+        .add(ReLU)
+        .add(Linear::new(1024, 10)?);
+    Ok(net)
+}
+
+fn service(rows: &mut Vec<Measured>, want: &dyn Fn(&str) -> bool) -> R<()> {
+    let net = mlp()?;
+    let mut rng = Lcg(11);
+    let _g = no_grad_guard();
+    // The `_out` form's weights: the Linear layers' own tensors, transposed views.
+    let lin: Vec<(Tensor, Tensor)> = net
+        .named_parameters()
+        .chunks(2)
+        .map(|wb| Ok((wb[0].1.t()?, wb[1].1.alias())))
+        .collect::<Result<_>>()?;
+    for batch in [1usize, 8, 64] {
+        let req: Vec<f32> = (0..batch * 784).map(|_| rng.uniform()).collect();
+        let name = format!("mlp_serve_b{batch}");
+        if want(&name) {
+            let m = measure_budget(
+                Box::leak(name.into_boxed_str()),
+                "MLP 784-1024-1024-10: from_slice, Sequential::forward_owned, to_vec",
+                1.0,
+                10,
+                || {
+                    let x = Tensor::from_slice(&req, &[batch, 784], CPU)?;
+                    let y = net.forward_owned(x)?;
+                    black_box(y.to_vec::<f32>()?);
+                    Ok(())
+                },
+            )?;
+            eprintln!("{:<24} {:.1} us", m.name, m.median() * 1e6);
+            rows.push(m);
+        }
+        let name = format!("mlp_serve_out_b{batch}");
+        if want(&name) {
+            let mut bufs: Vec<Tensor> = [1024, 1024, 10]
+                .iter()
+                .map(|&n| Tensor::empty(&[batch, n], DType::F32, CPU))
+                .collect::<Result<_>>()?;
+            let m = measure_budget(
+                Box::leak(name.into_boxed_str()),
+                "MLP 784-1024-1024-10: from_slice, matmul_out + add_ + relu_ into buffers, to_vec",
+                1.0,
+                10,
+                || {
+                    let x = Tensor::from_slice(&req, &[batch, 784], CPU)?;
+                    let mut h = &x;
+                    for (i, ((wt, b), out)) in lin.iter().zip(bufs.iter_mut()).enumerate() {
+                        h.matmul_out(wt, out)?;
+                        out.add_(b)?;
+                        if i < 2 {
+                            out.relu_()?;
+                        }
+                        h = out;
+                    }
+                    black_box(h.to_vec::<f32>()?);
+                    Ok(())
+                },
+            )?;
+            eprintln!("{:<24} {:.1} us", m.name, m.median() * 1e6);
+            rows.push(m);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> R<()> {
+    let json = arg_after("--json");
+    let filter: Vec<String> = arg_after("--filter")
+        .map(|f| f.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let want = |n: &str| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str()));
+    let threads = rayon::current_num_threads();
+    tensorscope::manual_seed(0);
+    eprintln!(
+        "tensorscope {} end-to-end (rayon threads: {threads})",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut rows = Vec::new();
+    if want("transformer_train_step") {
+        transformer(&mut rows)?;
+    }
+    service(&mut rows, &want)?;
+    if let Some(path) = json {
+        write_json(
+            &path,
+            "tensorscope",
+            env!("CARGO_PKG_VERSION"),
+            threads,
+            &rows,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! The f32 kernels (also the compute type of f16 and bf16).
+//!
+//! Every function is branch-free (selects, not jumps) and calls nothing, so
+//! a loop over it inside [`crate::backend::cpu::simd::run`] vectorises at
+//! every level. Products use `a * b + c`, not `mul_add`: without FMA
+//! hardware (the baseline level) `mul_add` is a libm call, and the results
+//! then agree across levels. Error bounds are in `super`'s table and are
+//! asserted by `super::tests`.
+
+#![allow(clippy::excessive_precision)]
+
+use super::{derived_kernels, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
+
+/// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^9.
+const LN2_HI: f32 = 0.693_145_751_953_125;
+const LN2_LO: f32 = 1.428_606_765_330_187_045e-6;
+
+#[inline(always)]
+fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
+    let mut y = c[N - 1];
+    let mut i = N - 1;
+    while i > 0 {
+        i -= 1;
+        y = y * x + c[i];
+    }
+    y
+}
+
+/// `a * b` as `hi + lo` exactly (Dekker's product, no FMA needed); `lo` is
+/// meaningful for `|a|, |b| < 2^100`.
+#[inline(always)]
+fn two_prod(a: f32, b: f32) -> (f32, f32) {
+    const SPLIT: f32 = 4097.0; // 2^12 + 1
+    let p = a * b;
+    let ta = a * SPLIT;
+    let ah = ta - (ta - a);
+    let al = a - ah;
+    let tb = b * SPLIT;
+    let bh = tb - (tb - b);
+    let bl = b - bh;
+    let e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+    (p, e)
+}
+
+/// `e^x` within 1 ulp (Cephes' `expf` polynomial): `x = n ln2 + r`
+/// with `|r| <= ln2 / 2`, a degree-7 polynomial for `e^r`, and `2^n` applied
+/// in two halves so that results down to the subnormals are right. NaN
+/// propagates; `exp(-inf) = 0`, `exp(inf) = inf`.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const HI: f32 = 88.722_84; // ln(f32::MAX)
+    const LO: f32 = -104.0; // below: 0
+                            // `clamp` keeps NaN (unlike min/max).
+    let xc = x.clamp(LO, HI);
+    // Round to nearest with the 1.5 * 2^23 trick (no `round` instruction
+    // needed), which also leaves n in the low bits: no float-to-int conversion.
+    let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
+    let fx = t - 12_582_912.0;
+    let r = xc - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
+    let mut y = 1.987_569_1e-4f32;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 0.5;
+    y = y * r * r + r + 1.0;
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let n1 = n >> 1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
+    let v = y * p1 * p2;
+    if x > HI {
+        f32::INFINITY
+    } else if x < LO {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// `ln x`: `x = 2^k m` with `m` in `[sqrt(1/2), sqrt(2))`, then
+/// `ln m = f - f^2/2 + s (f^2/2 + R(s^2))` with `f = m - 1`,
+/// `s = f / (2 + f)` and `R` the atanh series (fdlibm's scheme, with the
+/// series' own coefficients). Subnormals are scaled by 2^23 first.
+#[inline(always)]
+pub(crate) fn log(x: f32) -> f32 {
+    let sub = x < f32::MIN_POSITIVE;
+    let xs = if sub { x * 8_388_608.0 } else { x };
+    // Offset so that the exponent field rounds m into [sqrt(1/2), sqrt(2)).
+    let ix = (xs.to_bits() as i32).wrapping_add(0x3f80_0000 - 0x3f35_04f3);
+    let k = (ix >> 23) - 0x7f - if sub { 23 } else { 0 };
+    let m = f32::from_bits(((ix & 0x007f_ffff) + 0x3f35_04f3) as u32);
+    let f = m - 1.0;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let r = z * horner(
+        &[
+            2.0 / 3.0,
+            2.0 / 5.0,
+            2.0 / 7.0,
+            2.0 / 9.0,
+            2.0 / 11.0,
+            2.0 / 13.0,
+        ],
+        z,
+    );
+    let hfsq = 0.5 * f * f;
+    let kf = k as f32;
+    let y = kf * LN2_HI + (((s * (hfsq + r) + kf * LN2_LO) - hfsq) + f);
+    // x < 0 and NaN give NaN; 0 gives -inf; inf gives inf.
+    let y = if x == f32::INFINITY { x } else { y };
+    let y = if x == 0.0 { f32::NEG_INFINITY } else { y };
+    if x < 0.0 || x.is_nan() {
+        f32::NAN
+    } else {
+        y
+    }
+}
+
+/// The odd polynomial of `tanh` below 0.625: `x + x z P(z)`, `z = x^2`.
+#[inline(always)]
+fn tanh_small(x: f32, z: f32) -> f32 {
+    x + x * z * horner(&super::TANH_SMALL_F32, z)
+}
+
+derived_kernels!(f32);
+
+/// `erfc(t)` for `t = hi + lo`, and `erf(hi)`, together.
+///
+/// Below |t| = 1, `erf t = t P(t^2)` (a least-squares fit, 1.2e-9 relative);
+/// above, `erf = 1 - erfc`. From |t| = 0.5 up, `erfc |t| = e^(-t^2) Q(2 / (2 + |t|))`
+/// (a fit of `e^(t^2) erfc t` on [0.5, 10.5], 2.1e-9 relative), with `t^2`
+/// kept as two floats so the tail's relative error does not grow with
+/// `t^2`; below 0.5, `erfc = 1 - erf` (erfc > 0.47 there: no cancellation).
+#[inline(always)]
+fn erf_erfc(hi: f32, lo: f32) -> (f32, f32) {
+    let a = hi.abs();
+    let erf_small = hi * horner(&ERF_P, hi * hi);
+    // Tail: e^(-a^2) Q(w), a^2 = sq + sql.
+    let al = if hi < 0.0 { -lo } else { lo };
+    let (sq, e) = two_prod(a, a);
+    let sql = if a < 4096.0 { e + 2.0 * a * al } else { 0.0 };
+    let w = 2.0 / (2.0 + a);
+    let tail = exp(-sq) * (1.0 - sql) * horner(&ERFC_Q, w);
+    let tail = if a == f32::INFINITY { 0.0 } else { tail };
+    let erf_big = (1.0 - tail).copysign(hi);
+    let erfc_big = if hi < 0.0 { 2.0 - tail } else { tail };
+    let erf = if a < 1.0 { erf_small } else { erf_big };
+    let erfc = if a < 0.5 { 1.0 - erf_small } else { erfc_big };
+    (erf, erfc)
+}
+
+/// The error function.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    erf_erfc(x, 0.0).0
+}
+
+/// GELU, exact form: `x/2 erfc(-x / sqrt 2)` (no cancellation for x < 0).
+#[inline(always)]
+pub(crate) fn gelu(x: f32) -> f32 {
+    const C_HI: f32 = -std::f32::consts::FRAC_1_SQRT_2;
+    const C_LO: f32 = (-std::f64::consts::FRAC_1_SQRT_2 - C_HI as f64) as f32;
+    let (p, e) = two_prod(x, C_HI);
+    let lo = if p.abs() < 4096.0 { e + x * C_LO } else { 0.0 };
+    0.5 * x * erf_erfc(p, lo).1
+}
+
+/// gelu'(x) = `erfc(-x/sqrt 2)/2 + x e^(-x^2/2) / sqrt(2 pi)`.
+#[inline(always)]
+pub(crate) fn gelu_grad(x: f32) -> f32 {
+    const C_HI: f32 = -std::f32::consts::FRAC_1_SQRT_2;
+    const C_LO: f32 = (-std::f64::consts::FRAC_1_SQRT_2 - C_HI as f64) as f32;
+    const INV_SQRT_2PI: f32 = 0.398_942_280_401_432_7;
+    let (p, e) = two_prod(x, C_HI);
+    let lo = if p.abs() < 4096.0 { e + x * C_LO } else { 0.0 };
+    let pdf = exp(-0.5 * x * x) * INV_SQRT_2PI;
+    0.5 * erf_erfc(p, lo).1 + x * pdf
+}

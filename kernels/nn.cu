@@ -1,10 +1,11 @@
-// Fused kernels for the nn layer: layer norm and dropout.
+// Fused kernels for the nn layer: layer norm, RMS norm and dropout.
 //
 //   layer_norm_fwd_<dtype>(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd,
 //                          i64 rows, i64 cols, double eps)
 //       per row of a dense [rows, cols] x: y = (x - mean) * rstd * gamma + beta;
 //       gamma and beta may be null (no affine transform); mean and rstd
-//       (A: f32, or f64 for f64) are saved for the backward pass.
+//       (A: f32, or f64 for f64) are saved for the backward pass (either may
+//       be null: not saved).
 //   layer_norm_bwd_<dtype>(const T* dy, const T* x, const T* gamma, const A* mean, const A* rstd,
 //                          T* dx, i64 rows, i64 cols)
 //       dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat))
@@ -12,6 +13,15 @@
 //                                 T* dgamma, T* dbeta, i64 rows, i64 cols)
 //       one thread per column (no atomics, deterministic):
 //       dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy (either may be null)
+//   rms_norm_fwd_<dtype>(const T* x, const T* gamma, T* y, A* rstd, i64 rows, i64 cols, double eps)
+//       per row: rstd = 1 / sqrt(mean(x^2) + eps), y = x * rstd * gamma (gamma may be
+//       null; rstd may be null: not saved)
+//   rms_norm_bwd_<dtype>(const T* dy, const T* x, const T* gamma, const A* rstd, T* dx,
+//                        i64 rows, i64 cols)
+//       dx = rstd * (dy*gamma - xhat * mean(dy*gamma*xhat)), xhat = x * rstd
+//   rms_norm_bwd_params_<dtype>(const T* dy, const T* x, const A* rstd, T* dgamma, i64 rows,
+//                               i64 cols)
+//       one thread per column: dgamma = sum over rows of dy * xhat
 //   dropout_<dtype>(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset)
 //       keep with probability 1 - p (Philox counter q covers elements
 //       [4q, 4q + 4)): y = keep ? x / (1 - p) : 0, mask = keep
@@ -46,8 +56,8 @@ DEV void layer_norm_fwd(const T* x, const T* gamma, const T* beta, T* y, typenam
         v = group_reduce(v, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
         const A rs = rsqrt_(v / (A)cols + (A)eps);
         if (threadIdx.x == 0) {
-            mean[r] = mu;
-            rstd[r] = rs;
+            if (mean) mean[r] = mu;
+            if (rstd) rstd[r] = rs;
         }
         for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
             A h = ((A)load(xr[j]) - mu) * rs;
@@ -99,6 +109,62 @@ DEV void layer_norm_bwd_params(const T* dy, const T* x, const typename NAcc<T>::
     }
 }
 
+template <typename T>
+DEV void rms_norm_fwd(const T* x, const T* gamma, T* y, typename NAcc<T>::A* rstd, i64 rows, i64 cols,
+                      double eps) {
+    typedef typename NAcc<T>::A A;
+    __shared__ A scratch[TS_BLOCK];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        A s = 0;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A v = (A)load(xr[j]);
+            s += v * v;
+        }
+        s = group_reduce(s, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A rs = rsqrt_(s / (A)cols + (A)eps);
+        if (threadIdx.x == 0 && rstd) rstd[r] = rs;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            A h = (A)load(xr[j]) * rs;
+            if (gamma) h *= (A)load(gamma[j]);
+            y[r * cols + j] = Store<T>::from(h);
+        }
+    }
+}
+
+template <typename T>
+DEV void rms_norm_bwd(const T* dy, const T* x, const T* gamma, const typename NAcc<T>::A* rstd, T* dx, i64 rows,
+                      i64 cols) {
+    typedef typename NAcc<T>::A A;
+    __shared__ A scratch[TS_BLOCK];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const A rs = rstd[r];
+        A s2 = 0;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A gg = (A)load(dy[r * cols + j]) * (gamma ? (A)load(gamma[j]) : (A)1);
+            s2 += gg * ((A)load(x[r * cols + j]) * rs);
+        }
+        s2 = group_reduce(s2, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A m2 = s2 / (A)cols;
+        for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
+            const A gg = (A)load(dy[r * cols + j]) * (gamma ? (A)load(gamma[j]) : (A)1);
+            const A xh = (A)load(x[r * cols + j]) * rs;
+            dx[r * cols + j] = Store<T>::from(rs * (gg - xh * m2));
+        }
+    }
+}
+
+template <typename T>
+DEV void rms_norm_bwd_params(const T* dy, const T* x, const typename NAcc<T>::A* rstd, T* dgamma, i64 rows,
+                             i64 cols) {
+    typedef typename NAcc<T>::A A;
+    GRID_LOOP(j, cols) {
+        A sg = 0;
+        for (i64 r = 0; r < rows; ++r) sg += (A)load(dy[r * cols + j]) * ((A)load(x[r * cols + j]) * rstd[r]);
+        dgamma[j] = Store<T>::from(sg);
+    }
+}
+
 template <typename T> DEV void dropout(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset) {
     typedef typename NAcc<T>::A A;
     const A scale = (A)(1.0 / (1.0 - p));
@@ -134,6 +200,16 @@ template <typename T> DEV void dropout_bwd(const T* dy, const u8* mask, T* dx, i
     KERNEL void layer_norm_bwd_params_##SUF(const T* dy, const T* x, const A* mean, const A* rstd, T* dgamma,     \
                                             T* dbeta, i64 rows, i64 cols) {                                       \
         layer_norm_bwd_params<T>(dy, x, mean, rstd, dgamma, dbeta, rows, cols);                                    \
+    }                                                                                                             \
+    KERNEL void rms_norm_fwd_##SUF(const T* x, const T* gamma, T* y, A* rstd, i64 rows, i64 cols, double eps) {     \
+        rms_norm_fwd<T>(x, gamma, y, rstd, rows, cols, eps);                                                       \
+    }                                                                                                             \
+    KERNEL void rms_norm_bwd_##SUF(const T* dy, const T* x, const T* gamma, const A* rstd, T* dx, i64 rows,       \
+                                   i64 cols) {                                                                    \
+        rms_norm_bwd<T>(dy, x, gamma, rstd, dx, rows, cols);                                                       \
+    }                                                                                                             \
+    KERNEL void rms_norm_bwd_params_##SUF(const T* dy, const T* x, const A* rstd, T* dgamma, i64 rows, i64 cols) { \
+        rms_norm_bwd_params<T>(dy, x, rstd, dgamma, rows, cols);                                                   \
     }                                                                                                             \
     KERNEL void dropout_##SUF(const T* x, T* y, u8* mask, i64 n, double p, u64 seed, u64 offset) {                \
         dropout<T>(x, y, mask, n, p, seed, offset);                                                                \

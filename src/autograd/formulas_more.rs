@@ -4,6 +4,7 @@
 
 use super::formulas::sum_to;
 use super::{attach, needs_grad, BackwardFn, Saved};
+use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::normalize_dim;
@@ -177,17 +178,24 @@ pub(crate) fn softmax(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<
     };
     let ky = Saved::new(&out, name)?;
     let dt = x.dtype();
+    let d = normalize_dim(name, dim, x.rank().max(1))?;
     let f: BackwardFn = Box::new(move |g| {
         let y = ky.get()?;
         if y.rank() == 0 {
             return Ok(vec![Some(g.zeros_like()?.to_dtype(dt)?)]);
         }
-        let gin = if log {
-            g.sub(&y.exp()?.mul(&g.sum(&[dim], true)?)?)?
-        } else {
-            y.mul(&g.sub(&g.mul(y)?.sum(&[dim], true)?)?)?
-        };
-        Ok(vec![Some(gin.to_dtype(dt)?)])
+        // One fused pass per row (CPU and CUDA): softmax dx = y (g - Σ g y),
+        // log_softmax dx = g - exp(y) Σ g.
+        let g = g.to_dtype(y.dtype())?;
+        let dx = Tensor::alloc(y.shape(), y.dtype(), y.device())?;
+        crate::backend::nn::softmax_backward(
+            &Operand::of(&g),
+            &Operand::of(y),
+            d,
+            &Operand::of(&dx),
+            log,
+        )?;
+        Ok(vec![Some(dx.to_dtype(dt)?)])
     });
     Ok(attach(out, name, &[x], f))
 }

@@ -191,8 +191,8 @@ pub(crate) fn layer_norm(
     _gamma: Option<&Operand>,
     _beta: Option<&Operand>,
     _y: &Operand,
-    _mean: &Operand,
-    _rstd: &Operand,
+    _mean: Option<&Operand>,
+    _rstd: Option<&Operand>,
     _eps: f64,
 ) -> Result<()> {
     err("layer_norm", ordinal(x))
@@ -204,9 +204,44 @@ pub(crate) fn layer_norm_backward(
     _gamma: Option<&Operand>,
     _mean: &Operand,
     _rstd: &Operand,
-    _dx: &Operand,
+    _dx: Option<&Operand>,
     _dgamma: Option<&Operand>,
     _dbeta: Option<&Operand>,
 ) -> Result<()> {
     err("layer_norm_backward", ordinal(dy))
+}
+pub(crate) fn rms_norm(
+    x: &Operand,
+    _gamma: Option<&Operand>,
+    _y: &Operand,
+    _rstd: Option<&Operand>,
+    _eps: f64,
+) -> Result<()> {
+    err("rms_norm", ordinal(x))
+}
+pub(crate) fn rms_norm_backward(
+    dy: &Operand,
+    _x: &Operand,
+    _gamma: Option<&Operand>,
+    _rstd: &Operand,
+    _dx: Option<&Operand>,
+    _dgamma: Option<&Operand>,
+) -> Result<()> {
+    err("rms_norm_backward", ordinal(dy))
+}
+pub(crate) fn softmax_backward(
+    dy: &Operand,
+    _y: &Operand,
+    _dim: usize,
+    _dx: &Operand,
+    log: bool,
+) -> Result<()> {
+    err(
+        if log {
+            "log_softmax_backward"
+        } else {
+            "softmax_backward"
+        },
+        ordinal(dy),
+    )
 }

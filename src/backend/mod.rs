@@ -410,6 +410,7 @@ pub(crate) fn unary_grad(
 }
 
 mod index;
+pub(crate) mod nn;
 pub(crate) mod optim;
 mod random;
 mod reduce;

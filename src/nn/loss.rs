@@ -8,6 +8,7 @@
 //! ([`BceWithLogitsOptions`]). Results match PyTorch 2.15's to rounding (the
 //! tests compare against numbers it produced).
 
+use super::cross_entropy_fused;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
@@ -292,6 +293,10 @@ pub fn cross_entropy_with(
         perm.push(1);
         logits.permute(&perm)?.reshape(&[-1, c as isize])?
     };
+    if cross_entropy_fused::applies(logits, opts) {
+        // One fused pass per row (CPU); the composition below elsewhere.
+        return cross_entropy_fused::cross_entropy_fused(&rows, targets, opts, class_dim);
+    }
     let flat = targets.reshape(&[-1])?;
 
     // Range check; the ignored targets are replaced by class 0 for the

@@ -28,13 +28,16 @@
 //! ```
 
 mod activation;
+mod cross_entropy_fused;
 mod dropout;
 mod embedding;
+mod fused_norm;
 pub mod init;
 mod linear;
 pub mod loss;
 mod module;
 mod norm;
+mod rms_norm;
 mod sequential;
 mod state;
 
@@ -48,6 +51,7 @@ pub use loss::{
 };
 pub use module::Module;
 pub use norm::{BatchNorm1d, BatchNormOptions, LayerNorm};
+pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};
 pub use sequential::{DonationStats, Sequential};
 pub use state::*;
 

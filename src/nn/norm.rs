@@ -1,16 +1,17 @@
 //! `LayerNorm` and `BatchNorm1d`.
 //!
-//! Both are compositions of differentiable ops (mean, sub, mul, rsqrt, ...),
-//! so their gradients come from autograd; on CUDA, `LayerNorm` is one fused
-//! kernel forward and one backward (`kernels/nn.cu`).
+//! `LayerNorm` is one fused kernel forward and one backward on the CPU
+//! (`backend/cpu/norm.rs`) and on CUDA (`kernels/nn.cu`), through
+//! [`fused_norm`]; `BatchNorm1d` is a composition of differentiable ops
+//! (mean, sub, mul, rsqrt, ...), so its gradients come from autograd.
 
+use super::fused_norm::fused_norm;
 use super::Module;
-use crate::autograd::{attach, needs_grad, no_grad, Saved};
-use crate::backend::{cuda, Operand};
+use crate::autograd::no_grad;
+use crate::backend::nn::NormKind;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
-use crate::storage::lock;
 use crate::tensor::Tensor;
 
 /// Normalises over the last `normalized_shape.len()` dimensions:
@@ -28,12 +29,17 @@ use crate::tensor::Tensor;
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 ///
-/// On CUDA (an input of the layer's dtype) the forward is one fused kernel
-/// that writes the output and saves each row's mean and `1 / sqrt(var +
-/// eps)` (f32, f64 for f64) for the backward, which is one fused kernel
-/// for the input's gradient and one for the weight's and bias's. The
-/// statistics are accumulated in f32 (f64 for f64) per row, in another
-/// order than the CPU's composition: the results agree to rounding.
+/// For an input of the layer's dtype the forward is one fused kernel, on
+/// the CPU and on CUDA, that writes the output and, when a gradient will be
+/// needed, each row's mean and `1 / sqrt(var + eps)` (f32, f64 for f64:
+/// what PyTorch's `native_layer_norm` saves); the backward is one fused
+/// pass for the input's, weight's and bias's gradients. The statistics are
+/// accumulated in f32 (f64 for f64; f16 and bf16 inputs in f32), the
+/// variance about the mean in a second sweep over the row while it is in
+/// cache. So the forward allocates exactly the output, plus the two
+/// statistics when recording a graph; the backward allocates the gradients
+/// it returns. An input of another dtype than the layer's goes through the
+/// composition of elementwise ops and reductions (and promotes).
 pub struct LayerNorm {
     normalized_shape: Vec<usize>,
     eps: f64,
@@ -83,107 +89,6 @@ impl LayerNorm {
     }
 }
 
-impl LayerNorm {
-    /// The fused CUDA forward: `x` viewed as `[rows, cols]` (`cols` the
-    /// product of `normalized_shape`), one kernel writing `y`, `mean` and
-    /// `rstd`; a node whose backward runs the fused backward kernels.
-    fn forward_fused(&self, x: &Tensor) -> Result<Tensor> {
-        const OP: &str = "LayerNorm";
-        let cols: usize = self.normalized_shape.iter().product();
-        let rows = x.numel() / cols;
-        let (dev, dt) = (x.device(), x.dtype());
-        let stats_dt = if dt == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        };
-        let rc = [rows as isize, cols as isize];
-        let x = x.contiguous()?;
-        let (w, b) = (self.weight.contiguous()?, self.bias.contiguous()?);
-        let y = Tensor::alloc(x.shape(), dt, dev)?;
-        let mean = Tensor::alloc(&[rows], stats_dt, dev)?;
-        let rstd = Tensor::alloc(&[rows], stats_dt, dev)?;
-        no_grad(|| -> Result<()> {
-            let (xv, yv) = (x.view(&rc)?, y.view(&rc)?);
-            for t in [&w, &b] {
-                if t.device() != dev {
-                    bail!(Error::DeviceMismatch {
-                        op: OP,
-                        lhs: dev,
-                        rhs: t.device(),
-                    });
-                }
-            }
-            let _l = lock(&[x.storage(), w.storage(), b.storage()], &[]);
-            cuda::layer_norm(
-                &Operand::of(&xv),
-                Some(&Operand::of(&w)),
-                Some(&Operand::of(&b)),
-                &Operand::of(&yv),
-                &Operand::of(&mean),
-                &Operand::of(&rstd),
-                self.eps,
-            )
-        })?;
-        if !needs_grad(&[&x, &self.weight, &self.bias]) {
-            return Ok(y);
-        }
-        let sx = Saved::new(&x, "layer_norm")?;
-        let sw = Saved::new(&w, "layer_norm")?;
-        let (sm, sr) = (
-            Saved::new(&mean, "layer_norm")?,
-            Saved::new(&rstd, "layer_norm")?,
-        );
-        let (w_shape, b_shape) = (self.weight.shape().to_vec(), self.bias.shape().to_vec());
-        let inputs = [&x, &self.weight, &self.bias];
-        let (need_w, need_b) = (self.weight.requires_grad(), self.bias.requires_grad());
-        Ok(attach(
-            y,
-            "layer_norm",
-            &inputs,
-            Box::new(move |g: &Tensor| {
-                let (x, w, mean, rstd) = (sx.get()?, sw.get()?, sm.get()?, sr.get()?);
-                no_grad(|| {
-                    let g = g.contiguous()?;
-                    let dx = Tensor::alloc(x.shape(), dt, dev)?;
-                    let dw = if need_w {
-                        Some(Tensor::alloc(&w_shape, dt, dev)?)
-                    } else {
-                        None
-                    };
-                    let db = if need_b {
-                        Some(Tensor::alloc(&b_shape, dt, dev)?)
-                    } else {
-                        None
-                    };
-                    let (gv, xv, dxv) = (g.view(&rc)?, x.view(&rc)?, dx.view(&rc)?);
-                    let reads = [
-                        g.storage(),
-                        x.storage(),
-                        w.storage(),
-                        mean.storage(),
-                        rstd.storage(),
-                    ];
-                    let _l = lock(&reads, &[]);
-                    let (odw, odb) = (dw.as_ref().map(Operand::of), db.as_ref().map(Operand::of));
-                    cuda::layer_norm_backward(
-                        &Operand::of(&gv),
-                        &Operand::of(&xv),
-                        Some(&Operand::of(w)),
-                        &Operand::of(mean),
-                        &Operand::of(rstd),
-                        &Operand::of(&dxv),
-                        odw.as_ref(),
-                        odb.as_ref(),
-                    )?;
-                    drop((odw, odb));
-                    Ok(vec![Some(dx), dw, db])
-                })
-            }),
-        ))
-    }
-}
-
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let k = self.normalized_shape.len();
@@ -195,9 +100,13 @@ impl Module for LayerNorm {
                 "the input's trailing dimensions must equal normalized_shape"
             ));
         }
-        if x.device().is_cuda() && x.dtype() == self.weight.dtype() && x.numel() > 0 {
-            return self.forward_fused(x);
+        if x.dtype() == self.weight.dtype() && x.numel() > 0 {
+            let cols = self.normalized_shape.iter().product();
+            let (w, b) = (Some(&self.weight), Some(&self.bias));
+            return fused_norm("LayerNorm", x, w, b, cols, self.eps, NormKind::Layer);
         }
+        // An input of another dtype than the layer's (or an empty one): the
+        // composition of elementwise ops and reductions, which promotes.
         let dims: Vec<isize> = (1..=k as isize).map(|i| -i).collect();
         let mean = x.mean(&dims, true)?;
         let xc = x.sub(&mean)?;

@@ -6,10 +6,12 @@
 //! be the same memory.
 
 pub(crate) mod alloc;
+pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;

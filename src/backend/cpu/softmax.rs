@@ -1,11 +1,20 @@
-//! The softmax and log_softmax CPU kernels along one dimension, with a fast
-//! vectorisable `exp` for f32: per row, the maximum, then `exp(x - max)`
-//! summed in 8 lanes; log_softmax writes `(x - max) - ln(sum)`.
+//! The softmax and log_softmax CPU kernels along one dimension, forward and
+//! backward, with a fast vectorisable `exp` for f32.
+//!
+//! Forward, per row (one read of the row from memory, then sweeps over it
+//! while it is in cache): the maximum, then `exp(x - max)` summed in 8 lanes
+//! (softmax stores them and scales by `1 / sum`); log_softmax writes
+//! `(x - max) - ln(sum)`. Backward, per row, from the forward's output `y`:
+//! `Σ g y` (softmax) or `Σ g` (log_softmax) in 8 lanes, then
+//! `dx = y (g - Σ g y)` or `dx = g - exp(y) Σ g` in the same pass. Rows run in
+//! parallel chunks on the kernel pool ([`kernel_pool`]); a softmax along a
+//! dimension that is not the innermost does up to 256 neighbouring rows at
+//! once, so its loops read adjacent memory.
 
 use super::num::{FastExp, Flt};
 use super::ptr;
 use super::reduce::inner;
-use super::strided::{Plan, SendPtr, PAR_CHUNK};
+use super::strided::{kernel_pool, Plan, SendPtr, PAR_CHUNK};
 use crate::backend::Operand;
 use crate::with_float_dtype;
 use rayon::prelude::*;
@@ -315,15 +324,7 @@ where
             }
         })
     };
-    let per = (PAR_CHUNK / n).max(if blocks { ROW_LANES } else { 1 });
-    let chunks = rows.div_ceil(per);
-    if chunks < 2 || rayon::current_num_threads() == 1 || rows * n < 2 * PAR_CHUNK {
-        body(0, rows);
-    } else {
-        (0..chunks)
-            .into_par_iter()
-            .for_each(|c| body(c * per, ((c + 1) * per).min(rows)));
-    }
+    par_rows(rows, n, blocks, body);
 }
 
 /// Softmax or log_softmax along `dim` (float dtypes; the op layer checks).
@@ -331,5 +332,235 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) {
     debug_assert_eq!(src.dtype, dst.dtype);
     with_float_dtype!(src.dtype, T => softmax_typed::<T>(src, dim, dst, log), _ => {
         unreachable!("softmax on {}: the op layer refuses it", src.dtype)
+    })
+}
+
+/// One row of the softmax / log_softmax backward, computed in `T::C`, from
+/// the forward's output `y` and the incoming gradient `g`:
+/// softmax `dx = y * (g - Σ g y)`, log_softmax `dx = g - exp(y) Σ g`.
+/// `n` elements at strides `gs`, `ys`, `ds`.
+///
+/// # Safety
+/// The three rows are in bounds; nobody else touches `dx`'s row meanwhile.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward_row<T: Flt>(
+    g: *const T,
+    gs: usize,
+    y: *const T,
+    ys: usize,
+    dx: *mut T,
+    ds: usize,
+    n: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    // Constant strides and flag in each copy, so the dense loops vectorise.
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe {
+        match (gs == 1 && ys == 1 && ds == 1, log) {
+            (true, true) => backward_row_impl(g, 1, y, 1, dx, 1, n, true),
+            (true, false) => backward_row_impl(g, 1, y, 1, dx, 1, n, false),
+            (false, true) => backward_row_impl(g, gs, y, ys, dx, ds, n, true),
+            (false, false) => backward_row_impl(g, gs, y, ys, dx, ds, n, false),
+        }
+    }
+}
+
+/// [`backward_row`] with its strides and flag fixed by the caller.
+///
+/// # Safety
+/// As for [`backward_row`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward_row_impl<T: Flt>(
+    g: *const T,
+    gs: usize,
+    y: *const T,
+    ys: usize,
+    dx: *mut T,
+    ds: usize,
+    n: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::Zero;
+    // SAFETY: called with `k < n` only: in bounds (the contract).
+    let rg = |k: usize| unsafe { g.add(k * gs).read() }.up();
+    // SAFETY: as above.
+    let ry = |k: usize| unsafe { y.add(k * ys).read() }.up();
+    let zero = <T::C as Zero>::zero();
+    let mut sl = [zero; 8];
+    let body = n / 8 * 8;
+    for k in (0..body).step_by(8) {
+        for (j, s) in sl.iter_mut().enumerate() {
+            *s = *s
+                + if log {
+                    rg(k + j)
+                } else {
+                    rg(k + j) * ry(k + j)
+                };
+        }
+    }
+    let mut s = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7]));
+    for k in body..n {
+        s = s + if log { rg(k) } else { rg(k) * ry(k) };
+    }
+    for k in 0..n {
+        let v = if log {
+            rg(k) - ry(k).fexp() * s
+        } else {
+            ry(k) * (rg(k) - s)
+        };
+        // SAFETY: `k < n`: in the output row, which only this call writes.
+        unsafe { dx.add(k * ds).write(T::down(v)) };
+    }
+}
+
+/// `b <= ROW_LANES` rows of the backward at once, row `j` of each operand
+/// at `j * gl` (`yl`, `dl`), element `k` at `k * gs` (`ys`, `ds`): for a
+/// softmax along a dimension that is not the innermost.
+///
+/// # Safety
+/// As for [`backward_row`], for each of the `b` rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward_rows<T: Flt>(
+    g: (*const T, usize, usize),
+    y: (*const T, usize, usize),
+    dx: (*mut T, usize, usize),
+    n: usize,
+    b: usize,
+    log: bool,
+) where
+    T::C: FastExp,
+{
+    use num_traits::Zero;
+    let ((pg, gs, gl), (py, ys, yl), (pd, ds, dl)) = (g, y, dx);
+    // SAFETY: called with `k < n`, `j < b` only: in the block's rows (the contract).
+    let rg = |k: usize, j: usize| unsafe { pg.add(k * gs + j * gl).read() }.up();
+    // SAFETY: as above.
+    let ry = |k: usize, j: usize| unsafe { py.add(k * ys + j * yl).read() }.up();
+    let mut sum = [<T::C as Zero>::zero(); ROW_LANES];
+    let sum = &mut sum[..b];
+    for k in 0..n {
+        for (j, s) in sum.iter_mut().enumerate() {
+            *s = *s + if log { rg(k, j) } else { rg(k, j) * ry(k, j) };
+        }
+    }
+    for k in 0..n {
+        for (j, s) in sum.iter().enumerate() {
+            let v = if log {
+                rg(k, j) - ry(k, j).fexp() * *s
+            } else {
+                ry(k, j) * (rg(k, j) - *s)
+            };
+            // SAFETY: `k < n`, `j < b`: in the block's output rows, which only this call writes.
+            unsafe { pd.add(k * ds + j * dl).write(T::down(v)) };
+        }
+    }
+}
+
+fn backward_typed<T: Flt>(g: &Operand, y: &Operand, dim: usize, dx: &Operand, log: bool)
+where
+    T::C: FastExp,
+{
+    let n = y.layout.shape()[dim];
+    if n == 0 || y.layout.numel() == 0 {
+        return;
+    }
+    let (gs, ys, ds) = (
+        g.layout.strides()[dim],
+        y.layout.strides()[dim],
+        dx.layout.strides()[dim],
+    );
+    let (Ok(ol_g), Ok(ol_y), Ok(ol_d)) = (
+        g.layout.select(dim as isize, 0),
+        y.layout.select(dim as isize, 0),
+        dx.layout.select(dim as isize, 0),
+    ) else {
+        unreachable!("dim {dim} has size {n} > 0")
+    };
+    let (_, _, row_stride) = inner(&ol_y);
+    let blocks = n > 1 && row_stride < ys;
+    let plan = Plan::new([&ol_d, &ol_y, &ol_g]);
+    let rows = plan.numel();
+    let (pg, py, pd) = (
+        SendPtr(ptr::<T>(g.storage)),
+        SendPtr(ptr::<T>(y.storage)),
+        SendPtr(ptr::<T>(dx.storage)),
+    );
+    let body = |start: usize, end: usize| {
+        plan.runs(start, end, &mut |o, len, s| {
+            if blocks && s[1] < ys && len > 1 {
+                let mut r = 0;
+                while r < len {
+                    let b = ROW_LANES.min(len - r);
+                    // SAFETY: the plan's offsets and strides stay inside the layouts,
+                    // which fit their storages; the blocks' output rows are disjoint;
+                    // the caller holds the locks.
+                    unsafe {
+                        backward_rows::<T>(
+                            (pg.get().add(o[2] + r * s[2]), gs, s[2]),
+                            (py.get().add(o[1] + r * s[1]), ys, s[1]),
+                            (pd.get().add(o[0] + r * s[0]), ds, s[0]),
+                            n,
+                            b,
+                            log,
+                        )
+                    }
+                    r += b;
+                }
+            } else {
+                for r in 0..len {
+                    // SAFETY: as above, one row at a time.
+                    unsafe {
+                        backward_row::<T>(
+                            pg.get().add(o[2] + r * s[2]),
+                            gs,
+                            py.get().add(o[1] + r * s[1]),
+                            ys,
+                            pd.get().add(o[0] + r * s[0]),
+                            ds,
+                            n,
+                            log,
+                        )
+                    }
+                }
+            }
+        })
+    };
+    par_rows(rows, n, blocks, body);
+}
+
+/// Runs `body(start, end)` over `rows` rows of `n` elements, in parallel
+/// chunks on the kernel pool when there is enough work.
+fn par_rows(rows: usize, n: usize, blocks: bool, body: impl Fn(usize, usize) + Sync) {
+    let per = (PAR_CHUNK / n).max(if blocks { ROW_LANES } else { 1 });
+    let chunks = rows.div_ceil(per);
+    let pool = if chunks < 2 || rows * n < 2 * PAR_CHUNK {
+        None
+    } else {
+        kernel_pool()
+    };
+    match pool {
+        None => body(0, rows),
+        Some(p) => p.install(|| {
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|c| body(c * per, ((c + 1) * per).min(rows)))
+        }),
+    }
+}
+
+/// The backward of softmax (or log_softmax when `log`) along `dim`: `dx`
+/// from the forward's output `y` and the gradient `g` (one float dtype and
+/// shape; any layouts, `g` may be broadcast). The caller holds the locks.
+pub(crate) fn softmax_backward(g: &Operand, y: &Operand, dim: usize, dx: &Operand, log: bool) {
+    debug_assert!(g.dtype == y.dtype && y.dtype == dx.dtype);
+    with_float_dtype!(y.dtype, T => backward_typed::<T>(g, y, dim, dx, log), _ => {
+        unreachable!("softmax backward on {}: the op layer refuses it", y.dtype)
     })
 }

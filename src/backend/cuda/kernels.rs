@@ -236,6 +236,12 @@ pub(crate) type LayerNormArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64, f64);
 /// `layer_norm_bwd_<dt>` (dy, x, gamma, mean, rstd, dx, rows, cols) and
 /// `layer_norm_bwd_params_<dt>` (dy, x, mean, rstd, dgamma, dbeta, rows, cols).
 pub(crate) type LayerNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
+/// `rms_norm_fwd_<dt>`: (x, gamma, y, rstd, rows, cols, eps).
+pub(crate) type RmsNormArgs = (Ptr, Ptr, Ptr, Ptr, i64, i64, f64);
+/// `rms_norm_bwd_<dt>`: (dy, x, gamma, rstd, dx, rows, cols).
+pub(crate) type RmsNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
+/// `rms_norm_bwd_params_<dt>`: (dy, x, rstd, dgamma, rows, cols).
+pub(crate) type RmsNormBwdParamsArgs = (Ptr, Ptr, Ptr, Ptr, i64, i64);
 /// `dropout_<dt>`: (x, y, mask, n, p, seed, offset).
 pub(crate) type DropoutArgs = (Ptr, Ptr, Ptr, i64, f64, u64, u64);
 /// `dropout_bwd_<dt>`: (dy, mask, dx, n, p).
@@ -435,6 +441,19 @@ pub(crate) fn layer_norm_bwd_params(dt: DType) -> Kernel<LayerNormBwdArgs> {
     let name = format!("layer_norm_bwd_params_{}", suffix(dt));
     Kernel::new(Module::Nn, name)
 }
+/// `rms_norm_fwd_<dt>`.
+pub(crate) fn rms_norm_fwd(dt: DType) -> Kernel<RmsNormArgs> {
+    Kernel::new(Module::Nn, format!("rms_norm_fwd_{}", suffix(dt)))
+}
+/// `rms_norm_bwd_<dt>`.
+pub(crate) fn rms_norm_bwd(dt: DType) -> Kernel<RmsNormBwdArgs> {
+    Kernel::new(Module::Nn, format!("rms_norm_bwd_{}", suffix(dt)))
+}
+/// `rms_norm_bwd_params_<dt>`.
+pub(crate) fn rms_norm_bwd_params(dt: DType) -> Kernel<RmsNormBwdParamsArgs> {
+    let name = format!("rms_norm_bwd_params_{}", suffix(dt));
+    Kernel::new(Module::Nn, name)
+}
 /// `dropout_<dt>`.
 pub(crate) fn dropout(dt: DType) -> Kernel<DropoutArgs> {
     Kernel::new(Module::Nn, format!("dropout_{}", suffix(dt)))
@@ -561,6 +580,9 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(layer_norm_fwd(dt).entry());
                 v.push(layer_norm_bwd(dt).entry());
                 v.push(layer_norm_bwd_params(dt).entry());
+                v.push(rms_norm_fwd(dt).entry());
+                v.push(rms_norm_bwd(dt).entry());
+                v.push(rms_norm_bwd_params(dt).entry());
                 v.push(dropout(dt).entry());
                 v.push(dropout_bwd(dt).entry());
             }

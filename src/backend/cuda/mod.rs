@@ -70,10 +70,10 @@ pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_con
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
 pub(crate) use nn::{
     dropout, dropout_backward, layer_norm, layer_norm_backward, rand_bernoulli, rand_normal,
-    rand_uniform,
+    rand_uniform, rms_norm, rms_norm_backward,
 };
 pub(crate) use optim::{adam_step, sgd_step, sum_squares};
-pub(crate) use reduce::{arg_reduce, reduce, softmax};
+pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
 
 use crate::alloc::DeviceAllocator;
 use crate::error::Result;

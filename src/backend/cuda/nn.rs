@@ -1,6 +1,6 @@
 //! Random fills and the fused nn kernels on CUDA (`kernels/random.cu`,
-//! `kernels/nn.cu`): uniform, normal and Bernoulli fills, layer norm forward
-//! and backward, dropout forward and backward.
+//! `kernels/nn.cu`): uniform, normal and Bernoulli fills, layer norm and RMS
+//! norm forward and backward, dropout forward and backward.
 //!
 //! Crate-internal entry points for the op and nn layers. Every operand must
 //! be dense (contiguous): the callers allocate these buffers themselves.
@@ -12,7 +12,7 @@
 //! `nn::Dropout` generate here, at the generator's Philox offset (see
 //! `crate::random::Generator`).
 
-// `nn::LayerNorm` runs the fused layer-norm kernels on CUDA, and
+// `nn::LayerNorm` and `nn::RMSNorm` run the fused norm kernels on CUDA, and
 // `Tensor::bernoulli_` the Bernoulli fill.
 #![cfg_attr(not(test), allow(dead_code))]
 
@@ -179,16 +179,27 @@ fn check_stats(op: &'static str, st: &Operand, dt: DType, rows: i64) -> Result<(
     Ok(())
 }
 
+/// A statistics operand's device pointer (0 when absent), checked.
+fn opt_stats(op: &'static str, st: Option<&Operand>, dt: DType, rows: i64) -> Result<u64> {
+    match st {
+        None => Ok(0),
+        Some(st) => {
+            check_stats(op, st, dt, rows)?;
+            Ok(dptr(st))
+        }
+    }
+}
+
 /// Layer norm over the last dimension of dense `x`: `y = (x - mean) * rstd
 /// * gamma + beta`, saving `mean` and `rstd` (one per row, in
-/// [`stats_dtype`]) for the backward pass.
+/// [`stats_dtype`]) for the backward pass when given.
 pub(crate) fn layer_norm(
     x: &Operand,
     gamma: Option<&Operand>,
     beta: Option<&Operand>,
     y: &Operand,
-    mean: &Operand,
-    rstd: &Operand,
+    mean: Option<&Operand>,
+    rstd: Option<&Operand>,
     eps: f64,
 ) -> Result<()> {
     const OP: &str = "layer_norm";
@@ -210,17 +221,17 @@ pub(crate) fn layer_norm(
         check_param(OP, gamma, x.dtype, cols)?,
         check_param(OP, beta, x.dtype, cols)?,
     );
-    check_stats(OP, mean, x.dtype, rows)?;
-    check_stats(OP, rstd, x.dtype, rows)?;
+    let pm = opt_stats(OP, mean, x.dtype, rows)?;
+    let pr = opt_stats(OP, rstd, x.dtype, rows)?;
     if rows == 0 || cols == 0 {
         return Ok(());
     }
     let (s, f) = prepare(g, OP, &kernels::layer_norm_fwd(x.dtype))?;
-    let (px, py, pm, pr) = (dptr(x), dptr(y), dptr(mean), dptr(rstd));
+    let (px, py) = (dptr(x), dptr(y));
     let args = (px, pg, pb, py, pm, pr, rows, cols, eps);
     // SAFETY: layer_norm_fwd_<dt>(const T*, const T*, const T*, T*, A*, A*,
-    // i64, i64, double) on dense buffers of the checked sizes (null gamma/beta
-    // allowed).
+    // i64, i64, double) on dense buffers of the checked sizes (null gamma,
+    // beta, mean and rstd allowed).
     unsafe {
         f.launch(
             OP,
@@ -231,8 +242,8 @@ pub(crate) fn layer_norm(
     }
 }
 
-/// The backward pass of [`layer_norm`]: `dx` from `dy`, and (when given)
-/// `dgamma` and `dbeta`.
+/// The backward pass of [`layer_norm`]: `dx` from `dy`, and `dgamma` and
+/// `dbeta`, each when given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_norm_backward(
     dy: &Operand,
@@ -240,14 +251,14 @@ pub(crate) fn layer_norm_backward(
     gamma: Option<&Operand>,
     mean: &Operand,
     rstd: &Operand,
-    dx: &Operand,
+    dx: Option<&Operand>,
     dgamma: Option<&Operand>,
     dbeta: Option<&Operand>,
 ) -> Result<()> {
     const OP: &str = "layer_norm_backward";
     let g = gpu_of(OP, x.storage.device())?;
     float(OP, x.dtype)?;
-    for o in [dy, x, dx] {
+    for o in [Some(dy), Some(x), dx].into_iter().flatten() {
         dense(OP, o)?;
         if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
             return Err(Error::shape(
@@ -269,13 +280,16 @@ pub(crate) fn layer_norm_backward(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
-    let (pdy, px, pm, pr, pdx) = (dptr(dy), dptr(x), dptr(mean), dptr(rstd), dptr(dx));
-    let (s, f) = prepare(g, OP, &kernels::layer_norm_bwd(x.dtype))?;
-    let args = (pdy, px, pg, pm, pr, pdx, rows, cols);
-    let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
-    // SAFETY: layer_norm_bwd_<dt>(const T*, const T*, const T*, const A*,
-    // const A*, T*, i64, i64) on dense buffers of the checked sizes.
-    unsafe { f.launch(OP, &s, cfg, &args)? };
+    let (pdy, px, pm, pr) = (dptr(dy), dptr(x), dptr(mean), dptr(rstd));
+    let s = super::stream::current(g);
+    if let Some(dx) = dx {
+        let f = g.kernel(OP, &kernels::layer_norm_bwd(x.dtype))?;
+        let args = (pdy, px, pg, pm, pr, dptr(dx), rows, cols);
+        let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+        // SAFETY: layer_norm_bwd_<dt>(const T*, const T*, const T*, const A*,
+        // const A*, T*, i64, i64) on dense buffers of the checked sizes.
+        unsafe { f.launch(OP, &s, cfg, &args)? };
+    }
     if pdg == 0 && pdb == 0 {
         return Ok(());
     }
@@ -283,6 +297,96 @@ pub(crate) fn layer_norm_backward(
     let args = (pdy, px, pm, pr, pdg, pdb, rows, cols);
     // SAFETY: layer_norm_bwd_params_<dt>(const T*, const T*, const A*,
     // const A*, T*, T*, i64, i64); null outputs are skipped by the kernel.
+    unsafe { f.launch(OP, &s, g.grid(cols), &args) }
+}
+
+/// RMS norm over the last dimension of dense `x`: `y = x * rstd * gamma`,
+/// `rstd = 1 / sqrt(mean(x^2) + eps)` per row, saved (in [`stats_dtype`])
+/// for the backward pass when given.
+pub(crate) fn rms_norm(
+    x: &Operand,
+    gamma: Option<&Operand>,
+    y: &Operand,
+    rstd: Option<&Operand>,
+    eps: f64,
+) -> Result<()> {
+    const OP: &str = "rms_norm";
+    let g = gpu_of(OP, x.storage.device())?;
+    float(OP, x.dtype)?;
+    for o in [x, y] {
+        dense(OP, o)?;
+    }
+    if y.dtype != x.dtype || y.layout.shape() != x.layout.shape() {
+        return Err(Error::shape(
+            OP,
+            x.layout.shape(),
+            y.layout.shape(),
+            "the output must match the input",
+        ));
+    }
+    let (rows, cols) = rows_cols(OP, x)?;
+    let pg = check_param(OP, gamma, x.dtype, cols)?;
+    let pr = opt_stats(OP, rstd, x.dtype, rows)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let (s, f) = prepare(g, OP, &kernels::rms_norm_fwd(x.dtype))?;
+    let args = (dptr(x), pg, dptr(y), pr, rows, cols, eps);
+    let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+    // SAFETY: rms_norm_fwd_<dt>(const T*, const T*, T*, A*, i64, i64, double)
+    // on dense buffers of the checked sizes (null gamma and rstd allowed).
+    unsafe { f.launch(OP, &s, cfg, &args) }
+}
+
+/// The backward pass of [`rms_norm`]: `dx` from `dy` when given, and
+/// `dgamma` when given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rms_norm_backward(
+    dy: &Operand,
+    x: &Operand,
+    gamma: Option<&Operand>,
+    rstd: &Operand,
+    dx: Option<&Operand>,
+    dgamma: Option<&Operand>,
+) -> Result<()> {
+    const OP: &str = "rms_norm_backward";
+    let g = gpu_of(OP, x.storage.device())?;
+    float(OP, x.dtype)?;
+    for o in [Some(dy), Some(x), dx].into_iter().flatten() {
+        dense(OP, o)?;
+        if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
+            return Err(Error::shape(
+                OP,
+                x.layout.shape(),
+                o.layout.shape(),
+                "dy, x and dx must match",
+            ));
+        }
+    }
+    let (rows, cols) = rows_cols(OP, x)?;
+    let pg = check_param(OP, gamma, x.dtype, cols)?;
+    let pdg = check_param(OP, dgamma, x.dtype, cols)?;
+    check_stats(OP, rstd, x.dtype, rows)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let (pdy, px, pr) = (dptr(dy), dptr(x), dptr(rstd));
+    let s = super::stream::current(g);
+    if let Some(dx) = dx {
+        let f = g.kernel(OP, &kernels::rms_norm_bwd(x.dtype))?;
+        let args = (pdy, px, pg, pr, dptr(dx), rows, cols);
+        let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+        // SAFETY: rms_norm_bwd_<dt>(const T*, const T*, const T*, const A*, T*,
+        // i64, i64) on dense buffers of the checked sizes (null gamma allowed).
+        unsafe { f.launch(OP, &s, cfg, &args)? };
+    }
+    if pdg == 0 {
+        return Ok(());
+    }
+    let f = g.kernel(OP, &kernels::rms_norm_bwd_params(x.dtype))?;
+    let args = (pdy, px, pr, pdg, rows, cols);
+    // SAFETY: rms_norm_bwd_params_<dt>(const T*, const T*, const A*, T*, i64,
+    // i64) on dense buffers of the checked sizes.
     unsafe { f.launch(OP, &s, g.grid(cols), &args) }
 }
 

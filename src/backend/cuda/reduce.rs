@@ -469,10 +469,8 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Re
 }
 
 /// The gradient of [`softmax`] (or log_softmax if `log`) along `dim`: from
-/// the output gradient `dy` and the forward output `y`, into `dx`. (The
-/// autograd formula composes elementwise ops and a sum today, so only the
-/// unit tests call this fused kernel.)
-#[cfg_attr(not(test), allow(dead_code))]
+/// the output gradient `dy` and the forward output `y`, into `dx` (the
+/// autograd formula's fused kernel).
 pub(crate) fn softmax_backward(
     dy: &Operand,
     y: &Operand,

@@ -193,8 +193,8 @@ fn gpu_layer_norm_and_dropout_match_naive() {
         Some(&Operand::of(&gamma)),
         Some(&Operand::of(&beta)),
         &oy,
-        &om,
-        &or,
+        Some(&om),
+        Some(&or),
         1e-5,
     )
     .unwrap();
@@ -225,7 +225,7 @@ fn gpu_layer_norm_and_dropout_match_naive() {
         Some(&Operand::of(&gamma)),
         &om,
         &or,
-        &Operand::of(&dx),
+        Some(&Operand::of(&dx)),
         Some(&Operand::of(&dg)),
         Some(&Operand::of(&db)),
     )

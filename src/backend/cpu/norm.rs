@@ -1,0 +1,354 @@
+//! LayerNorm and RMSNorm on the CPU: one fused kernel forward and one
+//! backward, over a dense `[rows, cols]` view (the normalised features are
+//! the `cols`).
+//!
+//! Forward, per row, while the row is in cache: the mean (LayerNorm only),
+//! then the variance about it (or the mean square, RMSNorm) in a second sweep
+//! over the cached row (two-pass: no cancellation), then the normalised,
+//! scaled and shifted output. The statistics are accumulated in `T::C` (f32
+//! for f32, f16 and bf16; f64 for f64) in 16 independent lanes, so the loops
+//! vectorise; each row's mean and `rstd = 1 / sqrt(var + eps)` are written for
+//! the backward pass, as PyTorch's `native_layer_norm` saves them.
+//!
+//! Backward, per row: `xhat = (x - mean) * rstd` (`x * rstd` for RMSNorm),
+//! `g = dy * w`, then
+//! `dx = rstd * (g - mean(g) - xhat * mean(g * xhat))` (no `mean(g)` term for
+//! RMSNorm), with `dw = Σ_rows dy * xhat` and `db = Σ_rows dy` accumulated in
+//! the same sweep. The rows are split into a fixed number of blocks (it
+//! depends on the shape only, so the sums are the same bits whatever the
+//! thread count); each block sums its rows' `dw`/`db` into its own partials
+//! (`T::C`, on the Rust heap: at most a quarter of the input's size), added in
+//! block order at the end.
+
+use super::num::Flt;
+use super::ptr;
+use super::strided::{kernel_pool, SendPtr, PAR_CHUNK};
+use crate::backend::nn::{NormGrads, NormKind};
+use crate::backend::Operand;
+use crate::with_float_dtype;
+use num_traits::{Float, One, Zero};
+
+/// Independent accumulators per sum (vector lanes).
+const LANES: usize = 16;
+
+/// `Σ f(x_i)` over a row in `LANES` lanes (then a fixed tree), in `T::C`.
+#[inline(always)]
+fn lane_sum<T: Flt>(x: &[T], f: impl Fn(T::C) -> T::C) -> T::C {
+    let zero = <T::C as Zero>::zero();
+    let mut acc = [zero; LANES];
+    let mut it = x.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = *a + f(v.up());
+        }
+    }
+    let mut tail = zero;
+    for &v in it.remainder() {
+        tail = tail + f(v.up());
+    }
+    tree(&acc) + tail
+}
+
+/// `(Σ dy w, Σ dy w xhat)` over a row, `xhat = (x - mean) * rstd`, in
+/// `LANES` lanes each (fixed-size chunks, so the loop vectorises).
+#[inline(always)]
+fn backward_sums<T: Flt>(dy: &[T], x: &[T], w: &[T], mean: T::C, rstd: T::C) -> (T::C, T::C) {
+    let zero = <T::C as Zero>::zero();
+    let (mut s, mut t) = ([zero; LANES], [zero; LANES]);
+    let (mut ig, mut ix, mut iw) = (
+        dy.chunks_exact(LANES),
+        x.chunks_exact(LANES),
+        w.chunks_exact(LANES),
+    );
+    for ((cg, cx), cw) in (&mut ig).zip(&mut ix).zip(&mut iw) {
+        // Chunks of `LANES` (never taken `else`): fixed-size arrays.
+        let (Ok(cg), Ok(cx), Ok(cw)) = (
+            <&[T; LANES]>::try_from(cg),
+            <&[T; LANES]>::try_from(cx),
+            <&[T; LANES]>::try_from(cw),
+        ) else {
+            continue;
+        };
+        for j in 0..LANES {
+            let gw = cg[j].up() * cw[j].up();
+            s[j] = s[j] + gw;
+            t[j] = t[j] + gw * ((cx[j].up() - mean) * rstd);
+        }
+    }
+    let (mut su, mut sv) = (zero, zero);
+    for ((&g, &v), &wc) in ig
+        .remainder()
+        .iter()
+        .zip(ix.remainder())
+        .zip(iw.remainder())
+    {
+        let gw = g.up() * wc.up();
+        su = su + gw;
+        sv = sv + gw * ((v.up() - mean) * rstd);
+    }
+    (tree(&s) + su, tree(&t) + sv)
+}
+
+/// The lanes added pairwise.
+#[inline(always)]
+fn tree<C: Float>(a: &[C; LANES]) -> C {
+    let mut h = [C::zero(); LANES / 2];
+    for (j, v) in h.iter_mut().enumerate() {
+        *v = a[j] + a[j + LANES / 2];
+    }
+    ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]))
+}
+
+/// A row's statistics: `(mean, rstd)` (mean 0 for RMSNorm).
+#[inline(always)]
+fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool) -> (T::C, T::C) {
+    let n = <T::C as num_traits::NumCast>::from(x.len()).unwrap_or_else(T::C::one);
+    let zero = <T::C as Zero>::zero();
+    let (mean, var) = if rms {
+        (zero, lane_sum(x, |v| v * v) / n)
+    } else {
+        let mean = lane_sum(x, |v| v) / n;
+        (mean, lane_sum(x, |v| (v - mean) * (v - mean)) / n)
+    };
+    (mean, (var + eps).sqrt().recip())
+}
+
+/// The dense row `r` of `len` elements at `base`.
+///
+/// # Safety
+/// `base + r * len .. + len` is inside one live allocation of initialised
+/// `T`s that nobody writes while the slice lives.
+#[inline(always)]
+unsafe fn row<'a, T>(base: SendPtr<T>, r: usize, len: usize) -> &'a [T] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(base.get().add(r * len), len) }
+}
+
+/// The dense row `r` of `len` elements at `base`, to be written.
+///
+/// # Safety
+/// As for [`row`], and nothing else reads or writes those elements while the
+/// slice lives.
+#[inline(always)]
+#[allow(clippy::mut_from_ref)]
+unsafe fn row_mut<'a, T>(base: SendPtr<T>, r: usize, len: usize) -> &'a mut [T] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(base.get().add(r * len), len) }
+}
+
+/// The typed base pointer of a dense operand (its offset applied).
+fn base<T>(o: &Operand) -> SendPtr<T> {
+    debug_assert!(o.layout.is_contiguous());
+    // SAFETY: the layout's offset lies inside its storage (a layout only
+    // describes elements of its storage).
+    SendPtr(unsafe { ptr::<T>(o.storage).add(o.layout.offset()) })
+}
+
+/// Runs `f(start, end)` over `0..items` in `chunks` contiguous blocks, in
+/// parallel on the kernel pool when the work (`items * cost` elements) is
+/// large enough.
+fn blocks(items: usize, chunks: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
+    let chunks = chunks.clamp(1, items.max(1));
+    let per = items.div_ceil(chunks);
+    let run = |c: usize| f(c * per, ((c + 1) * per).min(items));
+    let pool = if items * cost < 2 * PAR_CHUNK || chunks < 2 {
+        None
+    } else {
+        kernel_pool()
+    };
+    match pool {
+        None => (0..chunks).for_each(run),
+        Some(p) => {
+            use rayon::prelude::*;
+            p.install(|| (0..chunks).into_par_iter().for_each(run))
+        }
+    }
+}
+
+fn forward_typed<T: Flt>(
+    x: &Operand,
+    w: Option<&Operand>,
+    b: Option<&Operand>,
+    y: &Operand,
+    stats: Option<(&Operand, Option<&Operand>)>,
+    eps: f64,
+    kind: NormKind,
+) {
+    let cols = *x.layout.shape().last().unwrap_or(&1);
+    let rows = x.layout.numel().checked_div(cols).unwrap_or(0);
+    if rows == 0 {
+        return;
+    }
+    let rms = kind == NormKind::Rms;
+    let eps = <T::C as num_traits::NumCast>::from(eps).unwrap_or_else(T::C::zero);
+    let (px, py) = (base::<T>(x), base::<T>(y));
+    let (pw, pb) = (w.map(base::<T>), b.map(base::<T>));
+    let (pr, pm) = match stats {
+        Some((r, m)) => (Some(base::<T::C>(r)), m.map(base::<T::C>)),
+        None => (None, None),
+    };
+    let ones = pw.is_none().then(|| vec![T::down(T::C::one()); cols]);
+    let per_chunk = (PAR_CHUNK / cols).max(1);
+    blocks(rows, rows.div_ceil(per_chunk), cols, |start, end| {
+        // SAFETY: `w` and `b` are dense `[cols]` (the op layer checks), read-locked.
+        let wr = pw.map_or_else(
+            || ones.as_deref().unwrap_or(&[]),
+            |p| unsafe { row(p, 0, cols) },
+        );
+        // SAFETY: as above.
+        let br = pb.map(|p| unsafe { row(p, 0, cols) });
+        for r in start..end {
+            // SAFETY: `x` is dense `[rows, cols]` and read-locked; `y` is dense
+            // `[rows, cols]`, write-locked, and row `r` belongs to this block only.
+            let (xr, yr) = unsafe { (row(px, r, cols), row_mut(py, r, cols)) };
+            let (mean, rstd) = row_stats(xr, eps, rms);
+            match br {
+                Some(br) => {
+                    for (((o, &v), &g), &h) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+                        *o = T::down((v.up() - mean) * rstd * g.up() + h.up());
+                    }
+                }
+                None => {
+                    for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(wr) {
+                        *o = T::down((v.up() - mean) * rstd * g.up());
+                    }
+                }
+            }
+            // SAFETY: the statistics are dense `[rows]` of `T::C`, write-locked;
+            // element `r` belongs to this block only.
+            unsafe {
+                if let Some(p) = pr {
+                    p.get().add(r).write(rstd);
+                }
+                if let Some(p) = pm {
+                    p.get().add(r).write(mean);
+                }
+            }
+        }
+    });
+}
+
+/// Row blocks of the backward pass: a function of the shape only (so the
+/// parameter gradients do not depend on the thread count), each at least 8
+/// rows, at most 32.
+fn backward_blocks(rows: usize) -> usize {
+    (rows / 8).clamp(1, 32)
+}
+
+fn backward_typed<T: Flt>(a: &NormGrads) {
+    let cols = *a.x.layout.shape().last().unwrap_or(&1);
+    let rows = a.x.layout.numel().checked_div(cols).unwrap_or(0);
+    let zero = <T::C as Zero>::zero();
+    let (dw_on, db_on) = (a.dw.is_some(), a.db.is_some());
+    let params = dw_on || db_on;
+    let nb = backward_blocks(rows);
+    // Per block: dw partials then db partials.
+    let mut partials = if params && rows > 0 {
+        vec![zero; nb * 2 * cols]
+    } else {
+        Vec::new()
+    };
+    if rows > 0 {
+        let n = <T::C as num_traits::NumCast>::from(cols).unwrap_or_else(T::C::one);
+        let rms = a.mean.is_none();
+        let (pdy, px) = (base::<T>(a.dy), base::<T>(a.x));
+        let pw = a.w.map(base::<T>);
+        let (pm, pr) = (a.mean.map(base::<T::C>), base::<T::C>(a.rstd));
+        let pdx = a.dx.map(base::<T>);
+        let ones = pw.is_none().then(|| vec![T::down(T::C::one()); cols]);
+        let pp = SendPtr(partials.as_mut_ptr());
+        let per = rows.div_ceil(nb);
+        blocks(rows, nb, cols, |start, end| {
+            let blk = start / per.max(1);
+            // SAFETY: `w` is dense `[cols]`, read-locked.
+            let wr = pw.map_or_else(
+                || ones.as_deref().unwrap_or(&[]),
+                |p| unsafe { row(p, 0, cols) },
+            );
+            let (pdw, pdb) = if params {
+                // SAFETY: block `blk`'s `2 * cols` partials are this block's
+                // alone, inside the `nb * 2 * cols` vector.
+                let p = unsafe { row_mut(pp, blk, 2 * cols) };
+                p.split_at_mut(cols)
+            } else {
+                (&mut [][..], &mut [][..])
+            };
+            for r in start..end {
+                // SAFETY: `dy` and `x` are dense `[rows, cols]`, read-locked;
+                // `mean` and `rstd` dense `[rows]` of `T::C`, read-locked.
+                let (dyr, xr, rstd, mean) = unsafe {
+                    (
+                        row(pdy, r, cols),
+                        row(px, r, cols),
+                        pr.get().add(r).read(),
+                        pm.map_or(zero, |p| p.get().add(r).read()),
+                    )
+                };
+                let xh = |x: T::C| (x - mean) * rstd;
+                if let Some(pdx) = pdx {
+                    let (s1, s2) = backward_sums(dyr, xr, wr, mean, rstd);
+                    let (m1, m2) = (if rms { zero } else { s1 / n }, s2 / n);
+                    // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
+                    // belongs to this block only.
+                    let dxr = unsafe { row_mut(pdx, r, cols) };
+                    for (((o, &g), &x), &w) in dxr.iter_mut().zip(dyr).zip(xr).zip(wr) {
+                        *o = T::down(rstd * (g.up() * w.up() - m1 - xh(x.up()) * m2));
+                    }
+                }
+                if dw_on {
+                    for ((p, &g), &x) in pdw.iter_mut().zip(dyr).zip(xr) {
+                        *p = *p + g.up() * xh(x.up());
+                    }
+                }
+                if db_on {
+                    for (p, &g) in pdb.iter_mut().zip(dyr) {
+                        *p = *p + g.up();
+                    }
+                }
+            }
+        });
+    }
+    for (k, out) in [(0, a.dw), (1, a.db)] {
+        let Some(out) = out else { continue };
+        let po = base::<T>(out);
+        // SAFETY: the gradient is dense `[cols]`, write-locked by the caller.
+        let o = unsafe { row_mut(po, 0, cols) };
+        for (j, v) in o.iter_mut().enumerate() {
+            let mut s = zero;
+            if rows > 0 {
+                for blk in 0..nb {
+                    s = s + partials[(blk * 2 + k) * cols + j];
+                }
+            }
+            *v = T::down(s);
+        }
+    }
+}
+
+/// Fused forward of LayerNorm or RMSNorm over the last dimension of dense
+/// `x` into dense `y`: `y = (x - mean) * rstd * w + b` (RMSNorm:
+/// `y = x * rstd * w`). `stats` (`rstd`, and `mean` for LayerNorm: dense
+/// `[rows]` of the compute dtype, f32 or f64) are written when given. `w`,
+/// `b` are dense `[cols]` of `x`'s dtype (RMSNorm takes no `b`). The caller
+/// holds the locks.
+pub(crate) fn norm_forward(
+    x: &Operand,
+    w: Option<&Operand>,
+    b: Option<&Operand>,
+    y: &Operand,
+    stats: Option<(&Operand, Option<&Operand>)>,
+    eps: f64,
+    kind: NormKind,
+) {
+    with_float_dtype!(x.dtype, T => forward_typed::<T>(x, w, b, y, stats, eps, kind), _ => {
+        unreachable!("norm on {}: the op layer refuses it", x.dtype)
+    })
+}
+
+/// Fused backward of [`norm_forward`]; see [`NormGrads`]. Outputs that are
+/// `None` are not computed. The caller holds the locks.
+pub(crate) fn norm_backward(a: &NormGrads) {
+    with_float_dtype!(a.x.dtype, T => backward_typed::<T>(a), _ => {
+        unreachable!("norm backward on {}: the op layer refuses it", a.x.dtype)
+    })
+}

@@ -20,8 +20,9 @@
 //! thread count.
 
 use super::num::{FastExp, Flt};
+use super::pool::kernel_pool;
 use super::ptr;
-use super::strided::{kernel_pool, SendPtr, PAR_CHUNK};
+use super::strided::{SendPtr, PAR_CHUNK};
 use crate::backend::nn::{BadTarget, CeConfig, CeGrad, CeSums};
 use crate::backend::Operand;
 use crate::with_float_dtype;

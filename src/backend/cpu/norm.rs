@@ -21,8 +21,9 @@
 //! block order at the end.
 
 use super::num::Flt;
+use super::pool::kernel_pool;
 use super::ptr;
-use super::strided::{kernel_pool, SendPtr, PAR_CHUNK};
+use super::strided::{SendPtr, PAR_CHUNK};
 use crate::backend::nn::{NormGrads, NormKind};
 use crate::backend::Operand;
 use crate::with_float_dtype;

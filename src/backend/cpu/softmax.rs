@@ -7,14 +7,15 @@
 //! `(x - max) - ln(sum)`. Backward, per row, from the forward's output `y`:
 //! `Σ g y` (softmax) or `Σ g` (log_softmax) in 8 lanes, then
 //! `dx = y (g - Σ g y)` or `dx = g - exp(y) Σ g` in the same pass. Rows run in
-//! parallel chunks on the kernel pool ([`kernel_pool`]); a softmax along a
+//! parallel chunks on the kernel pool (`pool::kernel_pool`); a softmax along a
 //! dimension that is not the innermost does up to 256 neighbouring rows at
 //! once, so its loops read adjacent memory.
 
 use super::num::{FastExp, Flt};
+use super::pool::kernel_pool;
 use super::ptr;
 use super::reduce::inner;
-use super::strided::{kernel_pool, Plan, SendPtr, PAR_CHUNK};
+use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::Operand;
 use crate::with_float_dtype;
 use rayon::prelude::*;

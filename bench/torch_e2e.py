@@ -18,32 +18,15 @@ import json
 import math
 import statistics
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_timing import measure_budget
+
 VOCAB, D, HEADS, SEQ, BATCH, LAYERS = 65, 128, 4, 64, 16, 2
-
-
-def measure_budget(budget_s, min_reps, op):
-    op()
-    t = time.perf_counter()
-    op()
-    est = max(time.perf_counter() - t, 1e-9)
-    batch = min(max(math.ceil(1e-3 / est), 1), 10_000)
-    reps = min(max(int(budget_s / (est * batch)), min_reps), 50)
-    for _ in range(batch - 1):
-        op()
-    samples = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(batch):
-            op()
-        samples.append((time.perf_counter() - t) / batch)
-    return samples
 
 
 class Block(nn.Module):

@@ -16,7 +16,7 @@ use tensorscope::{DType, Device, Tensor};
 
 #[path = "common/timing.rs"]
 mod timing;
-use timing::{arg_after, measure, write_json, Measured, R};
+use timing::{arg_after, fmt_s, measure, write_json, Measured, R};
 
 const N16M: usize = 16 * 1024 * 1024;
 const SIDE: usize = 4096;
@@ -189,14 +189,4 @@ fn main() -> R<()> {
         )?;
     }
     Ok(())
-}
-
-fn fmt_s(s: f64) -> String {
-    if s >= 1e-3 {
-        format!("{:.3} ms", s * 1e3)
-    } else if s >= 1e-6 {
-        format!("{:.3} us", s * 1e6)
-    } else {
-        format!("{:.1} ns", s * 1e9)
-    }
 }

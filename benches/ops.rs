@@ -36,7 +36,7 @@ use tensorscope::{DType, Device, Tensor};
 
 #[path = "common/timing.rs"]
 mod timing;
-use timing::{arg_after, measure_budget, write_json, Measured, R};
+use timing::{arg_after, fmt_s, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
 const F32: DType = DType::F32;
@@ -547,14 +547,4 @@ fn main() -> R<()> {
         )?;
     }
     Ok(())
-}
-
-fn fmt_s(s: f64) -> String {
-    if s >= 1e-3 {
-        format!("{:.3} ms", s * 1e3)
-    } else if s >= 1e-6 {
-        format!("{:.3} us", s * 1e6)
-    } else {
-        format!("{:.1} ns", s * 1e9)
-    }
 }

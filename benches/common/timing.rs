@@ -128,3 +128,14 @@ pub fn write_json(
     std::fs::write(path, s)?;
     Ok(())
 }
+
+/// A duration in seconds as ms, us or ns, for the tables.
+pub fn fmt_s(s: f64) -> String {
+    if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else if s >= 1e-6 {
+        format!("{:.3} us", s * 1e6)
+    } else {
+        format!("{:.1} ns", s * 1e9)
+    }
+}

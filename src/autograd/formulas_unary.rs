@@ -11,14 +11,10 @@ use crate::tensor::Tensor;
 /// output passes its gradient on, as PyTorch's `threshold_backward` does).
 /// One fused pass on the CPU; elsewhere a composite of ops every device has.
 pub(crate) fn relu_backward(g: &Tensor, y: &Tensor) -> Result<Tensor> {
-    if y.device().is_cpu() && g.device().is_cpu() && g.shape() == y.shape() {
-        let g = g.to_dtype(y.dtype())?;
-        let out = Tensor::alloc(y.shape(), y.dtype(), y.device())?;
-        crate::backend::relu_backward(&Operand::of(&g), &Operand::of(y), &Operand::of(&out))?;
-        return Ok(out);
-    }
-    let z = g.zeros_like()?;
-    Tensor::where_cond(&y.le_scalar(0.0)?, &z, g)
+    cpu_fused(g, y, crate::backend::relu_backward, || {
+        let z = g.zeros_like()?;
+        Tensor::where_cond(&y.le_scalar(0.0)?, &z, g)
+    })
 }
 
 /// `g * which(saved)`: one fused pass on the CPU (`backend::unary_grad`),
@@ -29,6 +25,23 @@ fn fused_grad(
     saved: &Tensor,
     composite: impl FnOnce() -> Result<Tensor>,
 ) -> Result<Tensor> {
+    cpu_fused(
+        g,
+        saved,
+        |g, s, out| crate::backend::unary_grad(which, g, s, out),
+        composite,
+    )
+}
+
+/// A backward of `g` and a saved tensor through a CPU-only fused `kernel`
+/// (writing a fresh tensor of the saved one's shape and dtype) when both
+/// are float CPU tensors of one shape, else through `composite`.
+fn cpu_fused(
+    g: &Tensor,
+    saved: &Tensor,
+    kernel: impl FnOnce(&Operand, &Operand, &Operand) -> Result<()>,
+    composite: impl FnOnce() -> Result<Tensor>,
+) -> Result<Tensor> {
     if saved.device().is_cpu()
         && g.device().is_cpu()
         && g.shape() == saved.shape()
@@ -36,12 +49,7 @@ fn fused_grad(
     {
         let g = g.to_dtype(saved.dtype())?;
         let out = Tensor::alloc(saved.shape(), saved.dtype(), saved.device())?;
-        crate::backend::unary_grad(
-            which,
-            &Operand::of(&g),
-            &Operand::of(saved),
-            &Operand::of(&out),
-        )?;
+        kernel(&Operand::of(&g), &Operand::of(saved), &Operand::of(&out))?;
         return Ok(out);
     }
     composite()

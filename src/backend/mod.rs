@@ -350,15 +350,27 @@ pub(crate) fn linear(
 
 /// ReLU's backward `dst = y <= 0 ? 0 : g` (one float dtype); CPU only.
 pub(crate) fn relu_backward(g: &Operand, y: &Operand, dst: &Operand) -> Result<()> {
-    let d = device_of("relu_backward", &[g, y, dst])?;
-    let _l = lock(&[g.storage, y.storage], &[dst.storage]);
+    cpu_only_backward("relu_backward", g, y, dst, cpu::fused::relu_backward)
+}
+
+/// Runs a CPU-only fused backward kernel `f(g, saved, dst)` under the
+/// locks, or refuses another device (callers fall back to composite ops).
+fn cpu_only_backward(
+    op: &'static str,
+    g: &Operand,
+    saved: &Operand,
+    dst: &Operand,
+    f: impl FnOnce(&Operand, &Operand, &Operand),
+) -> Result<()> {
+    let d = device_of(op, &[g, saved, dst])?;
+    let _l = lock(&[g.storage, saved.storage], &[dst.storage]);
     match d {
         Device::Cpu => {
-            cpu::fused::relu_backward(g, y, dst);
+            f(g, saved, dst);
             Ok(())
         }
         device => Err(Error::DeviceUnavailable {
-            op: "relu_backward",
+            op,
             device,
             reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
         }),
@@ -394,19 +406,9 @@ pub(crate) fn unary_grad(
     saved: &Operand,
     dst: &Operand,
 ) -> Result<()> {
-    let d = device_of("unary_grad", &[g, saved, dst])?;
-    let _l = lock(&[g.storage, saved.storage], &[dst.storage]);
-    match d {
-        Device::Cpu => {
-            cpu::unary::unary_grad(which, g, saved, dst);
-            Ok(())
-        }
-        device => Err(Error::DeviceUnavailable {
-            op: "unary_grad",
-            device,
-            reason: "a CPU-only fused kernel (callers use the composite ops elsewhere)".into(),
-        }),
-    }
+    cpu_only_backward("unary_grad", g, saved, dst, |g, s, d| {
+        cpu::unary::unary_grad(which, g, s, d)
+    })
 }
 
 mod index;

@@ -58,6 +58,12 @@ impl Level {
         }
     }
 
+    /// The short name `TENSORSCOPE_SIMD` takes: the first word of
+    /// [`Level::name`].
+    pub(crate) fn short_name(self) -> &'static str {
+        self.name().split(' ').next().unwrap_or("")
+    }
+
     /// Every level this build knows, lowest first.
     pub(crate) fn all() -> &'static [Level] {
         #[cfg(target_arch = "x86_64")]
@@ -103,7 +109,7 @@ static LEVEL: LazyLock<Level> = LazyLock::new(|| {
             .iter()
             .copied()
             .filter(|l| l.is_available())
-            .find(|l| l.name().split(' ').next() == Some(want))
+            .find(|l| l.short_name() == want)
             .unwrap_or(best),
         _ => best,
     }

@@ -19,6 +19,7 @@ use super::strided::{par_runs, SendPtr};
 use super::vmath::VMath;
 use crate::backend::{Operand, UnaryGrad, UnaryOp};
 use crate::{with_float_dtype, with_numeric_dtype};
+use std::mem::MaybeUninit;
 
 /// The float kernels, over the compute type.
 pub(crate) mod float {
@@ -228,13 +229,16 @@ pub(crate) trait FloatFn2<C>: Copy + Sync {
 
 /// One block of [`map_float`]: gather `n = buf.len()` elements of the input
 /// (stride `ss`) up into `buf`, apply `f`, round down into the output
-/// (stride `sd`). `call` is inlined into each SIMD level's function.
+/// (stride `sd`). `call` is inlined into each SIMD level's function. The
+/// buffer starts uninitialised (zeroing 4 KiB per run would cost more than
+/// the work of a tiled walk's short runs); `call` writes every element
+/// before it reads it.
 struct Block1<'a, T: Flt, F> {
     src: *const T,
     ss: usize,
     dst: *mut T,
     sd: usize,
-    buf: &'a mut [T::C],
+    buf: &'a mut [MaybeUninit<T::C>],
     f: F,
 }
 
@@ -245,16 +249,18 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
         // SAFETY: the constructor (`map_float`) gives pointers whose
         // `buf.len()` elements at the strides lie inside their runs of
         // the plan (so inside the storages, which the caller has locked),
-        // and the output run is this thread's alone.
+        // and the output run is this thread's alone; `assume_init` reads
+        // only elements the first loop wrote.
         unsafe {
             for (i, v) in self.buf.iter_mut().enumerate() {
-                *v = self.src.add(i * self.ss).read().up();
+                v.write(self.src.add(i * self.ss).read().up());
             }
+            // Every element of `buf` is initialised from here on.
             for v in self.buf.iter_mut() {
-                *v = self.f.apply(*v);
+                v.write(self.f.apply(v.assume_init()));
             }
             for (i, v) in self.buf.iter().enumerate() {
-                self.dst.add(i * self.sd).write(T::down(*v));
+                self.dst.add(i * self.sd).write(T::down(v.assume_init()));
             }
         }
     }
@@ -269,7 +275,6 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
 /// As for [`map1`] with `A = O = T`.
 #[inline]
 unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl FloatFn<T::C>) {
-    use num_traits::Zero;
     let ps = SendPtr(super::ptr::<T>(src.storage));
     let pd = SendPtr(super::ptr::<T>(dst.storage));
     // SAFETY: as in `map1`: `par_runs` hands each call a disjoint run of the
@@ -278,7 +283,7 @@ unsafe fn map_float<T: Flt>(src: &Operand, dst: &Operand, f: impl FloatFn<T::C>)
     // read before the same element is written, so src == dst is fine.
     par_runs([&dst.layout, &src.layout], |o, len, st| unsafe {
         let (pd, ps) = (pd.get().add(o[0]), ps.get().add(o[1]) as *const T);
-        let mut buf = [T::C::zero(); BLOCK];
+        let mut buf = [MaybeUninit::<T::C>::uninit(); BLOCK];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(BLOCK);
@@ -303,8 +308,8 @@ struct Block2<'a, T: Flt, F> {
     sb: usize,
     dst: *mut T,
     sd: usize,
-    ba: &'a mut [T::C],
-    bb: &'a mut [T::C],
+    ba: &'a mut [MaybeUninit<T::C>],
+    bb: &'a mut [MaybeUninit<T::C>],
     f: F,
 }
 
@@ -316,14 +321,15 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
         // have the same length).
         unsafe {
             for (i, (va, vb)) in self.ba.iter_mut().zip(self.bb.iter_mut()).enumerate() {
-                *va = self.a.add(i * self.sa).read().up();
-                *vb = self.b.add(i * self.sb).read().up();
+                va.write(self.a.add(i * self.sa).read().up());
+                vb.write(self.b.add(i * self.sb).read().up());
             }
+            // Every element of both buffers is initialised from here on.
             for (va, vb) in self.ba.iter_mut().zip(self.bb.iter()) {
-                *va = self.f.apply(*va, *vb);
+                va.write(self.f.apply(va.assume_init(), vb.assume_init()));
             }
             for (i, v) in self.ba.iter().enumerate() {
-                self.dst.add(i * self.sd).write(T::down(*v));
+                self.dst.add(i * self.sd).write(T::down(v.assume_init()));
             }
         }
     }
@@ -336,7 +342,6 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
 /// As for [`map1`], all three operands of dtype `T`.
 #[inline]
 unsafe fn map2_float<T: Flt>(a: &Operand, b: &Operand, dst: &Operand, f: impl FloatFn2<T::C>) {
-    use num_traits::Zero;
     let pa = SendPtr(super::ptr::<T>(a.storage));
     let pb = SendPtr(super::ptr::<T>(b.storage));
     let pd = SendPtr(super::ptr::<T>(dst.storage));
@@ -347,8 +352,8 @@ unsafe fn map2_float<T: Flt>(a: &Operand, b: &Operand, dst: &Operand, f: impl Fl
         let pa = pa.get().add(o[1]) as *const T;
         let pb = pb.get().add(o[2]) as *const T;
         const HALF: usize = BLOCK / 2;
-        let mut ba = [T::C::zero(); HALF];
-        let mut bb = [T::C::zero(); HALF];
+        let mut ba = [MaybeUninit::<T::C>::uninit(); HALF];
+        let mut bb = [MaybeUninit::<T::C>::uninit(); HALF];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(HALF);

@@ -149,6 +149,12 @@ impl Gpu {
         }
     }
 
+    /// One block per row for `rows` rows, at most 32 per multiprocessor
+    /// (the norm kernels stride over the rest).
+    pub(crate) fn per_row(&self, rows: i64) -> LaunchConfig {
+        self.groups(rows, BLOCK as i32)
+    }
+
     /// Groups of `group` threads ([`WARP`] or [`BLOCK`]), one per item, for
     /// `items` items (reductions, softmax rows).
     pub(crate) fn groups(&self, items: i64, group: i32) -> LaunchConfig {

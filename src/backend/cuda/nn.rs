@@ -179,6 +179,18 @@ fn check_stats(op: &'static str, st: &Operand, dt: DType, rows: i64) -> Result<(
     Ok(())
 }
 
+/// Each of `ops` is dense, with `x`'s dtype and shape (`what` names them
+/// in the error).
+fn check_like(op: &'static str, x: &Operand, ops: &[&Operand], what: &str) -> Result<()> {
+    for o in ops {
+        dense(op, o)?;
+        if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
+            return Err(Error::shape(op, x.layout.shape(), o.layout.shape(), what));
+        }
+    }
+    Ok(())
+}
+
 /// A statistics operand's device pointer (0 when absent), checked.
 fn opt_stats(op: &'static str, st: Option<&Operand>, dt: DType, rows: i64) -> Result<u64> {
     match st {
@@ -205,17 +217,7 @@ pub(crate) fn layer_norm(
     const OP: &str = "layer_norm";
     let g = gpu_of(OP, x.storage.device())?;
     float(OP, x.dtype)?;
-    for o in [x, y] {
-        dense(OP, o)?;
-    }
-    if y.dtype != x.dtype || y.layout.shape() != x.layout.shape() {
-        return Err(Error::shape(
-            OP,
-            x.layout.shape(),
-            y.layout.shape(),
-            "the output must match the input",
-        ));
-    }
+    check_like(OP, x, &[x, y], "the output must match the input")?;
     let (rows, cols) = rows_cols(OP, x)?;
     let (pg, pb) = (
         check_param(OP, gamma, x.dtype, cols)?,
@@ -232,14 +234,7 @@ pub(crate) fn layer_norm(
     // SAFETY: layer_norm_fwd_<dt>(const T*, const T*, const T*, T*, A*, A*,
     // i64, i64, double) on dense buffers of the checked sizes (null gamma,
     // beta, mean and rstd allowed).
-    unsafe {
-        f.launch(
-            OP,
-            &s,
-            g.blocks((rows as u64).min(g.sm_count as u64 * 32)),
-            &args,
-        )
-    }
+    unsafe { f.launch(OP, &s, g.per_row(rows), &args) }
 }
 
 /// The backward pass of [`layer_norm`]: `dx` from `dy`, and `dgamma` and
@@ -258,16 +253,9 @@ pub(crate) fn layer_norm_backward(
     const OP: &str = "layer_norm_backward";
     let g = gpu_of(OP, x.storage.device())?;
     float(OP, x.dtype)?;
-    for o in [Some(dy), Some(x), dx].into_iter().flatten() {
-        dense(OP, o)?;
-        if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
-            return Err(Error::shape(
-                OP,
-                x.layout.shape(),
-                o.layout.shape(),
-                "dy, x and dx must match",
-            ));
-        }
+    check_like(OP, x, &[dy, x], "dy, x and dx must match")?;
+    if let Some(dx) = dx {
+        check_like(OP, x, &[dx], "dy, x and dx must match")?;
     }
     let (rows, cols) = rows_cols(OP, x)?;
     let pg = check_param(OP, gamma, x.dtype, cols)?;
@@ -285,7 +273,7 @@ pub(crate) fn layer_norm_backward(
     if let Some(dx) = dx {
         let f = g.kernel(OP, &kernels::layer_norm_bwd(x.dtype))?;
         let args = (pdy, px, pg, pm, pr, dptr(dx), rows, cols);
-        let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+        let cfg = g.per_row(rows);
         // SAFETY: layer_norm_bwd_<dt>(const T*, const T*, const T*, const A*,
         // const A*, T*, i64, i64) on dense buffers of the checked sizes.
         unsafe { f.launch(OP, &s, cfg, &args)? };
@@ -313,17 +301,7 @@ pub(crate) fn rms_norm(
     const OP: &str = "rms_norm";
     let g = gpu_of(OP, x.storage.device())?;
     float(OP, x.dtype)?;
-    for o in [x, y] {
-        dense(OP, o)?;
-    }
-    if y.dtype != x.dtype || y.layout.shape() != x.layout.shape() {
-        return Err(Error::shape(
-            OP,
-            x.layout.shape(),
-            y.layout.shape(),
-            "the output must match the input",
-        ));
-    }
+    check_like(OP, x, &[x, y], "the output must match the input")?;
     let (rows, cols) = rows_cols(OP, x)?;
     let pg = check_param(OP, gamma, x.dtype, cols)?;
     let pr = opt_stats(OP, rstd, x.dtype, rows)?;
@@ -332,7 +310,7 @@ pub(crate) fn rms_norm(
     }
     let (s, f) = prepare(g, OP, &kernels::rms_norm_fwd(x.dtype))?;
     let args = (dptr(x), pg, dptr(y), pr, rows, cols, eps);
-    let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+    let cfg = g.per_row(rows);
     // SAFETY: rms_norm_fwd_<dt>(const T*, const T*, T*, A*, i64, i64, double)
     // on dense buffers of the checked sizes (null gamma and rstd allowed).
     unsafe { f.launch(OP, &s, cfg, &args) }
@@ -352,16 +330,9 @@ pub(crate) fn rms_norm_backward(
     const OP: &str = "rms_norm_backward";
     let g = gpu_of(OP, x.storage.device())?;
     float(OP, x.dtype)?;
-    for o in [Some(dy), Some(x), dx].into_iter().flatten() {
-        dense(OP, o)?;
-        if o.dtype != x.dtype || o.layout.shape() != x.layout.shape() {
-            return Err(Error::shape(
-                OP,
-                x.layout.shape(),
-                o.layout.shape(),
-                "dy, x and dx must match",
-            ));
-        }
+    check_like(OP, x, &[dy, x], "dy, x and dx must match")?;
+    if let Some(dx) = dx {
+        check_like(OP, x, &[dx], "dy, x and dx must match")?;
     }
     let (rows, cols) = rows_cols(OP, x)?;
     let pg = check_param(OP, gamma, x.dtype, cols)?;
@@ -375,7 +346,7 @@ pub(crate) fn rms_norm_backward(
     if let Some(dx) = dx {
         let f = g.kernel(OP, &kernels::rms_norm_bwd(x.dtype))?;
         let args = (pdy, px, pg, pr, dptr(dx), rows, cols);
-        let cfg = g.blocks((rows as u64).min(g.sm_count as u64 * 32));
+        let cfg = g.per_row(rows);
         // SAFETY: rms_norm_bwd_<dt>(const T*, const T*, const T*, const A*, T*,
         // i64, i64) on dense buffers of the checked sizes (null gamma allowed).
         unsafe { f.launch(OP, &s, cfg, &args)? };

@@ -9,22 +9,11 @@
 
 #![allow(clippy::excessive_precision)]
 
-use super::{derived_kernels, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
+use super::{derived_kernels, horner, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
 
 /// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^9.
 const LN2_HI: f32 = 0.693_145_751_953_125;
 const LN2_LO: f32 = 1.428_606_765_330_187_045e-6;
-
-#[inline(always)]
-fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
-    let mut y = c[N - 1];
-    let mut i = N - 1;
-    while i > 0 {
-        i -= 1;
-        y = y * x + c[i];
-    }
-    y
-}
 
 /// `a * b` as `hi + lo` exactly (Dekker's product, no FMA needed); `lo` is
 /// meaningful for `|a|, |b| < 2^100`.

@@ -4,20 +4,11 @@
 
 #![allow(clippy::excessive_precision)]
 
+use super::horner;
+
 /// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^11 (fdlibm's).
 const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-01;
 const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-
-#[inline(always)]
-fn horner<const N: usize>(c: &[f64; N], x: f64) -> f64 {
-    let mut y = c[N - 1];
-    let mut i = N - 1;
-    while i > 0 {
-        i -= 1;
-        y = y * x + c[i];
-    }
-    y
-}
 
 /// `e^x`: `x = n ln 2 + r` with `|r| <= ln2 / 2` (Cody-Waite), the Taylor
 /// series of `e^r` to degree 13 (truncation below 2^-60), and `2^n` applied

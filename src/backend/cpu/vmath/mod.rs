@@ -48,6 +48,21 @@ pub(crate) mod float64;
 #[cfg(test)]
 mod tests;
 
+/// `c[0] + x (c[1] + x (c[2] + ...))`.
+#[inline(always)]
+pub(crate) fn horner<T, const N: usize>(c: &[T; N], x: T) -> T
+where
+    T: Copy + std::ops::Mul<Output = T> + std::ops::Add<Output = T>,
+{
+    let mut y = c[N - 1];
+    let mut i = N - 1;
+    while i > 0 {
+        i -= 1;
+        y = y * x + c[i];
+    }
+    y
+}
+
 /// `erf(t) / t` on `[0, 1]` as a polynomial in `t^2` (1.2e-9 relative).
 #[allow(clippy::excessive_precision)]
 pub(crate) const ERF_SMALL_F32: [f32; 7] = [

@@ -72,31 +72,60 @@ fn sweep64() -> Vec<f64> {
     v
 }
 
-/// Distance of `got` from the exact `want`, in ulps of `want` rounded to
-/// f32 (the spacing at a subnormal is the smallest subnormal). NaN matches
-/// NaN only; an infinity matches only itself.
-fn ulps32(got: f32, want: f64) -> f64 {
-    if want.is_nan() || got.is_nan() {
-        return if want.is_nan() && got.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    let w = want as f32;
-    if w.is_infinite() || got.is_infinite() {
-        return if got == w { 0.0 } else { f64::INFINITY };
-    }
-    let a = w.abs();
-    let spacing = if a == f32::MAX {
-        (a - f32::from_bits(a.to_bits() - 1)) as f64
-    } else {
-        (f32::from_bits(a.to_bits() + 1) - a) as f64
-    };
-    (got as f64 - want).abs() / spacing
+/// A float type under test: its distance measure and tolerances.
+trait Probe: Copy + Default + std::fmt::LowerExp {
+    /// "f32" or "f64", for messages.
+    const LABEL: &'static str;
+    /// The absolute tolerance of derivatives (see [`DERIV_ABS_EPS`]).
+    const EPS: f64;
+    /// The relative step of [`kappa`]'s central difference.
+    const KAPPA_H: f64;
+    fn wide(self) -> f64;
+    /// `want` rounded to this type, and the spacing of this type at it
+    /// (at a subnormal, the smallest subnormal).
+    fn round_and_spacing(want: f64) -> (f64, f64);
 }
 
-fn ulps64(got: f64, want: f64) -> f64 {
+impl Probe for f32 {
+    const LABEL: &'static str = "f32";
+    const EPS: f64 = f32::EPSILON as f64;
+    const KAPPA_H: f64 = 1e-6;
+    fn wide(self) -> f64 {
+        self as f64
+    }
+    fn round_and_spacing(want: f64) -> (f64, f64) {
+        let a = (want as f32).abs();
+        let next = if a == f32::MAX {
+            a - f32::from_bits(a.to_bits() - 1)
+        } else {
+            f32::from_bits(a.to_bits() + 1) - a
+        };
+        (want as f32 as f64, next as f64)
+    }
+}
+
+impl Probe for f64 {
+    const LABEL: &'static str = "f64";
+    const EPS: f64 = f64::EPSILON;
+    const KAPPA_H: f64 = 1e-7;
+    fn wide(self) -> f64 {
+        self
+    }
+    fn round_and_spacing(want: f64) -> (f64, f64) {
+        let a = want.abs();
+        let next = if a == f64::MAX {
+            a - f64::from_bits(a.to_bits() - 1)
+        } else {
+            f64::from_bits(a.to_bits() + 1) - a
+        };
+        (want, next)
+    }
+}
+
+/// Distance of `got` from the exact `want`, in ulps of `want` rounded to
+/// `T`. NaN matches NaN only; an infinity matches only itself.
+fn ulps<T: Probe>(got: T, want: f64) -> f64 {
+    let got = got.wide();
     if want.is_nan() || got.is_nan() {
         return if want.is_nan() && got.is_nan() {
             0.0
@@ -104,15 +133,10 @@ fn ulps64(got: f64, want: f64) -> f64 {
             f64::INFINITY
         };
     }
-    if want.is_infinite() || got.is_infinite() {
-        return if got == want { 0.0 } else { f64::INFINITY };
+    let (rounded, spacing) = T::round_and_spacing(want);
+    if rounded.is_infinite() || got.is_infinite() {
+        return if got == rounded { 0.0 } else { f64::INFINITY };
     }
-    let a = want.abs();
-    let spacing = if a == f64::MAX {
-        a - f64::from_bits(a.to_bits() - 1)
-    } else {
-        f64::from_bits(a.to_bits() + 1) - a
-    };
     (got - want).abs() / spacing
 }
 
@@ -124,16 +148,14 @@ fn ulps64(got: f64, want: f64) -> f64 {
 /// `sqrt(2/pi)(x + 0.044715 x^3)`) is itself rounded before the outer
 /// function amplifies that rounding: no implementation in the same
 /// precision avoids it.
-type Case32 = (&'static str, fn(f32) -> f32, fn(f64) -> f64, f64, f64);
-type Case64 = (&'static str, fn(f64) -> f64, fn(f64) -> f64, f64, f64);
+type Case<T> = (&'static str, fn(T) -> T, fn(f64) -> f64, f64, f64);
 
 /// Derivatives (names ending in `'`) are sums of O(1) terms that cancel
 /// near the roots of the derivative (gelu' at -0.75) and where a factor
 /// saturates (silu' far right): there they are held to an absolute 16 eps
 /// instead of ulps of the (small) result, as `torch.autograd.gradcheck`
 /// holds gradients to an absolute tolerance.
-const DERIV_ABS_32: f64 = 16.0 * f32::EPSILON as f64;
-const DERIV_ABS_64: f64 = 16.0 * f64::EPSILON;
+const DERIV_ABS_EPS: f64 = 16.0;
 
 /// `|x f'(x) / f(x)|` by a central difference of the reference.
 fn kappa(r: fn(f64) -> f64, x: f64, h: f64) -> f64 {
@@ -197,7 +219,7 @@ fn erf_grad_ref(x: f64) -> f64 {
     std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp()
 }
 
-fn cases32() -> Vec<Case32> {
+fn cases32() -> Vec<Case<f32>> {
     vec![
         ("exp", k32::exp, f64::exp, 1.0, 0.0),
         ("log", k32::log, f64::ln, 1.0, 0.0),
@@ -225,7 +247,7 @@ fn cases32() -> Vec<Case32> {
     ]
 }
 
-fn cases64() -> Vec<Case64> {
+fn cases64() -> Vec<Case<f64>> {
     vec![
         ("exp", k64::exp, f64::exp, 1.0, 0.0),
         ("log", k64::log, f64::ln, 1.0, 0.0),
@@ -253,21 +275,21 @@ fn cases64() -> Vec<Case64> {
 
 /// The worst case of one kernel at one level: (ulps, the input, the
 /// ratio of the error to its bound), maximised over the ratio.
-fn worst32(level: Level, case: &Case32, xs: &[f32]) -> (f64, f32, f64) {
-    let &(name, f, r, ulps, cond) = case;
+fn worst<T: Probe>(level: Level, case: &Case<T>, xs: &[T]) -> (f64, T, f64) {
+    let &(name, f, r, ulps_bound, cond) = case;
     let mut out = xs.to_vec();
     assert!(run_at(level, MapSlice(&mut out, f)).is_ok(), "level");
-    let mut worst = (0.0f64, 0.0f32, 0.0f64);
+    let mut worst = (0.0f64, T::default(), 0.0f64);
     for (&x, &y) in xs.iter().zip(&out) {
-        let want = r(x as f64);
-        let u = if name.ends_with('\'') && (y as f64 - want).abs() <= DERIV_ABS_32 {
+        let want = r(x.wide());
+        let u = if name.ends_with('\'') && (y.wide() - want).abs() <= DERIV_ABS_EPS * T::EPS {
             0.0
         } else {
-            ulps32(y, want)
+            ulps(y, want)
         };
-        let bound = ulps
+        let bound = ulps_bound
             + if cond > 0.0 {
-                cond * kappa(r, x as f64, 1e-6)
+                cond * kappa(r, x.wide(), T::KAPPA_H)
             } else {
                 0.0
             };
@@ -279,86 +301,37 @@ fn worst32(level: Level, case: &Case32, xs: &[f32]) -> (f64, f32, f64) {
     worst
 }
 
-fn worst64(level: Level, case: &Case64, xs: &[f64]) -> (f64, f64, f64) {
-    let &(name, f, r, ulps, cond) = case;
-    let mut out = xs.to_vec();
-    assert!(run_at(level, MapSlice(&mut out, f)).is_ok(), "level");
-    let mut worst = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in xs.iter().zip(&out) {
-        let want = r(x);
-        let u = if name.ends_with('\'') && (y - want).abs() <= DERIV_ABS_64 {
-            0.0
-        } else {
-            ulps64(y, want)
-        };
-        let bound = ulps
-            + if cond > 0.0 {
-                cond * kappa(r, x, 1e-7)
-            } else {
-                0.0
-            };
-        let ratio = u / bound;
-        if ratio > worst.2 || u.is_nan() {
-            worst = (u, x, ratio);
+/// Every case at every level this CPU has; a skip line for the others.
+fn check_every_level<T: Probe>(xs: &[T], cases: &[Case<T>]) {
+    let mut bad = Vec::new();
+    for &level in Level::all() {
+        if !level.is_available() {
+            println!("skip: this CPU has no {}", level.name());
+            continue;
+        }
+        for case in cases {
+            let (u, x, ratio) = worst(level, case, xs);
+            let (t, name, at) = (T::LABEL, case.0, level.name());
+            println!(
+                "{t} {name:>10} at {at}: worst {u:.3} ulp at x = {x:e}, {:.0}% of its bound",
+                ratio * 100.0
+            );
+            if ratio > 1.0 {
+                bad.push(format!("{t} {name} at {at}: {u} ulp at x = {x:e}"));
+            }
         }
     }
-    worst
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
 fn f32_kernels_are_within_their_ulp_bounds_at_every_level() {
-    let xs = sweep32();
-    let mut bad = Vec::new();
-    for &level in Level::all() {
-        if !level.is_available() {
-            println!("skip: this CPU has no {}", level.name());
-            continue;
-        }
-        for case in cases32() {
-            let (u, x, ratio) = worst32(level, &case, &xs);
-            let name = case.0;
-            println!(
-                "f32 {name:>10} at {}: worst {u:.3} ulp at x = {x:e}, {:.0}% of its bound",
-                level.name(),
-                ratio * 100.0
-            );
-            if ratio > 1.0 {
-                bad.push(format!(
-                    "f32 {name} at {}: {u} ulp at x = {x:e}",
-                    level.name()
-                ));
-            }
-        }
-    }
-    assert!(bad.is_empty(), "{bad:#?}");
+    check_every_level(&sweep32(), &cases32());
 }
 
 #[test]
 fn f64_kernels_are_within_their_ulp_bounds_at_every_level() {
-    let xs = sweep64();
-    let mut bad = Vec::new();
-    for &level in Level::all() {
-        if !level.is_available() {
-            println!("skip: this CPU has no {}", level.name());
-            continue;
-        }
-        for case in cases64() {
-            let (u, x, ratio) = worst64(level, &case, &xs);
-            let name = case.0;
-            println!(
-                "f64 {name:>10} at {}: worst {u:.3} ulp at x = {x:e}, {:.0}% of its bound",
-                level.name(),
-                ratio * 100.0
-            );
-            if ratio > 1.0 {
-                bad.push(format!(
-                    "f64 {name} at {}: {u} ulp at x = {x:e}",
-                    level.name()
-                ));
-            }
-        }
-    }
-    assert!(bad.is_empty(), "{bad:#?}");
+    check_every_level(&sweep64(), &cases64());
 }
 
 #[test]

@@ -21,6 +21,7 @@
 
 use super::num::{FastExp, Flt};
 use super::ptr;
+use super::simd;
 use super::strided::{kernel_pool, SendPtr, PAR_CHUNK};
 use crate::backend::nn::{BadTarget, CeConfig, CeGrad, CeSums};
 use crate::backend::Operand;
@@ -198,54 +199,22 @@ where
     let smooth = cfg.label_smoothing > 0.0;
     let ec = eps / <T::C as NumCast>::from(cols).unwrap_or(one);
     let big_w = weight_sum(w, cols);
-    let zero = <T::C as Zero>::zero();
     let parts = per_block(rows, cols, |start, end| -> Result<CeSums, BadTarget> {
-        let mut acc = CeSums::default();
-        for r in start..end {
-            // SAFETY: the targets are dense `[rows]` i64, read-locked.
-            let t = unsafe { pt.get().add(r).read() };
-            let ignored = cfg.ignore_index == Some(t);
-            if !ignored && !(0..cols as i64).contains(&t) {
-                return Err(BadTarget(t));
-            }
-            let loss = if ignored || cols == 0 {
-                <T::C as Zero>::zero()
-            } else {
-                // SAFETY: the logits are dense `[rows, cols]`, read-locked.
-                let xr = unsafe { row(px, r, cols) };
-                let m = row_max(xr);
-                let s = exp_sum(xr, m);
-                let a = if smooth { dist_sum(xr, w, m) } else { zero };
-                let ls = s.ln();
-                if let Some(p) = pse {
-                    // SAFETY: `lse` is dense `[rows]` of `T::C`, write-locked;
-                    // element `r` belongs to this block only.
-                    unsafe { p.get().add(r).write(m + ls) };
-                }
-                let t = t as usize;
-                let wt = w.map_or(one, |w| w[t].up());
-                acc.weight += wt.wide();
-                let nll = (m - xr[t].up()) + ls;
-                if smooth {
-                    (one - eps) * wt * nll + ec * (a + big_w * ls)
-                } else {
-                    wt * nll
-                }
-            };
-            if ignored {
-                if let Some(p) = pse {
-                    // SAFETY: as above.
-                    unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
-                }
-            }
-            if let Some(p) = pl {
-                // SAFETY: the per-row losses are dense `[rows]`, write-locked;
-                // element `r` belongs to this block only.
-                unsafe { p.get().add(r).write(T::down(loss)) };
-            }
-            acc.loss += loss.wide();
-        }
-        Ok(acc)
+        // The rows' loops compiled for this CPU's SIMD level.
+        simd::run(ForwardRows::<T> {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            per_row: pl,
+            rows: start..end,
+            cols,
+            ignore: cfg.ignore_index,
+            smooth,
+            eps,
+            ec,
+            big_w,
+        })
     });
     let mut sums = CeSums::default();
     for p in parts {
@@ -296,7 +265,163 @@ fn backward_typed<T: Flt>(
     let ec = eps / <T::C as NumCast>::from(cols).unwrap_or(one);
     let big_w = weight_sum(w, cols);
     per_block(rows, cols, |start, end| {
-        for r in start..end {
+        // The rows' loops compiled for this CPU's SIMD level.
+        simd::run(BackwardRows::<T> {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            k: gs,
+            per_row_grad: gp,
+            dx: pd,
+            rows: start..end,
+            cols,
+            ignore: cfg.ignore_index,
+            eps,
+            ec,
+            big_w,
+        });
+    });
+}
+
+/// The forward pass over a block of rows: a unit for [`simd::run`], whose
+/// `#[inline(always)]` `call` is compiled for the CPU's SIMD level (a
+/// closure this large would stay a baseline function). Built only by
+/// `forward_typed`, from dense operands whose locks the caller holds, each
+/// block with its own rows.
+struct ForwardRows<'a, T: Flt> {
+    x: SendPtr<T>,
+    t: SendPtr<i64>,
+    w: Option<&'a [T]>,
+    lse: Option<SendPtr<T::C>>,
+    per_row: Option<SendPtr<T>>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    ignore: Option<i64>,
+    smooth: bool,
+    eps: T::C,
+    ec: T::C,
+    big_w: T::C,
+}
+
+impl<T: Flt> pulp::NullaryFnOnce for ForwardRows<'_, T>
+where
+    T::C: FastExp,
+{
+    type Output = Result<CeSums, BadTarget>;
+
+    #[inline(always)]
+    fn call(self) -> Result<CeSums, BadTarget> {
+        let ForwardRows {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            per_row: pl,
+            rows,
+            cols,
+            ignore,
+            smooth,
+            eps,
+            ec,
+            big_w,
+        } = self;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+        let mut acc = CeSums::default();
+
+        for r in rows {
+            // SAFETY: the targets are dense `[rows]` i64, read-locked.
+            let t = unsafe { pt.get().add(r).read() };
+            let ignored = ignore == Some(t);
+            if !ignored && !(0..cols as i64).contains(&t) {
+                return Err(BadTarget(t));
+            }
+            let loss = if ignored || cols == 0 {
+                <T::C as Zero>::zero()
+            } else {
+                // SAFETY: the logits are dense `[rows, cols]`, read-locked.
+                let xr = unsafe { row(px, r, cols) };
+                let m = row_max(xr);
+                let s = exp_sum(xr, m);
+                let a = if smooth { dist_sum(xr, w, m) } else { zero };
+                let ls = s.ln();
+                if let Some(p) = pse {
+                    // SAFETY: `lse` is dense `[rows]` of `T::C`, write-locked;
+                    // element `r` belongs to this block only.
+                    unsafe { p.get().add(r).write(m + ls) };
+                }
+                let t = t as usize;
+                let wt = w.map_or(one, |w| w[t].up());
+                acc.weight += wt.wide();
+                let nll = (m - xr[t].up()) + ls;
+                if smooth {
+                    (one - eps) * wt * nll + ec * (a + big_w * ls)
+                } else {
+                    wt * nll
+                }
+            };
+            if ignored {
+                if let Some(p) = pse {
+                    // SAFETY: as above.
+                    unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
+                }
+            }
+            if let Some(p) = pl {
+                // SAFETY: the per-row losses are dense `[rows]`, write-locked;
+                // element `r` belongs to this block only.
+                unsafe { p.get().add(r).write(T::down(loss)) };
+            }
+            acc.loss += loss.wide();
+        }
+        Ok(acc)
+    }
+}
+
+/// The backward pass over a block of rows, as [`ForwardRows`] (built only
+/// by `backward_typed`): the incoming gradient is `k` for every row, or
+/// read per row.
+struct BackwardRows<'a, T: Flt> {
+    x: SendPtr<T>,
+    t: SendPtr<i64>,
+    w: Option<&'a [T]>,
+    lse: SendPtr<T::C>,
+    k: Option<T::C>,
+    per_row_grad: Option<SendPtr<T>>,
+    dx: SendPtr<T>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    ignore: Option<i64>,
+    eps: T::C,
+    ec: T::C,
+    big_w: T::C,
+}
+
+impl<T: Flt> pulp::NullaryFnOnce for BackwardRows<'_, T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let BackwardRows {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            k: gs,
+            per_row_grad: gp,
+            dx: pd,
+            rows,
+            cols,
+            ignore,
+            eps,
+            ec,
+            big_w,
+        } = self;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+
+        for r in rows {
             // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
             // belongs to this block only.
             let dr = unsafe { std::slice::from_raw_parts_mut(pd.get().add(r * cols), cols) };
@@ -306,7 +431,7 @@ fn backward_typed<T: Flt>(
             // SAFETY: the per-row gradient is dense `[rows]`, read-locked.
             let k =
                 gs.unwrap_or_else(|| gp.map_or(zero, |p| unsafe { p.get().add(r).read() }.up()));
-            if cfg.ignore_index == Some(t) || !(0..cols as i64).contains(&t) {
+            if ignore == Some(t) || !(0..cols as i64).contains(&t) {
                 dr.fill(T::down(zero));
                 continue;
             }
@@ -335,7 +460,7 @@ fn backward_typed<T: Flt>(
             let p = (xr[t].up() - l).fexp();
             dr[t] = T::down(a * p - k * wt * (ec + (one - eps)));
         }
-    });
+    }
 }
 
 /// Fused cross-entropy forward over dense logits `x [rows, C]` and dense i64

@@ -111,18 +111,27 @@ pub(crate) fn level() -> Level {
 }
 
 /// Runs `f` compiled for this CPU's best level (see the module docs).
+///
+/// `f` is a closure, or a type implementing [`pulp::NullaryFnOnce`] whose
+/// `call` is `#[inline(always)]`: a closure's body is inlined into the
+/// level's `#[target_feature]` function only when LLVM finds it small
+/// enough, and a large one (a whole row kernel) stays a baseline function;
+/// the trait's `#[inline(always)]` `call` always is inlined.
 #[inline(always)]
-pub(crate) fn run<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn run<F: pulp::NullaryFnOnce>(f: F) -> F::Output {
     // `run_at` refuses only a level the CPU lacks; `LEVEL` is one it has.
     match run_at(level(), f) {
         Ok(r) => r,
-        Err(f) => f(),
+        Err(f) => f.call(),
     }
 }
 
 /// Runs `f` compiled for `level`, or gives `f` back when this CPU lacks it.
 #[inline(always)]
-pub(crate) fn run_at<R, F: FnOnce() -> R>(level: Level, f: F) -> std::result::Result<R, F> {
+pub(crate) fn run_at<F: pulp::NullaryFnOnce>(
+    level: Level,
+    f: F,
+) -> std::result::Result<F::Output, F> {
     use pulp::Simd;
     match level {
         Level::Scalar => Ok(pulp::Scalar::new().vectorize(f)),

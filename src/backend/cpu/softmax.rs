@@ -14,6 +14,7 @@
 use super::num::{FastExp, Flt};
 use super::ptr;
 use super::reduce::inner;
+use super::simd;
 use super::strided::{kernel_pool, Plan, SendPtr, PAR_CHUNK};
 use crate::backend::Operand;
 use crate::with_float_dtype;
@@ -285,43 +286,19 @@ where
     );
     let body = |start: usize, end: usize| {
         plan.runs(start, end, &mut |o, len, s| {
-            if blocks && s[1] < xs && len > 1 {
-                let mut r = 0;
-                while r < len {
-                    let b = ROW_LANES.min(len - r);
-                    // SAFETY: the plan's offsets `o` and strides `s` stay inside the layouts,
-                    // which fit their storages; the `b` rows of each block are disjoint from
-                    // other blocks' rows; the caller holds the locks.
-                    unsafe {
-                        softmax_rows::<T>(
-                            px.get().add(o[1] + r * s[1]),
-                            xs,
-                            s[1],
-                            py.get().add(o[0] + r * s[0]),
-                            ys,
-                            s[0],
-                            n,
-                            b,
-                            log,
-                        )
-                    }
-                    r += b;
-                }
-            } else {
-                for r in 0..len {
-                    // SAFETY: as above, one row at a time.
-                    unsafe {
-                        softmax_row::<T>(
-                            px.get().add(o[1] + r * s[1]),
-                            xs,
-                            py.get().add(o[0] + r * s[0]),
-                            ys,
-                            n,
-                            log,
-                        )
-                    }
-                }
-            }
+            // Compiled for this CPU's SIMD level.
+            simd::run(ForwardRun::<T> {
+                px,
+                py,
+                o,
+                s,
+                len,
+                xs,
+                ys,
+                n,
+                blocks,
+                log,
+            })
         })
     };
     par_rows(rows, n, blocks, body);
@@ -494,45 +471,180 @@ where
     );
     let body = |start: usize, end: usize| {
         plan.runs(start, end, &mut |o, len, s| {
-            if blocks && s[1] < ys && len > 1 {
-                let mut r = 0;
-                while r < len {
-                    let b = ROW_LANES.min(len - r);
-                    // SAFETY: the plan's offsets and strides stay inside the layouts,
-                    // which fit their storages; the blocks' output rows are disjoint;
-                    // the caller holds the locks.
-                    unsafe {
-                        backward_rows::<T>(
-                            (pg.get().add(o[2] + r * s[2]), gs, s[2]),
-                            (py.get().add(o[1] + r * s[1]), ys, s[1]),
-                            (pd.get().add(o[0] + r * s[0]), ds, s[0]),
-                            n,
-                            b,
-                            log,
-                        )
-                    }
-                    r += b;
-                }
-            } else {
-                for r in 0..len {
-                    // SAFETY: as above, one row at a time.
-                    unsafe {
-                        backward_row::<T>(
-                            pg.get().add(o[2] + r * s[2]),
-                            gs,
-                            py.get().add(o[1] + r * s[1]),
-                            ys,
-                            pd.get().add(o[0] + r * s[0]),
-                            ds,
-                            n,
-                            log,
-                        )
-                    }
-                }
-            }
+            // Compiled for this CPU's SIMD level.
+            simd::run(BackwardRun::<T> {
+                pg,
+                py,
+                pd,
+                o,
+                s,
+                len,
+                gs,
+                ys,
+                ds,
+                n,
+                blocks,
+                log,
+            })
         })
     };
     par_rows(rows, n, blocks, body);
+}
+
+/// One run of the plan (`len` rows at offsets `o`, row strides `s`) of the
+/// softmax forward: a unit for [`simd::run`], whose `#[inline(always)]`
+/// `call` is compiled for the CPU's SIMD level (a closure this large would
+/// stay a baseline function). Built only by `softmax_typed`, from a plan
+/// inside the operands' layouts, with the caller's locks held.
+struct ForwardRun<T> {
+    px: SendPtr<T>,
+    py: SendPtr<T>,
+    o: [usize; 2],
+    s: [usize; 2],
+    len: usize,
+    xs: usize,
+    ys: usize,
+    n: usize,
+    blocks: bool,
+    log: bool,
+}
+
+impl<T: Flt> pulp::NullaryFnOnce for ForwardRun<T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let ForwardRun {
+            px,
+            py,
+            o,
+            s,
+            len,
+            xs,
+            ys,
+            n,
+            blocks,
+            log,
+        } = self;
+        if blocks && s[1] < xs && len > 1 {
+            let mut r = 0;
+            while r < len {
+                let b = ROW_LANES.min(len - r);
+                // SAFETY: the plan's offsets `o` and strides `s` stay inside the layouts,
+                // which fit their storages; the `b` rows of each block are disjoint from
+                // other blocks' rows; the caller holds the locks.
+                unsafe {
+                    softmax_rows::<T>(
+                        px.get().add(o[1] + r * s[1]),
+                        xs,
+                        s[1],
+                        py.get().add(o[0] + r * s[0]),
+                        ys,
+                        s[0],
+                        n,
+                        b,
+                        log,
+                    )
+                }
+                r += b;
+            }
+        } else {
+            for r in 0..len {
+                // SAFETY: as above, one row at a time.
+                unsafe {
+                    softmax_row::<T>(
+                        px.get().add(o[1] + r * s[1]),
+                        xs,
+                        py.get().add(o[0] + r * s[0]),
+                        ys,
+                        n,
+                        log,
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// One run of the plan of the softmax backward, as [`ForwardRun`] (built
+/// only by `backward_typed`).
+struct BackwardRun<T> {
+    pg: SendPtr<T>,
+    py: SendPtr<T>,
+    pd: SendPtr<T>,
+    o: [usize; 3],
+    s: [usize; 3],
+    len: usize,
+    gs: usize,
+    ys: usize,
+    ds: usize,
+    n: usize,
+    blocks: bool,
+    log: bool,
+}
+
+impl<T: Flt> pulp::NullaryFnOnce for BackwardRun<T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let BackwardRun {
+            pg,
+            py,
+            pd,
+            o,
+            s,
+            len,
+            gs,
+            ys,
+            ds,
+            n,
+            blocks,
+            log,
+        } = self;
+        if blocks && s[1] < ys && len > 1 {
+            let mut r = 0;
+            while r < len {
+                let b = ROW_LANES.min(len - r);
+                // SAFETY: the plan's offsets and strides stay inside the layouts,
+                // which fit their storages; the blocks' output rows are disjoint;
+                // the caller holds the locks.
+                unsafe {
+                    backward_rows::<T>(
+                        (pg.get().add(o[2] + r * s[2]), gs, s[2]),
+                        (py.get().add(o[1] + r * s[1]), ys, s[1]),
+                        (pd.get().add(o[0] + r * s[0]), ds, s[0]),
+                        n,
+                        b,
+                        log,
+                    )
+                }
+                r += b;
+            }
+        } else {
+            for r in 0..len {
+                // SAFETY: as above, one row at a time.
+                unsafe {
+                    backward_row::<T>(
+                        pg.get().add(o[2] + r * s[2]),
+                        gs,
+                        py.get().add(o[1] + r * s[1]),
+                        ys,
+                        pd.get().add(o[0] + r * s[0]),
+                        ds,
+                        n,
+                        log,
+                    )
+                }
+            }
+        }
+    }
 }
 
 /// Runs `body(start, end)` over `rows` rows of `n` elements, in parallel

@@ -20,8 +20,9 @@
 //! thread count.
 
 use super::num::{FastExp, Flt};
-use super::pool::kernel_pool;
+use super::pool::par_map;
 use super::ptr;
+use super::simd;
 use super::strided::{SendPtr, PAR_CHUNK};
 use crate::backend::nn::{BadTarget, CeConfig, CeGrad, CeSums};
 use crate::backend::Operand;
@@ -54,14 +55,24 @@ fn max_nan<C: Float>(m: C, v: C) -> C {
     }
 }
 
-/// The maximum of a row (NaN if any element is), in 8 lanes.
+/// The maximum of a row (NaN if any element is), in 16 lanes: a plain
+/// maximum and a NaN flag per lane (which vectorise, unlike a NaN-sticky
+/// maximum).
 #[inline(always)]
 fn row_max<T: Flt>(x: &[T]) -> T::C {
-    let mut ml = [<T::C as Float>::neg_infinity(); 8];
-    let mut it = x.chunks_exact(8);
+    const L: usize = 16;
+    let mut ml = [<T::C as Float>::neg_infinity(); L];
+    let mut nan = [false; L];
+    let mut it = x.chunks_exact(L);
     for c in &mut it {
-        for (m, &v) in ml.iter_mut().zip(c) {
-            *m = max_nan(*m, v.up());
+        // Chunks of `L` (never taken `else`): a fixed-size array.
+        let Ok(c) = <&[T; L]>::try_from(c) else {
+            continue;
+        };
+        for j in 0..L {
+            let v = c[j].up();
+            ml[j] = if v > ml[j] { v } else { ml[j] };
+            nan[j] |= v.is_nan();
         }
     }
     let mut m = ml
@@ -70,7 +81,11 @@ fn row_max<T: Flt>(x: &[T]) -> T::C {
     for &v in it.remainder() {
         m = max_nan(m, v.up());
     }
-    m
+    if nan.iter().any(|&n| n) {
+        <T::C as Float>::nan()
+    } else {
+        m
+    }
 }
 
 /// The 8 lanes added pairwise.
@@ -151,17 +166,10 @@ fn per_block<R: Send>(rows: usize, cols: usize, f: impl Fn(usize, usize) -> R + 
     let per = rows_per_block(cols);
     let nb = rows.div_ceil(per);
     let run = |b: usize| f(b * per, ((b + 1) * per).min(rows));
-    let pool = if nb < 2 || rows * cols < 2 * PAR_CHUNK {
-        None
+    if nb < 2 || rows * cols < 2 * PAR_CHUNK {
+        (0..nb).map(run).collect()
     } else {
-        kernel_pool()
-    };
-    match pool {
-        None => (0..nb).map(run).collect(),
-        Some(p) => {
-            use rayon::prelude::*;
-            p.install(|| (0..nb).into_par_iter().map(run).collect())
-        }
+        par_map(nb, run)
     }
 }
 
@@ -199,54 +207,22 @@ where
     let smooth = cfg.label_smoothing > 0.0;
     let ec = eps / <T::C as NumCast>::from(cols).unwrap_or(one);
     let big_w = weight_sum(w, cols);
-    let zero = <T::C as Zero>::zero();
     let parts = per_block(rows, cols, |start, end| -> Result<CeSums, BadTarget> {
-        let mut acc = CeSums::default();
-        for r in start..end {
-            // SAFETY: the targets are dense `[rows]` i64, read-locked.
-            let t = unsafe { pt.get().add(r).read() };
-            let ignored = cfg.ignore_index == Some(t);
-            if !ignored && !(0..cols as i64).contains(&t) {
-                return Err(BadTarget(t));
-            }
-            let loss = if ignored || cols == 0 {
-                <T::C as Zero>::zero()
-            } else {
-                // SAFETY: the logits are dense `[rows, cols]`, read-locked.
-                let xr = unsafe { row(px, r, cols) };
-                let m = row_max(xr);
-                let s = exp_sum(xr, m);
-                let a = if smooth { dist_sum(xr, w, m) } else { zero };
-                let ls = s.ln();
-                if let Some(p) = pse {
-                    // SAFETY: `lse` is dense `[rows]` of `T::C`, write-locked;
-                    // element `r` belongs to this block only.
-                    unsafe { p.get().add(r).write(m + ls) };
-                }
-                let t = t as usize;
-                let wt = w.map_or(one, |w| w[t].up());
-                acc.weight += wt.wide();
-                let nll = (m - xr[t].up()) + ls;
-                if smooth {
-                    (one - eps) * wt * nll + ec * (a + big_w * ls)
-                } else {
-                    wt * nll
-                }
-            };
-            if ignored {
-                if let Some(p) = pse {
-                    // SAFETY: as above.
-                    unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
-                }
-            }
-            if let Some(p) = pl {
-                // SAFETY: the per-row losses are dense `[rows]`, write-locked;
-                // element `r` belongs to this block only.
-                unsafe { p.get().add(r).write(T::down(loss)) };
-            }
-            acc.loss += loss.wide();
-        }
-        Ok(acc)
+        // The rows' loops compiled for this CPU's SIMD level.
+        simd::run(ForwardRows::<T> {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            per_row: pl,
+            rows: start..end,
+            cols,
+            ignore: cfg.ignore_index,
+            smooth,
+            eps,
+            ec,
+            big_w,
+        })
     });
     let mut sums = CeSums::default();
     for p in parts {
@@ -297,7 +273,163 @@ fn backward_typed<T: Flt>(
     let ec = eps / <T::C as NumCast>::from(cols).unwrap_or(one);
     let big_w = weight_sum(w, cols);
     per_block(rows, cols, |start, end| {
-        for r in start..end {
+        // The rows' loops compiled for this CPU's SIMD level.
+        simd::run(BackwardRows::<T> {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            k: gs,
+            per_row_grad: gp,
+            dx: pd,
+            rows: start..end,
+            cols,
+            ignore: cfg.ignore_index,
+            eps,
+            ec,
+            big_w,
+        });
+    });
+}
+
+/// The forward pass over a block of rows: a unit for [`simd::run`], whose
+/// `#[inline(always)]` `call` is compiled for the CPU's SIMD level (a
+/// closure this large would stay a baseline function). Built only by
+/// `forward_typed`, from dense operands whose locks the caller holds, each
+/// block with its own rows.
+struct ForwardRows<'a, T: Flt> {
+    x: SendPtr<T>,
+    t: SendPtr<i64>,
+    w: Option<&'a [T]>,
+    lse: Option<SendPtr<T::C>>,
+    per_row: Option<SendPtr<T>>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    ignore: Option<i64>,
+    smooth: bool,
+    eps: T::C,
+    ec: T::C,
+    big_w: T::C,
+}
+
+impl<T: Flt> simd::Kernel for ForwardRows<'_, T>
+where
+    T::C: FastExp,
+{
+    type Output = Result<CeSums, BadTarget>;
+
+    #[inline(always)]
+    fn call(self) -> Result<CeSums, BadTarget> {
+        let ForwardRows {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            per_row: pl,
+            rows,
+            cols,
+            ignore,
+            smooth,
+            eps,
+            ec,
+            big_w,
+        } = self;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+        let mut acc = CeSums::default();
+
+        for r in rows {
+            // SAFETY: the targets are dense `[rows]` i64, read-locked.
+            let t = unsafe { pt.get().add(r).read() };
+            let ignored = ignore == Some(t);
+            if !ignored && !(0..cols as i64).contains(&t) {
+                return Err(BadTarget(t));
+            }
+            let loss = if ignored || cols == 0 {
+                <T::C as Zero>::zero()
+            } else {
+                // SAFETY: the logits are dense `[rows, cols]`, read-locked.
+                let xr = unsafe { row(px, r, cols) };
+                let m = row_max(xr);
+                let s = exp_sum(xr, m);
+                let a = if smooth { dist_sum(xr, w, m) } else { zero };
+                let ls = s.ln();
+                if let Some(p) = pse {
+                    // SAFETY: `lse` is dense `[rows]` of `T::C`, write-locked;
+                    // element `r` belongs to this block only.
+                    unsafe { p.get().add(r).write(m + ls) };
+                }
+                let t = t as usize;
+                let wt = w.map_or(one, |w| w[t].up());
+                acc.weight += wt.wide();
+                let nll = (m - xr[t].up()) + ls;
+                if smooth {
+                    (one - eps) * wt * nll + ec * (a + big_w * ls)
+                } else {
+                    wt * nll
+                }
+            };
+            if ignored {
+                if let Some(p) = pse {
+                    // SAFETY: as above.
+                    unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
+                }
+            }
+            if let Some(p) = pl {
+                // SAFETY: the per-row losses are dense `[rows]`, write-locked;
+                // element `r` belongs to this block only.
+                unsafe { p.get().add(r).write(T::down(loss)) };
+            }
+            acc.loss += loss.wide();
+        }
+        Ok(acc)
+    }
+}
+
+/// The backward pass over a block of rows, as [`ForwardRows`] (built only
+/// by `backward_typed`): the incoming gradient is `k` for every row, or
+/// read per row.
+struct BackwardRows<'a, T: Flt> {
+    x: SendPtr<T>,
+    t: SendPtr<i64>,
+    w: Option<&'a [T]>,
+    lse: SendPtr<T::C>,
+    k: Option<T::C>,
+    per_row_grad: Option<SendPtr<T>>,
+    dx: SendPtr<T>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    ignore: Option<i64>,
+    eps: T::C,
+    ec: T::C,
+    big_w: T::C,
+}
+
+impl<T: Flt> simd::Kernel for BackwardRows<'_, T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let BackwardRows {
+            x: px,
+            t: pt,
+            w,
+            lse: pse,
+            k: gs,
+            per_row_grad: gp,
+            dx: pd,
+            rows,
+            cols,
+            ignore,
+            eps,
+            ec,
+            big_w,
+        } = self;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+
+        for r in rows {
             // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
             // belongs to this block only.
             let dr = unsafe { std::slice::from_raw_parts_mut(pd.get().add(r * cols), cols) };
@@ -307,7 +439,7 @@ fn backward_typed<T: Flt>(
             // SAFETY: the per-row gradient is dense `[rows]`, read-locked.
             let k =
                 gs.unwrap_or_else(|| gp.map_or(zero, |p| unsafe { p.get().add(r).read() }.up()));
-            if cfg.ignore_index == Some(t) || !(0..cols as i64).contains(&t) {
+            if ignore == Some(t) || !(0..cols as i64).contains(&t) {
                 dr.fill(T::down(zero));
                 continue;
             }
@@ -336,7 +468,7 @@ fn backward_typed<T: Flt>(
             let p = (xr[t].up() - l).fexp();
             dr[t] = T::down(a * p - k * wt * (ec + (one - eps)));
         }
-    });
+    }
 }
 
 /// Fused cross-entropy forward over dense logits `x [rows, C]` and dense i64

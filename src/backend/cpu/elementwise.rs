@@ -3,6 +3,7 @@
 
 use super::num::Num;
 use super::ptr;
+use super::simd;
 use super::strided::{par_runs, Plan, SendPtr};
 use crate::backend::{BinaryOp, Operand};
 use crate::dtype::{DType, Element};
@@ -24,9 +25,7 @@ pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) 
     par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
         let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
         if s == [1, 1] {
-            for i in 0..len {
-                po.add(i).write(f(pa.add(i).read()));
-            }
+            simd::run(Dense1 { po, pa, len, f: &f });
         } else if s == [1, 0] {
             // A broadcast input (a stride-0 column, as in `expand` of a
             // `[m, 1]` then `contiguous`): read once per run, not per element.
@@ -46,6 +45,54 @@ pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) 
             }
         }
     });
+}
+
+/// `po[i] = f(pa[i])` for `i < len`: the dense run of [`map1`], compiled
+/// for the CPU's SIMD level (`f` is small and inlined into `call`).
+struct Dense1<'a, A, O, F> {
+    po: *mut O,
+    pa: *const A,
+    len: usize,
+    f: &'a F,
+}
+
+impl<A: Copy, O, F: Fn(A) -> O> simd::Kernel for Dense1<'_, A, O, F> {
+    type Output = ();
+    #[inline(always)]
+    fn call(self) {
+        for i in 0..self.len {
+            // SAFETY: built by `map1` / `map2` from a dense run of `len`
+            // elements of each operand, inside layouts that fit their
+            // storages, the caller's locks held; an input read before the
+            // same element of the output is written.
+            unsafe { self.po.add(i).write((self.f)(self.pa.add(i).read())) };
+        }
+    }
+}
+
+/// `po[i] = f(pa[i], pb[i])` for `i < len`: the dense run of [`map2`], as
+/// [`Dense1`].
+struct Dense2<'a, A, B, O, F> {
+    po: *mut O,
+    pa: *const A,
+    pb: *const B,
+    len: usize,
+    f: &'a F,
+}
+
+impl<A: Copy, B: Copy, O, F: Fn(A, B) -> O> simd::Kernel for Dense2<'_, A, B, O, F> {
+    type Output = ();
+    #[inline(always)]
+    fn call(self) {
+        for i in 0..self.len {
+            // SAFETY: as in `Dense1::call`, for both inputs.
+            unsafe {
+                self.po
+                    .add(i)
+                    .write((self.f)(self.pa.add(i).read(), self.pb.add(i).read()))
+            };
+        }
+    }
 }
 
 /// `out[i] = f(a[i], b[i])` over any layouts of one shape.
@@ -71,19 +118,26 @@ pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
             pb.get().add(o[2]) as *const B,
         );
         if s == [1, 1, 1] {
-            for i in 0..len {
-                po.add(i).write(f(pa.add(i).read(), pb.add(i).read()));
-            }
+            simd::run(Dense2 {
+                po,
+                pa,
+                pb,
+                len,
+                f: &f,
+            });
         } else if s == [1, 1, 0] {
             let bv = pb.read();
-            for i in 0..len {
-                po.add(i).write(f(pa.add(i).read(), bv));
-            }
+            let g = |x| f(x, bv);
+            simd::run(Dense1 { po, pa, len, f: &g });
         } else if s == [1, 0, 1] {
             let av = pa.read();
-            for i in 0..len {
-                po.add(i).write(f(av, pb.add(i).read()));
-            }
+            let g = |y| f(av, y);
+            simd::run(Dense1 {
+                po,
+                pa: pb,
+                len,
+                f: &g,
+            });
         } else if s[0] == 1 && s[2] == 1 {
             // A transposed `a` (the tiled walk's short runs).
             let sa = s[1];
@@ -246,19 +300,19 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
         // SAFETY: (every arm) dtypes match; the caller holds the locks.
         unsafe {
             match op {
-                BinaryOp::Add => map1::<T, T>(a, dst, |x| x.add(s)),
-                BinaryOp::Sub => map1::<T, T>(a, dst, |x| x.sub(s)),
-                BinaryOp::Mul => map1::<T, T>(a, dst, |x| x.mul(s)),
-                BinaryOp::Div => map1::<T, T>(a, dst, |x| x.div(s)),
-                BinaryOp::Pow => map1::<T, T>(a, dst, |x| x.pow(s)),
-                BinaryOp::Maximum => map1::<T, T>(a, dst, |x| x.max(s)),
-                BinaryOp::Minimum => map1::<T, T>(a, dst, |x| x.min(s)),
-                BinaryOp::Eq => map1::<T, bool>(a, dst, |x| x == s),
-                BinaryOp::Ne => map1::<T, bool>(a, dst, |x| x != s),
-                BinaryOp::Lt => map1::<T, bool>(a, dst, |x| x < s),
-                BinaryOp::Le => map1::<T, bool>(a, dst, |x| x <= s),
-                BinaryOp::Gt => map1::<T, bool>(a, dst, |x| x > s),
-                BinaryOp::Ge => map1::<T, bool>(a, dst, |x| x >= s),
+                BinaryOp::Add => map1::<T, T>(a, dst, move |x| x.add(s)),
+                BinaryOp::Sub => map1::<T, T>(a, dst, move |x| x.sub(s)),
+                BinaryOp::Mul => map1::<T, T>(a, dst, move |x| x.mul(s)),
+                BinaryOp::Div => map1::<T, T>(a, dst, move |x| x.div(s)),
+                BinaryOp::Pow => map1::<T, T>(a, dst, move |x| x.pow(s)),
+                BinaryOp::Maximum => map1::<T, T>(a, dst, move |x| x.max(s)),
+                BinaryOp::Minimum => map1::<T, T>(a, dst, move |x| x.min(s)),
+                BinaryOp::Eq => map1::<T, bool>(a, dst, move |x| x == s),
+                BinaryOp::Ne => map1::<T, bool>(a, dst, move |x| x != s),
+                BinaryOp::Lt => map1::<T, bool>(a, dst, move |x| x < s),
+                BinaryOp::Le => map1::<T, bool>(a, dst, move |x| x <= s),
+                BinaryOp::Gt => map1::<T, bool>(a, dst, move |x| x > s),
+                BinaryOp::Ge => map1::<T, bool>(a, dst, move |x| x >= s),
             }
         }
     }

@@ -17,12 +17,13 @@
 //! the same sweep. The rows are split into a fixed number of blocks (it
 //! depends on the shape only, so the sums are the same bits whatever the
 //! thread count); each block sums its rows' `dw`/`db` into its own partials
-//! (`T::C`, on the Rust heap: at most a quarter of the input's size), added in
+//! (`T::C`, on the Rust heap: at most a sixteenth of the input's elements), added in
 //! block order at the end.
 
 use super::num::Flt;
-use super::pool::kernel_pool;
+use super::pool::par_for;
 use super::ptr;
+use super::simd;
 use super::strided::{SendPtr, PAR_CHUNK};
 use crate::backend::nn::{NormGrads, NormKind};
 use crate::backend::Operand;
@@ -152,17 +153,10 @@ fn blocks(items: usize, chunks: usize, cost: usize, f: impl Fn(usize, usize) + S
     let chunks = chunks.clamp(1, items.max(1));
     let per = items.div_ceil(chunks);
     let run = |c: usize| f(c * per, ((c + 1) * per).min(items));
-    let pool = if items * cost < 2 * PAR_CHUNK || chunks < 2 {
-        None
+    if items * cost < 2 * PAR_CHUNK || chunks < 2 {
+        (0..chunks).for_each(run)
     } else {
-        kernel_pool()
-    };
-    match pool {
-        None => (0..chunks).for_each(run),
-        Some(p) => {
-            use rayon::prelude::*;
-            p.install(|| (0..chunks).into_par_iter().for_each(run))
-        }
+        par_for(chunks, run)
     }
 }
 
@@ -198,19 +192,70 @@ fn forward_typed<T: Flt>(
         );
         // SAFETY: as above.
         let br = pb.map(|p| unsafe { row(p, 0, cols) });
-        for r in start..end {
+        // The rows' loops compiled for this CPU's SIMD level.
+        simd::run(ForwardRows::<T> {
+            x: px,
+            y: py,
+            w: wr,
+            b: br,
+            rstd: pr,
+            mean: pm,
+            rows: start..end,
+            cols,
+            eps,
+            rms,
+        });
+    });
+}
+
+/// The forward pass over a block of rows: one unit for [`simd::run`],
+/// whose `#[inline(always)]` `call` is compiled for the CPU's SIMD level.
+/// Built only by `forward_typed`, from dense operands whose locks the
+/// caller holds, each block with its own rows.
+struct ForwardRows<'a, T: Flt> {
+    x: SendPtr<T>,
+    y: SendPtr<T>,
+    w: &'a [T],
+    b: Option<&'a [T]>,
+    rstd: Option<SendPtr<T::C>>,
+    mean: Option<SendPtr<T::C>>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    eps: T::C,
+    rms: bool,
+}
+
+impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let ForwardRows {
+            x,
+            y,
+            w,
+            b,
+            rstd: pr,
+            mean: pm,
+            rows,
+            cols,
+            eps,
+            rms,
+        } = self;
+        for r in rows {
             // SAFETY: `x` is dense `[rows, cols]` and read-locked; `y` is dense
-            // `[rows, cols]`, write-locked, and row `r` belongs to this block only.
-            let (xr, yr) = unsafe { (row(px, r, cols), row_mut(py, r, cols)) };
+            // `[rows, cols]`, write-locked, and row `r` belongs to this block
+            // only (the struct's contract).
+            let (xr, yr) = unsafe { (row(x, r, cols), row_mut(y, r, cols)) };
             let (mean, rstd) = row_stats(xr, eps, rms);
-            match br {
-                Some(br) => {
-                    for (((o, &v), &g), &h) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+            match b {
+                Some(b) => {
+                    for (((o, &v), &g), &h) in yr.iter_mut().zip(xr).zip(w).zip(b) {
                         *o = T::down((v.up() - mean) * rstd * g.up() + h.up());
                     }
                 }
                 None => {
-                    for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(wr) {
+                    for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
                         *o = T::down((v.up() - mean) * rstd * g.up());
                     }
                 }
@@ -226,14 +271,14 @@ fn forward_typed<T: Flt>(
                 }
             }
         }
-    });
+    }
 }
 
 /// Row blocks of the backward pass: a function of the shape only (so the
-/// parameter gradients do not depend on the thread count), each at least 8
-/// rows, at most 32.
+/// parameter gradients do not depend on the thread count), each of at least
+/// 32 rows, at most 16 blocks (their partials are added at the end).
 fn backward_blocks(rows: usize) -> usize {
-    (rows / 8).clamp(1, 32)
+    (rows / 32).clamp(1, 16)
 }
 
 fn backward_typed<T: Flt>(a: &NormGrads) {
@@ -250,8 +295,6 @@ fn backward_typed<T: Flt>(a: &NormGrads) {
         Vec::new()
     };
     if rows > 0 {
-        let n = <T::C as num_traits::NumCast>::from(cols).unwrap_or_else(T::C::one);
-        let rms = a.mean.is_none();
         let (pdy, px) = (base::<T>(a.dy), base::<T>(a.x));
         let pw = a.w.map(base::<T>);
         let (pm, pr) = (a.mean.map(base::<T::C>), base::<T::C>(a.rstd));
@@ -274,54 +317,114 @@ fn backward_typed<T: Flt>(a: &NormGrads) {
             } else {
                 (&mut [][..], &mut [][..])
             };
-            for r in start..end {
-                // SAFETY: `dy` and `x` are dense `[rows, cols]`, read-locked;
-                // `mean` and `rstd` dense `[rows]` of `T::C`, read-locked.
-                let (dyr, xr, rstd, mean) = unsafe {
-                    (
-                        row(pdy, r, cols),
-                        row(px, r, cols),
-                        pr.get().add(r).read(),
-                        pm.map_or(zero, |p| p.get().add(r).read()),
-                    )
-                };
-                let xh = |x: T::C| (x - mean) * rstd;
-                if let Some(pdx) = pdx {
-                    let (s1, s2) = backward_sums(dyr, xr, wr, mean, rstd);
-                    let (m1, m2) = (if rms { zero } else { s1 / n }, s2 / n);
-                    // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
-                    // belongs to this block only.
-                    let dxr = unsafe { row_mut(pdx, r, cols) };
-                    for (((o, &g), &x), &w) in dxr.iter_mut().zip(dyr).zip(xr).zip(wr) {
-                        *o = T::down(rstd * (g.up() * w.up() - m1 - xh(x.up()) * m2));
-                    }
-                }
-                if dw_on {
-                    for ((p, &g), &x) in pdw.iter_mut().zip(dyr).zip(xr) {
-                        *p = *p + g.up() * xh(x.up());
-                    }
-                }
-                if db_on {
-                    for (p, &g) in pdb.iter_mut().zip(dyr) {
-                        *p = *p + g.up();
-                    }
-                }
-            }
+            // The rows' loops compiled for this CPU's SIMD level.
+            simd::run(BackwardRows::<T> {
+                dy: pdy,
+                x: px,
+                w: wr,
+                mean: pm,
+                rstd: pr,
+                dx: pdx,
+                dw: dw_on.then_some(pdw),
+                db: db_on.then_some(pdb),
+                rows: start..end,
+                cols,
+            });
         });
     }
-    for (k, out) in [(0, a.dw), (1, a.db)] {
-        let Some(out) = out else { continue };
-        let po = base::<T>(out);
-        // SAFETY: the gradient is dense `[cols]`, write-locked by the caller.
-        let o = unsafe { row_mut(po, 0, cols) };
-        for (j, v) in o.iter_mut().enumerate() {
-            let mut s = zero;
-            if rows > 0 {
-                for blk in 0..nb {
-                    s = s + partials[(blk * 2 + k) * cols + j];
+    // The blocks' partials added into block 0's, in block order.
+    if let Some((first, rest)) = partials.split_at_mut_checked(2 * cols) {
+        for p in rest.chunks_exact(2 * cols) {
+            for (a, &b) in first.iter_mut().zip(p) {
+                *a = *a + b;
+            }
+        }
+        for (k, out) in [(0, a.dw), (1, a.db)] {
+            let Some(out) = out else { continue };
+            // SAFETY: the gradient is dense `[cols]`, write-locked by the caller.
+            let o = unsafe { row_mut(base::<T>(out), 0, cols) };
+            for (v, &s) in o.iter_mut().zip(&first[k * cols..(k + 1) * cols]) {
+                *v = T::down(s);
+            }
+        }
+    } else {
+        // No rows: zero gradients.
+        for out in [a.dw, a.db].into_iter().flatten() {
+            // SAFETY: as above.
+            unsafe { row_mut(base::<T>(out), 0, cols) }.fill(T::down(zero));
+        }
+    }
+}
+
+/// The backward pass over a block of rows (see [`ForwardRows`]): `dx` when
+/// given, and the block's own `dw` / `db` partials summed over its rows.
+/// RMSNorm when `mean` is `None`. Built only by `backward_typed`, from dense
+/// operands whose locks the caller holds.
+struct BackwardRows<'a, T: Flt> {
+    dy: SendPtr<T>,
+    x: SendPtr<T>,
+    w: &'a [T],
+    mean: Option<SendPtr<T::C>>,
+    rstd: SendPtr<T::C>,
+    dx: Option<SendPtr<T>>,
+    dw: Option<&'a mut [T::C]>,
+    db: Option<&'a mut [T::C]>,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+}
+
+impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let BackwardRows {
+            dy,
+            x,
+            w,
+            mean: pm,
+            rstd: pr,
+            dx,
+            mut dw,
+            mut db,
+            rows,
+            cols,
+        } = self;
+        let zero = <T::C as Zero>::zero();
+        let n = <T::C as num_traits::NumCast>::from(cols).unwrap_or_else(T::C::one);
+        for r in rows {
+            // SAFETY: `dy` and `x` are dense `[rows, cols]`, read-locked;
+            // `mean` and `rstd` dense `[rows]` of `T::C`, read-locked (the
+            // struct's contract).
+            let (dyr, xr, rstd, mean) = unsafe {
+                (
+                    row(dy, r, cols),
+                    row(x, r, cols),
+                    pr.get().add(r).read(),
+                    pm.map_or(zero, |p| p.get().add(r).read()),
+                )
+            };
+            let xh = |x: T::C| (x - mean) * rstd;
+            if let Some(pdx) = dx {
+                let (s1, s2) = backward_sums(dyr, xr, w, mean, rstd);
+                let (m1, m2) = (if pm.is_none() { zero } else { s1 / n }, s2 / n);
+                // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
+                // belongs to this block only.
+                let dxr = unsafe { row_mut(pdx, r, cols) };
+                for (((o, &g), &x), &w) in dxr.iter_mut().zip(dyr).zip(xr).zip(w) {
+                    *o = T::down(rstd * (g.up() * w.up() - m1 - xh(x.up()) * m2));
                 }
             }
-            *v = T::down(s);
+            if let Some(pdw) = dw.as_deref_mut() {
+                for ((p, &g), &x) in pdw.iter_mut().zip(dyr).zip(xr) {
+                    *p = *p + g.up() * xh(x.up());
+                }
+            }
+            if let Some(pdb) = db.as_deref_mut() {
+                for (p, &g) in pdb.iter_mut().zip(dyr) {
+                    *p = *p + g.up();
+                }
+            }
         }
     }
 }

@@ -12,7 +12,7 @@
 use num_traits::Float;
 
 use super::num::Flt;
-use super::pool::kernel_pool;
+use super::pool::par_map;
 use super::ptr;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::optim::{AdamHyper, SgdHyper};
@@ -436,17 +436,10 @@ unsafe fn sum_squares_t<T: Flt>(src: &Operand) -> f64 {
     };
     let chunks = n.div_ceil(PAR_CHUNK);
     let chunk = |c: usize| part(c * PAR_CHUNK, ((c + 1) * PAR_CHUNK).min(n));
-    let pool = if n < 2 * PAR_CHUNK {
-        None
+    if n < 2 * PAR_CHUNK {
+        (0..chunks).map(chunk).sum()
     } else {
-        kernel_pool()
-    };
-    match pool {
-        None => (0..chunks).map(chunk).sum(),
-        Some(pool) => {
-            use rayon::prelude::*;
-            let parts: Vec<f64> = pool.install(|| (0..chunks).into_par_iter().map(chunk).collect());
-            parts.iter().sum()
-        }
+        // In chunk order: the sum does not depend on timing.
+        par_map(chunks, chunk).iter().sum()
     }
 }

@@ -31,7 +31,6 @@
 //! A caller of [`install`] sleeps until the pool's threads are done, so a
 //! process computes on at most [`num_threads`] threads at a time.
 
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -128,13 +127,54 @@ pub(crate) fn install<R: Send>(parallel: bool, f: impl FnOnce(usize) -> R + Send
     }
 }
 
-/// Calls `f(i)` for every `i < n`, in parallel on the pool when `n > 1`
-/// and there is one, else in order on this thread.
+/// Calls `f(i)` for every `i < n`: in parallel when `n > 1` and there is a
+/// pool, else in order on this thread.
+///
+/// The calling thread works too, as the first thread of an OpenMP team
+/// does: it hands `threads - 1` helper jobs to the pool and then takes
+/// indices from the same counter as they do, so the work starts at once
+/// (no wake-up to wait for) and a helper that wakes late just finds fewer
+/// indices left. Before returning it waits for the helper jobs (which only
+/// compute, so they finish). Measured on the 2-core AMD EPYC, `neg` of a
+/// `[512, 1024]` f32 tensor: 73 us at 2 threads when the caller slept in
+/// `install` while two pool threads worked (1.1x the 1-thread time; a third
+/// thread on two cores and a wake-up per kernel), against 82 us on one.
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
     match if n > 1 { kernel_pool() } else { None } {
-        Some(pool) => pool.install(|| (0..n).into_par_iter().for_each(f)),
+        Some(pool) => {
+            let helpers = (pool.current_num_threads().saturating_sub(1)).min(n - 1);
+            let next = AtomicUsize::new(0);
+            let work = || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                f(i);
+            };
+            pool.in_place_scope(|s| {
+                for _ in 0..helpers {
+                    s.spawn(|_| work());
+                }
+                work();
+            });
+        }
         None => (0..n).for_each(f),
     }
+}
+
+/// `(0..n).map(f).collect()`, computed as [`par_for`] does (the calling
+/// thread and the pool's helpers share the indices), in index order.
+pub(crate) fn par_map<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+    let slots: Vec<std::sync::Mutex<Option<R>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    par_for(n, |i| {
+        let r = f(i);
+        *slots[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+    });
+    slots
+        .into_iter()
+        .filter_map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .collect()
 }
 
 #[cfg(test)]

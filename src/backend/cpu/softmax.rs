@@ -12,13 +12,13 @@
 //! once, so its loops read adjacent memory.
 
 use super::num::{FastExp, Flt};
-use super::pool::kernel_pool;
+use super::pool::par_for;
 use super::ptr;
 use super::reduce::inner;
+use super::simd;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::Operand;
 use crate::with_float_dtype;
-use rayon::prelude::*;
 
 /// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
 #[inline(always)]
@@ -73,12 +73,17 @@ unsafe fn softmax_row_impl<T: Flt>(
     // contract).
     let rd = |k: usize| unsafe { x.add(k * xs).read() }.up();
     let zero = <T::C as Zero>::zero();
-    // Max, in 8 independent lanes.
-    let mut ml = [<T::C as Float>::neg_infinity(); 8];
-    let body = n / 8 * 8;
-    for k in (0..body).step_by(8) {
-        for (j, m) in ml.iter_mut().enumerate() {
-            *m = max_nan(*m, rd(k + j));
+    // Max, in 16 independent lanes: a plain maximum and a NaN flag per lane
+    // (which vectorise, unlike a NaN-sticky maximum).
+    const L: usize = 16;
+    let mut ml = [<T::C as Float>::neg_infinity(); L];
+    let mut nan = [false; L];
+    let body = n / L * L;
+    for k in (0..body).step_by(L) {
+        for (j, (m, f)) in ml.iter_mut().zip(nan.iter_mut()).enumerate() {
+            let v = rd(k + j);
+            *m = if v > *m { v } else { *m };
+            *f |= v.is_nan();
         }
     }
     let mut m = ml
@@ -86,6 +91,9 @@ unsafe fn softmax_row_impl<T: Flt>(
         .fold(<T::C as Float>::neg_infinity(), |a, &b| max_nan(a, b));
     for k in body..n {
         m = max_nan(m, rd(k));
+    }
+    if nan.iter().any(|&f| f) {
+        m = <T::C as Float>::nan();
     }
     // exp(x - m) a chunk at a time into a buffer (a plain map: it vectorises),
     // summed in 8 lanes; softmax also stores them.
@@ -286,43 +294,19 @@ where
     );
     let body = |start: usize, end: usize| {
         plan.runs(start, end, &mut |o, len, s| {
-            if blocks && s[1] < xs && len > 1 {
-                let mut r = 0;
-                while r < len {
-                    let b = ROW_LANES.min(len - r);
-                    // SAFETY: the plan's offsets `o` and strides `s` stay inside the layouts,
-                    // which fit their storages; the `b` rows of each block are disjoint from
-                    // other blocks' rows; the caller holds the locks.
-                    unsafe {
-                        softmax_rows::<T>(
-                            px.get().add(o[1] + r * s[1]),
-                            xs,
-                            s[1],
-                            py.get().add(o[0] + r * s[0]),
-                            ys,
-                            s[0],
-                            n,
-                            b,
-                            log,
-                        )
-                    }
-                    r += b;
-                }
-            } else {
-                for r in 0..len {
-                    // SAFETY: as above, one row at a time.
-                    unsafe {
-                        softmax_row::<T>(
-                            px.get().add(o[1] + r * s[1]),
-                            xs,
-                            py.get().add(o[0] + r * s[0]),
-                            ys,
-                            n,
-                            log,
-                        )
-                    }
-                }
-            }
+            // Compiled for this CPU's SIMD level.
+            simd::run(ForwardRun::<T> {
+                px,
+                py,
+                o,
+                s,
+                len,
+                xs,
+                ys,
+                n,
+                blocks,
+                log,
+            })
         })
     };
     par_rows(rows, n, blocks, body);
@@ -495,45 +479,180 @@ where
     );
     let body = |start: usize, end: usize| {
         plan.runs(start, end, &mut |o, len, s| {
-            if blocks && s[1] < ys && len > 1 {
-                let mut r = 0;
-                while r < len {
-                    let b = ROW_LANES.min(len - r);
-                    // SAFETY: the plan's offsets and strides stay inside the layouts,
-                    // which fit their storages; the blocks' output rows are disjoint;
-                    // the caller holds the locks.
-                    unsafe {
-                        backward_rows::<T>(
-                            (pg.get().add(o[2] + r * s[2]), gs, s[2]),
-                            (py.get().add(o[1] + r * s[1]), ys, s[1]),
-                            (pd.get().add(o[0] + r * s[0]), ds, s[0]),
-                            n,
-                            b,
-                            log,
-                        )
-                    }
-                    r += b;
-                }
-            } else {
-                for r in 0..len {
-                    // SAFETY: as above, one row at a time.
-                    unsafe {
-                        backward_row::<T>(
-                            pg.get().add(o[2] + r * s[2]),
-                            gs,
-                            py.get().add(o[1] + r * s[1]),
-                            ys,
-                            pd.get().add(o[0] + r * s[0]),
-                            ds,
-                            n,
-                            log,
-                        )
-                    }
-                }
-            }
+            // Compiled for this CPU's SIMD level.
+            simd::run(BackwardRun::<T> {
+                pg,
+                py,
+                pd,
+                o,
+                s,
+                len,
+                gs,
+                ys,
+                ds,
+                n,
+                blocks,
+                log,
+            })
         })
     };
     par_rows(rows, n, blocks, body);
+}
+
+/// One run of the plan (`len` rows at offsets `o`, row strides `s`) of the
+/// softmax forward: a unit for [`simd::run`], whose `#[inline(always)]`
+/// `call` is compiled for the CPU's SIMD level (a closure this large would
+/// stay a baseline function). Built only by `softmax_typed`, from a plan
+/// inside the operands' layouts, with the caller's locks held.
+struct ForwardRun<T> {
+    px: SendPtr<T>,
+    py: SendPtr<T>,
+    o: [usize; 2],
+    s: [usize; 2],
+    len: usize,
+    xs: usize,
+    ys: usize,
+    n: usize,
+    blocks: bool,
+    log: bool,
+}
+
+impl<T: Flt> simd::Kernel for ForwardRun<T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let ForwardRun {
+            px,
+            py,
+            o,
+            s,
+            len,
+            xs,
+            ys,
+            n,
+            blocks,
+            log,
+        } = self;
+        if blocks && s[1] < xs && len > 1 {
+            let mut r = 0;
+            while r < len {
+                let b = ROW_LANES.min(len - r);
+                // SAFETY: the plan's offsets `o` and strides `s` stay inside the layouts,
+                // which fit their storages; the `b` rows of each block are disjoint from
+                // other blocks' rows; the caller holds the locks.
+                unsafe {
+                    softmax_rows::<T>(
+                        px.get().add(o[1] + r * s[1]),
+                        xs,
+                        s[1],
+                        py.get().add(o[0] + r * s[0]),
+                        ys,
+                        s[0],
+                        n,
+                        b,
+                        log,
+                    )
+                }
+                r += b;
+            }
+        } else {
+            for r in 0..len {
+                // SAFETY: as above, one row at a time.
+                unsafe {
+                    softmax_row::<T>(
+                        px.get().add(o[1] + r * s[1]),
+                        xs,
+                        py.get().add(o[0] + r * s[0]),
+                        ys,
+                        n,
+                        log,
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// One run of the plan of the softmax backward, as [`ForwardRun`] (built
+/// only by `backward_typed`).
+struct BackwardRun<T> {
+    pg: SendPtr<T>,
+    py: SendPtr<T>,
+    pd: SendPtr<T>,
+    o: [usize; 3],
+    s: [usize; 3],
+    len: usize,
+    gs: usize,
+    ys: usize,
+    ds: usize,
+    n: usize,
+    blocks: bool,
+    log: bool,
+}
+
+impl<T: Flt> simd::Kernel for BackwardRun<T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let BackwardRun {
+            pg,
+            py,
+            pd,
+            o,
+            s,
+            len,
+            gs,
+            ys,
+            ds,
+            n,
+            blocks,
+            log,
+        } = self;
+        if blocks && s[1] < ys && len > 1 {
+            let mut r = 0;
+            while r < len {
+                let b = ROW_LANES.min(len - r);
+                // SAFETY: the plan's offsets and strides stay inside the layouts,
+                // which fit their storages; the blocks' output rows are disjoint;
+                // the caller holds the locks.
+                unsafe {
+                    backward_rows::<T>(
+                        (pg.get().add(o[2] + r * s[2]), gs, s[2]),
+                        (py.get().add(o[1] + r * s[1]), ys, s[1]),
+                        (pd.get().add(o[0] + r * s[0]), ds, s[0]),
+                        n,
+                        b,
+                        log,
+                    )
+                }
+                r += b;
+            }
+        } else {
+            for r in 0..len {
+                // SAFETY: as above, one row at a time.
+                unsafe {
+                    backward_row::<T>(
+                        pg.get().add(o[2] + r * s[2]),
+                        gs,
+                        py.get().add(o[1] + r * s[1]),
+                        ys,
+                        pd.get().add(o[0] + r * s[0]),
+                        ds,
+                        n,
+                        log,
+                    )
+                }
+            }
+        }
+    }
 }
 
 /// Runs `body(start, end)` over `rows` rows of `n` elements, in parallel
@@ -541,18 +660,10 @@ where
 fn par_rows(rows: usize, n: usize, blocks: bool, body: impl Fn(usize, usize) + Sync) {
     let per = (PAR_CHUNK / n).max(if blocks { ROW_LANES } else { 1 });
     let chunks = rows.div_ceil(per);
-    let pool = if chunks < 2 || rows * n < 2 * PAR_CHUNK {
-        None
+    if chunks < 2 || rows * n < 2 * PAR_CHUNK {
+        body(0, rows)
     } else {
-        kernel_pool()
-    };
-    match pool {
-        None => body(0, rows),
-        Some(p) => p.install(|| {
-            (0..chunks)
-                .into_par_iter()
-                .for_each(|c| body(c * per, ((c + 1) * per).min(rows)))
-        }),
+        par_for(chunks, |c| body(c * per, ((c + 1) * per).min(rows)))
     }
 }
 

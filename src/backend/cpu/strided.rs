@@ -141,7 +141,9 @@ impl<const N: usize> Plan<N> {
     }
 
     /// Calls `f(offsets, len, inner_strides)` for every run covering linear
-    /// indices `start..end`, in order.
+    /// indices `start..end`, in order. Always inlined: kernels run it
+    /// inside [`super::simd::run`], compiled for the CPU's SIMD level.
+    #[inline(always)]
     pub(crate) fn runs(
         &self,
         start: usize,

@@ -46,13 +46,16 @@ pub(crate) mod float {
     pub(crate) fn rsqrt<C: Float>(x: C) -> C {
         C::one() / x.sqrt()
     }
+    /// The vector kernel; the elements it leaves out (`VMath::v_trig_outside`)
+    /// are recomputed by [`super::Trig`]'s fix-up.
     #[inline(always)]
-    pub(crate) fn sin<C: Float>(x: C) -> C {
-        x.sin()
+    pub(crate) fn sin<C: VMath>(x: C) -> C {
+        x.v_sin()
     }
+    /// As [`sin`].
     #[inline(always)]
-    pub(crate) fn cos<C: Float>(x: C) -> C {
-        x.cos()
+    pub(crate) fn cos<C: VMath>(x: C) -> C {
+        x.v_cos()
     }
     #[inline(always)]
     pub(crate) fn tanh<C: VMath>(x: C) -> C {
@@ -185,6 +188,13 @@ macro_rules! cpu_unary_dispatch {
     (@float exact $name:ident, $T:ident, $src:ident, $dst:ident) => {
         map1::<$T, $T>($src, $dst, typed::$name)
     };
+    // sin and cos: the vector kernel plus the libm fix-up of `Trig`.
+    (@float $domain:ident sin, $T:ident, $src:ident, $dst:ident) => {
+        map_float::<$T>($src, $dst, Trig::<false>)
+    };
+    (@float $domain:ident cos, $T:ident, $src:ident, $dst:ident) => {
+        map_float::<$T>($src, $dst, Trig::<true>)
+    };
     (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {{
         #[derive(Clone, Copy)]
         struct K;
@@ -218,8 +228,52 @@ const BLOCK: usize = 1024;
 /// level's function through `Fn::call`, which LLVM leaves out of line once
 /// the polynomial is inlined into it (seen in the disassembly: a scalar
 /// call per element).
+///
+/// A kernel exact only on a range says which inputs lie outside it
+/// ([`FloatFn::outside`]); [`map_float`] recomputes those with
+/// [`FloatFn::scalar`] in a pass after the vector loop, which runs only in
+/// blocks that have such an element. The default (never outside) folds
+/// the check away.
 pub(crate) trait FloatFn<C>: Copy + Sync {
     fn apply(self, x: C) -> C;
+    /// Whether `apply` is inexact at `x`.
+    #[inline(always)]
+    fn outside(self, _x: C) -> bool {
+        false
+    }
+    /// The exact value at an `x` that is `outside` (scalar code).
+    #[inline(always)]
+    fn scalar(self, x: C) -> C {
+        self.apply(x)
+    }
+}
+
+/// `sin` (`COS = false`) or `cos`: `vmath`'s vector kernel, and libm for
+/// the inputs it leaves out (|x| > 2^20, infinities, NaN: `vmath::trig`).
+#[derive(Clone, Copy)]
+struct Trig<const COS: bool>;
+
+impl<C: VMath + num_traits::Float + Sync, const COS: bool> FloatFn<C> for Trig<COS> {
+    #[inline(always)]
+    fn apply(self, x: C) -> C {
+        if COS {
+            float::cos(x)
+        } else {
+            float::sin(x)
+        }
+    }
+    #[inline(always)]
+    fn outside(self, x: C) -> bool {
+        x.v_trig_outside()
+    }
+    #[inline(always)]
+    fn scalar(self, x: C) -> C {
+        if COS {
+            x.cos()
+        } else {
+            x.sin()
+        }
+    }
 }
 
 /// [`FloatFn`] with two arguments (gradient and saved value).
@@ -229,7 +283,9 @@ pub(crate) trait FloatFn2<C>: Copy + Sync {
 
 /// One block of [`map_float`]: gather `n = buf.len()` elements of the input
 /// (stride `ss`) up into `buf`, apply `f`, round down into the output
-/// (stride `sd`). `call` is inlined into each SIMD level's function. The
+/// (stride `sd`), recomputing the elements `f` leaves out
+/// ([`FloatFn::outside`]) with its scalar code before rounding down.
+/// `call` is inlined into each SIMD level's function. The
 /// buffer starts uninitialised (zeroing 4 KiB per run would cost more than
 /// the work of a tiled walk's short runs); `call` writes every element
 /// before it reads it.
@@ -250,14 +306,32 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
         // `buf.len()` elements at the strides lie inside their runs of
         // the plan (so inside the storages, which the caller has locked),
         // and the output run is this thread's alone; `assume_init` reads
-        // only elements the first loop wrote.
+        // only elements the first loop wrote; the fix-up re-reads input
+        // elements the first loop read, before any output is written.
         unsafe {
             for (i, v) in self.buf.iter_mut().enumerate() {
                 v.write(self.src.add(i * self.ss).read().up());
             }
             // Every element of `buf` is initialised from here on.
+            // A scan without early exit (so it vectorises; constant false
+            // for most kernels, and then gone).
+            let f = self.f;
+            let fix = self
+                .buf
+                .iter()
+                .fold(false, |a, v| a | f.outside(v.assume_init()));
             for v in self.buf.iter_mut() {
-                v.write(self.f.apply(v.assume_init()));
+                v.write(f.apply(v.assume_init()));
+            }
+            if fix {
+                // The input is still there: the output is written below
+                // (the input and output may be one buffer).
+                for (i, v) in self.buf.iter_mut().enumerate() {
+                    let x = self.src.add(i * self.ss).read().up();
+                    if f.outside(x) {
+                        v.write(f.scalar(x));
+                    }
+                }
             }
             for (i, v) in self.buf.iter().enumerate() {
                 self.dst.add(i * self.sd).write(T::down(v.assume_init()));

@@ -9,6 +9,7 @@
 
 #![allow(clippy::excessive_precision)]
 
+pub(crate) use super::trig::{cos, sin, trig_outside};
 use super::{derived_kernels, horner, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
 
 /// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^9.

@@ -1,6 +1,7 @@
 //! The f64 kernels. Branch-free like the f32 ones (see `super::float32`), except
 //! `erf` and `gelu`, which keep the scalar series and continued fraction of
-//! `num::erf_precise` (a few ulps; a vectorised f64 erf is not written yet).
+//! `num::erf_precise` (a few ulps; a vectorised f64 erf is not written yet),
+//! and `sin` and `cos`, which call libm (see `super::trig`).
 
 #![allow(clippy::excessive_precision)]
 
@@ -134,4 +135,22 @@ pub(crate) fn gelu_grad(x: f64) -> f64 {
     };
     let pdf = exp(-0.5 * x * x) * 0.398_942_280_401_432_7;
     cdf + x * pdf
+}
+
+/// libm's `sin` (scalar: see the module docs).
+#[inline(always)]
+pub(crate) fn sin(x: f64) -> f64 {
+    x.sin()
+}
+
+/// libm's `cos` (scalar: see the module docs).
+#[inline(always)]
+pub(crate) fn cos(x: f64) -> f64 {
+    x.cos()
+}
+
+/// Never: [`sin`] and [`cos`] are libm already, exact everywhere.
+#[inline(always)]
+pub(crate) fn trig_outside(_x: f64) -> bool {
+    false
 }

@@ -23,11 +23,13 @@
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`, `t^2` kept in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
+//! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
 //!
 //! The bounds are the tests' thresholds; the tests print the measured
 //! worst cases (`cargo test --release --lib vmath -- --nocapture`; on this
 //! project's 2-core AMD EPYC they are 0.95 ulp for f32 `exp`, 2.4 for `erf`,
-//! 3.7 for `gelu`). Ulps are counted at the result's own spacing, so a
+//! 3.7 for `gelu`; 0.501 for `sin` and `cos` over every f32 up to 2^20,
+//! see `trig`). Ulps are counted at the result's own spacing, so a
 //! subnormal result is held to a few multiples of the smallest subnormal.
 //! For the compositions `silu`, `gelu` and `gelu_tanh` the bound grows by
 //! twice the function's condition number `|x f'(x) / f(x)|`: their inner
@@ -44,6 +46,7 @@ use crate::backend::UnaryGrad;
 
 pub(crate) mod float32;
 pub(crate) mod float64;
+pub(crate) mod trig;
 
 #[cfg(test)]
 mod tests;
@@ -244,6 +247,14 @@ pub(crate) trait VMath: Copy {
     fn v_erf(self) -> Self;
     fn v_gelu(self) -> Self;
     fn v_gelu_tanh(self) -> Self;
+    /// `sin`, exact to the table's bound where [`VMath::v_trig_outside`]
+    /// is false (elsewhere the caller recomputes with libm).
+    fn v_sin(self) -> Self;
+    /// `cos`, as [`VMath::v_sin`].
+    fn v_cos(self) -> Self;
+    /// Whether `v_sin` and `v_cos` leave `self` to libm (`trig`'s
+    /// fix-up pass): always false for f64, which calls libm itself.
+    fn v_trig_outside(self) -> bool;
     /// Round half to even (`torch.round`): one instruction from SSE4.1 on.
     fn v_round_even(self) -> Self;
     /// The derivative `which` at `self` (the saved input or output).
@@ -292,6 +303,18 @@ macro_rules! impl_vmath {
             #[inline(always)]
             fn v_gelu_tanh(self) -> Self {
                 $m::gelu_tanh(self)
+            }
+            #[inline(always)]
+            fn v_sin(self) -> Self {
+                $m::sin(self)
+            }
+            #[inline(always)]
+            fn v_cos(self) -> Self {
+                $m::cos(self)
+            }
+            #[inline(always)]
+            fn v_trig_outside(self) -> bool {
+                $m::trig_outside(self)
             }
             #[inline(always)]
             fn v_round_even(self) -> Self {

@@ -4,7 +4,7 @@
 //! unary ops run it, so the code under test is the vectorised code of that
 //! level. Levels the CPU lacks print a skip line.
 
-use super::{float32 as k32, float64 as k64};
+use super::{float32 as k32, float64 as k64, VMath};
 use crate::backend::cpu::num::{erf_precise, gelu_f64};
 use crate::backend::cpu::simd::{run_at, Level, MapSlice};
 
@@ -41,6 +41,35 @@ fn sweep32() -> Vec<f32> {
         -9.5,
         -13.5,
     ]);
+    v.extend(trig_sweep());
+    v
+}
+
+/// The inputs that stress `sin` and `cos`'s reduction: the f32s nearest to
+/// multiples of pi/2 and their neighbours (for small k and up to and
+/// beyond the reduction's bound `TRIG_MAX` = 2^20), the bound itself, a
+/// dense sweep of [-1e4, 1e4], and huge values (through libm's fix-up).
+fn trig_sweep() -> Vec<f32> {
+    let mut v = Vec::new();
+    let ks = (1..=2_000u64)
+        .chain((1..=40).map(|i| i * 16_411))
+        .chain(667_000..667_600) // 2^20 * 2/pi = 667_544.2
+        .chain([1 << 20, 1 << 21, 10_000_000, 1 << 40, 1 << 60]);
+    for k in ks {
+        let c = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+        for d in -3i32..=3 {
+            let x = f32::from_bits((c.to_bits() as i32 + d) as u32);
+            v.extend([x, -x]);
+        }
+    }
+    let b = super::trig::TRIG_MAX;
+    for d in -20i32..=20 {
+        let x = f32::from_bits((b.to_bits() as i32 + d) as u32);
+        v.extend([x, -x]);
+    }
+    let n = 100_000;
+    v.extend((0..n).map(|i| -1e4 + 2e4 * i as f32 / n as f32));
+    v.extend([1e30, -1e30, 3.0e38, -3.0e38, 1e-30, -1e-30, 1e-40, -1e-40]);
     v
 }
 
@@ -73,7 +102,7 @@ fn sweep64() -> Vec<f64> {
 }
 
 /// A float type under test: its distance measure and tolerances.
-trait Probe: Copy + Default + std::fmt::LowerExp {
+trait Probe: Copy + Default + std::fmt::LowerExp + VMath + num_traits::Float {
     /// "f32" or "f64", for messages.
     const LABEL: &'static str;
     /// The absolute tolerance of derivatives (see [`DERIV_ABS_EPS`]).
@@ -244,6 +273,8 @@ fn cases32() -> Vec<Case<f32>> {
             2.0,
         ),
         ("erf'", k32::erf_grad, erf_grad_ref, 4.0, 2.0),
+        ("sin", k32::sin, f64::sin, 2.0, 0.0),
+        ("cos", k32::cos, f64::cos, 2.0, 0.0),
     ]
 }
 
@@ -279,6 +310,19 @@ fn worst<T: Probe>(level: Level, case: &Case<T>, xs: &[T]) -> (f64, T, f64) {
     let &(name, f, r, ulps_bound, cond) = case;
     let mut out = xs.to_vec();
     assert!(run_at(level, MapSlice(&mut out, f)).is_ok(), "level");
+    if matches!(name, "sin" | "cos") {
+        // The unary op's fix-up pass (`unary::Block1`): libm for the
+        // inputs the vector kernel leaves out.
+        for (x, y) in xs.iter().zip(out.iter_mut()) {
+            if x.v_trig_outside() {
+                *y = if name == "sin" {
+                    num_traits::Float::sin(*x)
+                } else {
+                    num_traits::Float::cos(*x)
+                };
+            }
+        }
+    }
     let mut worst = (0.0f64, T::default(), 0.0f64);
     for (&x, &y) in xs.iter().zip(&out) {
         let want = r(x.wide());
@@ -370,4 +414,63 @@ fn special_values_follow_ieee_and_pytorch() {
     assert_eq!(k64::log(0.0), f64::NEG_INFINITY);
     assert!(k64::log(-1.0).is_nan());
     assert_eq!(k64::tanh(f64::INFINITY), 1.0);
+    // sin and cos: the vector path keeps -0 and tiny arguments; the rest
+    // of the specials are the fix-up's (`trig_outside`).
+    assert_eq!(k32::sin(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(k32::sin(0.0).to_bits(), 0.0f32.to_bits());
+    assert_eq!(k32::cos(-0.0), 1.0);
+    assert_eq!(k32::sin(-1e-45), -1e-45);
+    assert_eq!(k32::sin(1e-20), 1e-20);
+    for x in [inf, -inf, f32::NAN, 1.1e6, -1e30] {
+        assert!(k32::trig_outside(x), "{x}");
+    }
+    for x in [0.0, -1e-45, 1e6, -1_048_576.0] {
+        assert!(!k32::trig_outside(x), "{x}");
+    }
+}
+
+/// Every f32 in `[0, TRIG_MAX]` through `sin` and `cos` at the best level
+/// (by symmetry of every step of the kernel, the negatives give the
+/// negated sine and the same cosine): the worst ulp and where. Ignored
+/// (about a minute per function on one core); run with
+/// `cargo test --release --lib trig_exhaustive -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn trig_exhaustive() {
+    let level = crate::backend::cpu::simd::level();
+    let top = super::trig::TRIG_MAX.to_bits();
+    for (name, f, r) in [
+        (
+            "sin",
+            k32::sin as fn(f32) -> f32,
+            f64::sin as fn(f64) -> f64,
+        ),
+        ("cos", k32::cos, f64::cos),
+    ] {
+        let mut worst = (0.0f64, 0.0f32);
+        let mut buf = vec![0.0f32; 1 << 16];
+        let mut bits = 0u32;
+        while bits <= top {
+            let n = ((top - bits) as usize + 1).min(buf.len());
+            for (i, v) in buf[..n].iter_mut().enumerate() {
+                *v = f32::from_bits(bits + i as u32);
+            }
+            let xs = buf[..n].to_vec();
+            assert!(run_at(level, MapSlice(&mut buf[..n], f)).is_ok());
+            for (&x, &y) in xs.iter().zip(&buf[..n]) {
+                let u = ulps(y, r(x as f64));
+                if u > worst.0 {
+                    worst = (u, x);
+                }
+            }
+            bits += n as u32;
+        }
+        println!(
+            "{name} exhaustive over [0, 2^20] at {}: worst {:.4} ulp at x = {:e}",
+            level.name(),
+            worst.0,
+            worst.1
+        );
+        assert!(worst.0 <= 2.0, "{name}: {worst:?}");
+    }
 }

@@ -126,12 +126,15 @@ pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
                 f: &f,
             });
         } else if s == [1, 1, 0] {
-            let bv = pb.read();
-            let g = |x| f(x, bv);
+            // `f` by reference, `bv` by value: captured by reference, the
+            // broadcast value would be re-read after every store (it could
+            // alias the output), and the loop would stay scalar.
+            let (fr, bv) = (&f, pb.read());
+            let g = move |x| fr(x, bv);
             simd::run(Dense1 { po, pa, len, f: &g });
         } else if s == [1, 0, 1] {
-            let av = pa.read();
-            let g = |y| f(av, y);
+            let (fr, av) = (&f, pa.read());
+            let g = move |y| fr(av, y);
             simd::run(Dense1 {
                 po,
                 pa: pb,

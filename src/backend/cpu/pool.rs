@@ -28,8 +28,10 @@
 //!   region. Otherwise the waiting worker could steal another task that
 //!   blocks on the lock it holds.
 //!
-//! A caller of [`install`] sleeps until the pool's threads are done, so a
-//! process computes on at most [`num_threads`] threads at a time.
+//! A caller of [`par_for`] works as one of the op's threads (with at most
+//! `num_threads - 1` helper jobs on the pool); a caller of [`install`]
+//! (gemm) sleeps until the pool's threads are done. Either way one op
+//! computes on at most [`num_threads`] threads.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};

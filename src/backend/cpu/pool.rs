@@ -211,4 +211,37 @@ mod tests {
         });
         assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1));
     }
+
+    /// `par_map` keeps index order whoever computed each index (the caller
+    /// or a helper; which one is timing, so not asserted).
+    #[test]
+    fn par_map_keeps_index_order() {
+        let v = par_map(64, |i| {
+            // Enough work per index that both threads get some.
+            let noise = (0..2000u64).fold(i as u64, |a, k| a.wrapping_mul(31).wrapping_add(k));
+            noise % 7 + i as u64 * 10
+        });
+        for (i, x) in v.iter().enumerate() {
+            assert_eq!(*x / 10, i as u64, "index {i} out of order");
+        }
+    }
+
+    /// A panic in a chunk (on the caller or on a helper) reaches the caller
+    /// after every helper job has finished, and the pool stays usable.
+    #[test]
+    fn a_panicking_chunk_propagates_and_the_pool_survives() {
+        let r = std::panic::catch_unwind(|| {
+            par_for(100, |i| {
+                if i == 37 {
+                    panic!("chunk 37");
+                }
+            })
+        });
+        assert!(r.is_err());
+        let n = AtomicUsize::new(0);
+        par_for(100, |_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 100);
+    }
 }

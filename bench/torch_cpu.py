@@ -13,9 +13,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
+
+import torch_timing as timing  # bench/, the script's own directory
 
 N16M = 16 * 1024 * 1024
 SIDE = 4096
@@ -25,15 +26,7 @@ PAIRS = 10_000
 
 
 def measure(name, what, warmup, reps, batch, op):
-    for _ in range(warmup):
-        op()
-    samples = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(batch):
-            op()
-        samples.append((time.perf_counter() - t) / batch)
-    return {"name": name, "what": what, "samples": samples}
+    return {"name": name, "what": what, "samples": timing.measure(warmup, reps, batch, op)}
 
 
 def workloads(flt):

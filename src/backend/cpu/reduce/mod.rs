@@ -150,7 +150,13 @@ unsafe fn sum16<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
         // SAFETY: `k < len`: in bounds and initialised (this fn's contract).
         tail += f(unsafe { p.add(k).read() });
     }
-    // Pairwise, in a fixed order.
+    fold_lanes(&mut l) + tail
+}
+
+/// The sum of `L` (a power of two) lane accumulators, pairwise in a fixed
+/// order (results do not depend on timing or level).
+#[inline(always)]
+fn fold_lanes<const L: usize>(l: &mut [f64; L]) -> f64 {
     let mut w = L;
     while w > 1 {
         w /= 2;
@@ -158,7 +164,7 @@ unsafe fn sum16<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
             l[j] += l[j + w];
         }
     }
-    l[0] + tail
+    l[0]
 }
 
 /// Float elements summed densely in f64.
@@ -221,14 +227,7 @@ impl DenseSum for f32 {
         }
         // SAFETY: the `len - body` elements from `body` are in bounds (this fn's contract).
         let tail = unsafe { sum16(p.add(body), len - body, |x| x as f64) };
-        let mut w = L;
-        while w > 1 {
-            w /= 2;
-            for j in 0..w {
-                wide[j] += wide[j + w];
-            }
-        }
-        wide[0] + tail
+        fold_lanes(&mut wide) + tail
     }
 }
 impl DenseSum for f64 {

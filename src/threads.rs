@@ -12,8 +12,11 @@
 //!    and a cgroup v1 or v2 CPU quota (a container's `--cpus`), not the
 //!    host's CPU count.
 //!
-//! The thread that calls an op sleeps while the pool works on it, so at most
-//! `num_threads()` threads compute at once. An op called from inside a rayon
+//! The thread that calls an op works on it as one of those threads (its
+//! helpers are pool threads), so at most `num_threads()` threads compute at
+//! once. `TENSORSCOPE_SPIN_US` (default 0) lets the helpers spin that many
+//! microseconds for the next op before they sleep, as OpenMP's
+//! `OMP_WAIT_POLICY`/`KMP_BLOCKTIME` do. An op called from inside a rayon
 //! task of your own (a `par_iter` over requests, say) runs on that task's
 //! thread alone, like an op inside PyTorch's `parallel_for`: no nested
 //! parallelism, and no deadlock on a storage that another task holds.

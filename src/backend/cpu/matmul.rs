@@ -11,7 +11,7 @@
 //! included: see [`batches_in_parallel`] for how a batch is split.
 
 use super::num::Num;
-use super::pool::{install, kernel_pool};
+use super::pool::{install, install_on, kernel_pool};
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use crate::backend::Operand;
@@ -114,13 +114,13 @@ fn run_batches(
     let threads = pool.current_num_threads();
     if batches_in_parallel(nb, g.flops(), splits, threads) {
         let per = nb.div_ceil(threads * 4).max(1);
-        pool.install(|| {
+        install_on(&pool, |_| {
             (0..nb.div_ceil(per))
                 .into_par_iter()
                 .for_each(|c| each(c * per, ((c + 1) * per).min(nb), 1))
         });
     } else {
-        pool.install(|| each(0, nb, threads));
+        install_on(&pool, |threads| each(0, nb, threads));
     }
 }
 
@@ -287,6 +287,13 @@ fn int_batched<T: Num>(
 
 /// Batched `dst = a @ b` (see the dispatch function for the layouts).
 pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
+    if dst.layout.rank() == 2 {
+        // One product: the layout rule of `linear` (a transposed weight
+        // view, `x.matmul(&w.t())`, is then as fast as `linear`: 957 against
+        // 409 us at m = 8 on the 2-core EPYC before, when gemm packed the
+        // 1024 x 784 weight on one thread).
+        return linear(a, b, None, dst);
+    }
     matmul_impl(a, b, dst, false)
 }
 
@@ -441,7 +448,7 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
                 super::copy(b, dst);
                 matmul_acc(x, wt, dst);
             }
-            None => matmul(x, wt, dst),
+            None => matmul_impl(x, wt, dst, false),
         }
         return;
     }

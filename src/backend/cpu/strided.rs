@@ -68,6 +68,10 @@ pub(crate) fn par_runs<const N: usize>(
     Plan::new(layouts).par_runs(f)
 }
 
+/// A plan of two dims ([`Plan::as_matrix`]): `[rows, cols]`, per operand
+/// `[outer stride, inner stride]`, and the operands' offsets.
+pub(crate) type Matrix<const N: usize> = ([usize; 2], [[usize; 2]; N], [usize; N]);
+
 #[derive(Clone, Debug)]
 pub(crate) struct Plan<const N: usize> {
     shape: Dims,
@@ -114,6 +118,17 @@ impl<const N: usize> Plan<N> {
 
     pub(crate) fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// The plan as a matrix, when it coalesced to exactly two dims.
+    pub(crate) fn as_matrix(&self) -> Option<Matrix<N>> {
+        (self.shape.len() == 2).then(|| {
+            (
+                [self.shape[0], self.shape[1]],
+                std::array::from_fn(|k| [self.strides[k][0], self.strides[k][1]]),
+                self.offsets,
+            )
+        })
     }
 
     /// `true` when every operand is one dense run with stride 1.

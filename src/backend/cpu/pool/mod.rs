@@ -36,6 +36,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+mod team;
+
 /// The environment variable that sets the pool's size.
 pub(crate) const ENV: &str = "TENSORSCOPE_NUM_THREADS";
 
@@ -76,6 +78,7 @@ pub(crate) fn set_num_threads(n: usize) {
     let mut pool = POOL.write().unwrap_or_else(PoisonError::into_inner);
     THREADS.store(n, Ordering::Relaxed);
     *pool = None;
+    team::quiet();
 }
 
 /// The pool kernels split their work over, or `None` to run on the calling
@@ -121,30 +124,41 @@ pub(crate) fn kernel_pool() -> Option<Arc<rayon::ThreadPool>> {
 /// the pool costs a wake-up of its threads.
 pub(crate) fn install<R: Send>(parallel: bool, f: impl FnOnce(usize) -> R + Send) -> R {
     match if parallel { kernel_pool() } else { None } {
-        Some(pool) => {
-            let n = pool.current_num_threads();
-            pool.install(|| f(n))
-        }
+        Some(pool) => install_on(&pool, f),
         None => f(1),
     }
+}
+
+/// `pool.install(|| f(threads))` on a pool from [`kernel_pool`], after
+/// sending [`par_for`]'s spinning helpers back to it, so that every one of
+/// its threads can take `f`'s work.
+pub(crate) fn install_on<R: Send>(
+    pool: &rayon::ThreadPool,
+    f: impl FnOnce(usize) -> R + Send,
+) -> R {
+    team::quiet();
+    let n = pool.current_num_threads();
+    pool.install(|| f(n))
 }
 
 /// Calls `f(i)` for every `i < n`: in parallel when `n > 1` and there is a
 /// pool, else in order on this thread.
 ///
 /// The calling thread works too, as the first thread of an OpenMP team
-/// does: it hands `threads - 1` helper jobs to the pool and then takes
-/// indices from the same counter as they do, so the work starts at once
-/// (no wake-up to wait for) and a helper that wakes late just finds fewer
-/// indices left. Before returning it waits for the helper jobs (which only
-/// compute, so they finish). Measured on the 2-core AMD EPYC, `neg` of a
-/// `[512, 1024]` f32 tensor: 73 us at 2 threads when the caller slept in
-/// `install` while two pool threads worked (1.1x the 1-thread time; a third
-/// thread on two cores and a wake-up per kernel), against 82 us on one.
+/// does: it publishes the loop to the pool's helpers ([`team`]: they spin
+/// between jobs for a short window, as OpenMP's threads do) and takes
+/// indices from the same counter as they do, so the work starts at once and
+/// a helper that wakes late just finds fewer indices left, or none. It
+/// waits only for helpers that joined. When another loop holds the team
+/// (a second user thread calling ops at the same time), the loop runs on
+/// rayon's scope instead: the caller and `threads - 1` helper jobs.
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
     match if n > 1 { kernel_pool() } else { None } {
         Some(pool) => {
             let helpers = (pool.current_num_threads().saturating_sub(1)).min(n - 1);
+            if team::try_run(&pool, helpers, n, &f) {
+                return;
+            }
             let next = AtomicUsize::new(0);
             let work = || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);

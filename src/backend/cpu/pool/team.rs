@@ -1,0 +1,219 @@
+//! Fork-join for [`super::par_for`] with helpers that stay awake between
+//! ops, as an OpenMP team's threads do.
+//!
+//! **Why.** With rayon's `in_place_scope` every kernel waited until each
+//! helper job it had spawned had *run*: a pool thread asleep in the kernel
+//! must be woken first (a futex wake, tens of microseconds on a VM), so a
+//! kernel whose caller had already done all the work still paid the wake-up.
+//! Measured on the 2-core AMD EPYC VM, `neg` of a `[512, 1024]` f32 tensor:
+//! 66 us on one thread, 80 us on two (the helper cost more than it gave),
+//! where PyTorch's OpenMP team, whose threads spin between parallel regions,
+//! took 82 us on one and 36 us on two. With this module: 31-34 us on two.
+//!
+//! **How.** A caller publishes its job in one global slot ([`CURRENT`]) and
+//! takes indices from the job's counter itself. Helpers are jobs on the
+//! kernel pool (so every thread is still that one pool's): each serves
+//! published jobs and, between them, spins for up to [`spin_window`] before
+//! it returns its thread to the pool. The caller waits only for helpers that
+//! have *joined* its job ([`ACTIVE`]); a helper that wakes late finds the job
+//! gone and costs the caller nothing. `install` (gemm, batched matmul) first
+//! sends the spinners home ([`quiet`]), so they never take a core from the
+//! pool's own work.
+//!
+//! **The protocol.** A helper increments [`ACTIVE`] *before* it reads
+//! [`CURRENT`]; the caller clears [`CURRENT`] *before* it reads [`ACTIVE`]
+//! (all `SeqCst`). So either the helper sees the slot empty and never touches
+//! the job, or the caller sees the helper and waits for it: the job (on the
+//! caller's stack) outlives every access. One job is published at a time;
+//! a second caller (another user thread, or a kernel nested in a chunk)
+//! finds the slot taken and uses rayon's scope instead ([`super::par_for`]).
+//!
+//! `TENSORSCOPE_SPIN_US` sets the window in microseconds. The default is 0:
+//! a helper returns its thread after its job, and each job spawns its
+//! helpers (rayon's own workers spin briefly before they sleep). On the
+//! 2-core EPYC a window of 200 us measured the same as 0 on back-to-back
+//! ops (`neg`, `add`, `sum` of `[512, 1024]`, interleaved runs within the
+//! run-to-run spread), and a spinner is a core taken from whatever else the
+//! process runs; a machine where waking a thread is slow may set it.
+
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The environment variable that sets the spin window.
+pub(crate) const SPIN_ENV: &str = "TENSORSCOPE_SPIN_US";
+
+/// The published job, or null.
+static CURRENT: AtomicPtr<Job<'static>> = AtomicPtr::new(std::ptr::null_mut());
+/// Helpers between their increment and decrement around a job (see the
+/// protocol in the module docs).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Counts publications, so a spinner notices a new job without touching
+/// [`CURRENT`]'s job.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Helper loops running (spinning or working) on the pool.
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+/// Bumped by [`quiet`] (and a resize): spinners of an older generation
+/// return their thread to the pool.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// How long a helper spins for the next job before it returns its thread.
+fn spin_window() -> Duration {
+    static WINDOW: OnceLock<Duration> = OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        let us = std::env::var(SPIN_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        Duration::from_micros(us)
+    })
+}
+
+/// One parallel loop `f(i)` for `i < n`, shared by the caller and helpers.
+struct Job<'a> {
+    next: AtomicUsize,
+    n: usize,
+    f: &'a (dyn Fn(usize) + Sync),
+    /// The first panic of a helper's chunk, re-raised by the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Job<'_> {
+    /// Takes indices until none are left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Relaxed);
+            if i >= self.n {
+                return;
+            }
+            (self.f)(i);
+        }
+    }
+
+    /// [`Job::work`] for a helper: a panic is kept for the caller and stops
+    /// the other threads from taking more indices.
+    fn help(&self) {
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.work())) {
+            self.next.store(self.n, Relaxed);
+            let mut slot = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.get_or_insert(p);
+        }
+    }
+}
+
+/// Runs `f(i)` for every `i < n` with up to `helpers` helpers of `pool`;
+/// `false` (and nothing run) when another job holds the slot.
+pub(super) fn try_run(
+    pool: &rayon::ThreadPool,
+    helpers: usize,
+    n: usize,
+    f: &(dyn Fn(usize) + Sync),
+) -> bool {
+    let job = Job {
+        next: AtomicUsize::new(0),
+        n,
+        f,
+        panic: Mutex::new(None),
+    };
+    // SAFETY: only the lifetime is erased. The job is removed from the slot
+    // below before this function returns, and the wait for `ACTIVE == 0`
+    // after that outlasts every helper that read the pointer (module docs).
+    let ptr =
+        unsafe { std::mem::transmute::<*const Job<'_>, *mut Job<'static>>(&job as *const Job<'_>) };
+    if CURRENT
+        .compare_exchange(std::ptr::null_mut(), ptr, SeqCst, Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    EPOCH.fetch_add(1, SeqCst);
+    let generation = GENERATION.load(SeqCst);
+    while ALIVE.load(SeqCst) < helpers {
+        ALIVE.fetch_add(1, SeqCst);
+        pool.spawn(move || helper(generation));
+    }
+    let mine = catch_unwind(AssertUnwindSafe(|| job.work()));
+    if mine.is_err() {
+        job.next.store(n, Relaxed);
+    }
+    CURRENT.store(std::ptr::null_mut(), SeqCst);
+    let mut spins = 0u32;
+    while ACTIVE.load(SeqCst) != 0 {
+        // A helper is inside a chunk (or just looking): it finishes soon,
+        // unless it was descheduled, when yielding lets it run.
+        spins += 1;
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    if let Err(p) = mine {
+        resume_unwind(p);
+    }
+    if let Some(p) = job
+        .panic
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+    {
+        resume_unwind(p);
+    }
+    true
+}
+
+/// Sends every spinning helper back to the pool (before `install` hands
+/// the pool other work, and on a resize). Helpers inside a job finish it.
+pub(super) fn quiet() {
+    GENERATION.fetch_add(1, SeqCst);
+}
+
+/// A helper's loop: serve each new job, spin up to the window between jobs,
+/// return when the window passes or the generation changes.
+fn helper(generation: u64) {
+    let window = spin_window();
+    let mut seen = 0u64;
+    loop {
+        serve(generation, window, &mut seen);
+        ALIVE.fetch_sub(1, SeqCst);
+        // A caller that published after the last look, but counted this
+        // helper as alive, spawned no replacement: serve it too (the caller
+        // finishes its job alone if this helper comes late).
+        if GENERATION.load(SeqCst) != generation || EPOCH.load(SeqCst) == seen {
+            return;
+        }
+        ALIVE.fetch_add(1, SeqCst);
+    }
+}
+
+/// Serves jobs until `window` passes without one or the generation changes.
+fn serve(generation: u64, window: Duration, seen: &mut u64) {
+    let mut idle_since = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let epoch = EPOCH.load(SeqCst);
+        if epoch != *seen {
+            *seen = epoch;
+            ACTIVE.fetch_add(1, SeqCst);
+            let p = CURRENT.load(SeqCst);
+            if !p.is_null() {
+                // SAFETY: `ACTIVE` was raised before the slot was read, so
+                // the job's caller has not yet passed its wait (module
+                // docs): the job is alive until the decrement below.
+                unsafe { &*p }.help();
+            }
+            ACTIVE.fetch_sub(1, SeqCst);
+            idle_since = Instant::now();
+            continue;
+        }
+        if GENERATION.load(Relaxed) != generation {
+            return;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && idle_since.elapsed() >= window {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}

@@ -1,0 +1,191 @@
+//! The CPU kernels' fast paths give the element-wise definition's results:
+//! the one-pass dense loops (out of place, in place, and both inputs one
+//! tensor), the blocked transposing copy (every element size, partial
+//! blocks, offset views, parallel bands), and the parallel loops of one
+//! thread team called from several user threads at once.
+//!
+//! Sizes above 2 x 65536 elements take the parallel plan; the small ones
+//! the caller's thread.
+
+use tensorscope::{DType, Device, Tensor};
+
+const CPU: Device = Device::Cpu;
+
+/// `rows x cols` values with a fraction, both signs, and some exact
+/// integers and zeros (for floor/sign).
+fn values(rows: usize, cols: usize) -> Vec<f64> {
+    (0..rows * cols)
+        .map(|i| {
+            let v = ((i * 7919) % 2003) as f64 / 16.0 - 62.5;
+            if i % 97 == 0 {
+                0.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+fn tensor(v: &[f64], shape: &[usize], dt: DType) -> Tensor {
+    Tensor::from_slice(v, shape, CPU)
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap()
+}
+
+fn vec64(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// floor, sign, square and neg, out of place and in place, at a serial and
+/// a parallel size: the same values as the definition, in every float
+/// dtype (the values are exact in f16 and bf16 after rounding the input).
+#[test]
+fn dense_unary_ops_in_and_out_of_place_match_the_definition() {
+    for (rows, cols) in [(7, 9), (300, 700)] {
+        let v = values(rows, cols);
+        for dt in FLOATS {
+            let x = tensor(&v, &[rows, cols], dt);
+            let xs = vec64(&x);
+            type Op = (
+                &'static str,
+                fn(&Tensor) -> tensorscope::Result<Tensor>,
+                fn(f64) -> f64,
+            );
+            let ops: [Op; 4] = [
+                ("floor", Tensor::floor, f64::floor),
+                ("sign", Tensor::sign, |x| {
+                    if x > 0.0 {
+                        1.0
+                    } else if x < 0.0 {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                }),
+                ("square", Tensor::square, |x| x * x),
+                ("neg", Tensor::neg, |x| -x),
+            ];
+            for (name, op, def) in ops {
+                let want: Vec<f64> = vec64(&tensor(
+                    &xs.iter().map(|&x| def(x)).collect::<Vec<_>>(),
+                    &[rows, cols],
+                    dt,
+                ));
+                assert_eq!(vec64(&op(&x).unwrap()), want, "{name} {dt:?} {rows}x{cols}");
+            }
+            let mut y = x.deep_clone().unwrap();
+            y.floor_().unwrap();
+            assert_eq!(vec64(&y), vec64(&x.floor().unwrap()), "floor_ {dt:?}");
+            let mut y = x.deep_clone().unwrap();
+            y.relu_().unwrap();
+            assert_eq!(vec64(&y), vec64(&x.relu().unwrap()), "relu_ {dt:?}");
+            let mut y = x.deep_clone().unwrap();
+            y.exp_().unwrap();
+            assert_eq!(vec64(&y), vec64(&x.exp().unwrap()), "exp_ {dt:?}");
+        }
+    }
+}
+
+/// `a += b`, `a *= a` through an alias (output and both inputs one
+/// storage), and `c = a + b`: equal to the out-of-place results.
+#[test]
+fn dense_binary_ops_in_place_and_self_aliased_match_out_of_place() {
+    for (rows, cols) in [(5, 11), (400, 600)] {
+        let v = values(rows, cols);
+        let w: Vec<f64> = v.iter().map(|x| x * 0.5 + 1.0).collect();
+        for dt in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            let a = tensor(&v, &[rows, cols], dt);
+            let b = tensor(&w, &[rows, cols], dt);
+            let sum = a.add(&b).unwrap();
+            let mut a1 = a.deep_clone().unwrap();
+            a1.add_(&b).unwrap();
+            assert_eq!(vec64(&a1), vec64(&sum), "add_ {dt:?}");
+            let sq = a.mul(&a).unwrap();
+            let mut a2 = a.deep_clone().unwrap();
+            let same = a2.alias();
+            a2.mul_(&same).unwrap();
+            assert_eq!(vec64(&a2), vec64(&sq), "mul_ by itself {dt:?}");
+            let want: Vec<f64> = vec64(&a)
+                .iter()
+                .zip(vec64(&b))
+                .map(|(x, y)| x + y)
+                .collect();
+            assert_eq!(vec64(&sum), want, "add {dt:?}");
+        }
+    }
+}
+
+/// `t().contiguous()` (and `transpose` of a narrowed, offset view) equals
+/// the element-wise transpose for every element size (u8, bool, f16, bf16,
+/// i32, f32, f64, i64), full and partial 16 x 16 blocks, serial and
+/// parallel.
+#[test]
+fn transposing_copies_match_the_definition_for_every_element_size() {
+    let dts = [
+        DType::U8,
+        DType::Bool,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::F32,
+        DType::F64,
+        DType::I64,
+    ];
+    for (rows, cols) in [(16, 16), (37, 53), (100, 33), (513, 300)] {
+        let v: Vec<f64> = (0..rows * cols).map(|i| (i % 251) as f64).collect();
+        for dt in dts {
+            let x = tensor(&v, &[rows, cols], dt);
+            let xs = vec64(&x);
+            let t = x.transpose(0, 1).unwrap().contiguous().unwrap();
+            assert_eq!(t.shape(), &[cols, rows]);
+            let got = vec64(&t);
+            for r in 0..cols {
+                for c in 0..rows {
+                    assert_eq!(
+                        got[r * rows + c],
+                        xs[c * cols + r],
+                        "{dt:?} {rows}x{cols} at {r},{c}"
+                    );
+                }
+            }
+            // An offset view: rows 3.. of x, transposed.
+            let n = x.narrow(0, 3, rows - 3).unwrap();
+            let tn = n.transpose(0, 1).unwrap().contiguous().unwrap();
+            let got = vec64(&tn);
+            for r in 0..cols {
+                for c in 0..rows - 3 {
+                    assert_eq!(
+                        got[r * (rows - 3) + c],
+                        xs[(c + 3) * cols + r],
+                        "{dt:?} offset {rows}x{cols} at {r},{c}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Parallel kernels called from four user threads at once (one of them
+/// holds the team's slot, the others run on rayon's scope): every result
+/// is right.
+#[test]
+fn parallel_kernels_from_several_user_threads_at_once_are_right() {
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let x = Tensor::full(&[512, 512], t as f64 + 1.0, DType::F32, CPU).unwrap();
+                for _ in 0..50 {
+                    let y = x.add(&x).unwrap().neg().unwrap();
+                    let s = y.sum(&[1], false).unwrap().to_vec::<f32>().unwrap();
+                    assert!(s.iter().all(|&v| v == -(2.0 * (t as f32 + 1.0)) * 512.0));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

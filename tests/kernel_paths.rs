@@ -7,9 +7,17 @@
 //! Sizes above 2 x 65536 elements take the parallel plan; the small ones
 //! the caller's thread.
 
-use tensorscope::{DType, Device, Tensor};
+use std::sync::{Mutex, MutexGuard};
+use tensorscope::{memory, DType, Device, Error, Tensor};
 
 const CPU: Device = Device::Cpu;
+
+/// Every test of this file holds it: one test counts the CPU allocator's
+/// allocations, which are process-wide.
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `rows x cols` values with a fraction, both signs, and some exact
 /// integers and zeros (for floor/sign).
@@ -44,6 +52,7 @@ const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 /// dtype (the values are exact in f16 and bf16 after rounding the input).
 #[test]
 fn dense_unary_ops_in_and_out_of_place_match_the_definition() {
+    let _l = lock();
     for (rows, cols) in [(7, 9), (300, 700)] {
         let v = values(rows, cols);
         for dt in FLOATS {
@@ -93,6 +102,7 @@ fn dense_unary_ops_in_and_out_of_place_match_the_definition() {
 /// storage), and `c = a + b`: equal to the out-of-place results.
 #[test]
 fn dense_binary_ops_in_place_and_self_aliased_match_out_of_place() {
+    let _l = lock();
     for (rows, cols) in [(5, 11), (400, 600)] {
         let v = values(rows, cols);
         let w: Vec<f64> = v.iter().map(|x| x * 0.5 + 1.0).collect();
@@ -124,6 +134,7 @@ fn dense_binary_ops_in_place_and_self_aliased_match_out_of_place() {
 /// parallel.
 #[test]
 fn transposing_copies_match_the_definition_for_every_element_size() {
+    let _l = lock();
     let dts = [
         DType::U8,
         DType::Bool,
@@ -173,6 +184,7 @@ fn transposing_copies_match_the_definition_for_every_element_size() {
 /// is right.
 #[test]
 fn parallel_kernels_from_several_user_threads_at_once_are_right() {
+    let _l = lock();
     let handles: Vec<_> = (0..4)
         .map(|t| {
             std::thread::spawn(move || {
@@ -188,4 +200,70 @@ fn parallel_kernels_from_several_user_threads_at_once_are_right() {
     for h in handles {
         h.join().unwrap();
     }
+}
+
+/// `masked_fill` without autograd is one pass into a fresh tensor: the
+/// values of `where(mask, value, x)` with a full and a row-broadcast mask,
+/// in place the same, exactly two allocations (the result and the 0-d
+/// value; a deep copy first made three), and its errors name
+/// `masked_fill`, not the in-place form it used to call.
+#[test]
+fn masked_fill_is_one_pass_and_names_itself() {
+    let _l = lock();
+    let (rows, cols) = (300, 700);
+    let v = values(rows, cols);
+    for dt in [DType::F32, DType::F64, DType::BF16, DType::I32] {
+        let x = tensor(&v, &[rows, cols], dt);
+        let xs = vec64(&x);
+        let full = x.gt_scalar(0.0).unwrap();
+        let row = tensor(&values(1, cols), &[1, cols], DType::F32)
+            .gt_scalar(0.0)
+            .unwrap();
+        for mask in [&full, &row] {
+            let ms = vec64(mask);
+            let want: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    // The row mask repeats over the rows.
+                    let m = if ms.len() == cols {
+                        ms[i % cols]
+                    } else {
+                        ms[i]
+                    };
+                    if m != 0.0 {
+                        -3.0
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let before = memory::memory_stats(CPU).allocation.all.allocated;
+            let y = x.masked_fill(mask, -3.0).unwrap();
+            let allocs = memory::memory_stats(CPU).allocation.all.allocated - before;
+            assert_eq!(allocs, 2, "masked_fill {dt:?}: the result and the value");
+            assert_eq!(vec64(&y), want, "masked_fill {dt:?}");
+            let mut z = x.deep_clone().unwrap();
+            z.masked_fill_(mask, -3.0).unwrap();
+            assert_eq!(vec64(&z), want, "masked_fill_ {dt:?}");
+        }
+    }
+    let x = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    let e = x.masked_fill(&x, 1.0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                op: "masked_fill",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let bad = Tensor::zeros(&[4], DType::Bool, CPU).unwrap();
+    let e = x.masked_fill(&bad, 1.0).unwrap_err().to_string();
+    assert!(
+        e.contains("masked_fill") && !e.contains("masked_fill_"),
+        "{e}"
+    );
 }

@@ -569,10 +569,24 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
         let po = SendPtr(ptr::<T>(dst.storage));
         // SAFETY: dtypes match; the caller holds the locks.
         par_runs([&dst.layout, &cond.layout, &a.layout, &b.layout], |o, len, s| unsafe {
+            let (po, pc) = (po.get().add(o[0]), pc.get().add(o[1]) as *const u8);
+            let (pa, pb) = (pa.get().add(o[2]) as *const T, pb.get().add(o[3]) as *const T);
+            // Dense runs as one select loop (vectorised, in place too):
+            // `masked_fill` (a broadcast value `a`), `where` of two tensors.
+            if s == [1, 1, 0, 1] {
+                let av = pa.read();
+                simd::run(Dense2 { po, pa: pc, pb, len, f: &move |c: u8, y: T| if c != 0 { av } else { y } });
+                return;
+            }
+            if s == [1, 1, 1, 0] {
+                let bv = pb.read();
+                simd::run(Dense2 { po, pa: pc, pb: pa, len, f: &move |c: u8, x: T| if c != 0 { x } else { bv } });
+                return;
+            }
             for i in 0..len {
-                let c = pc.get().add(o[1] + i * s[1]).read() != 0;
-                let v = if c { pa.get().add(o[2] + i * s[2]).read() } else { pb.get().add(o[3] + i * s[3]).read() };
-                po.get().add(o[0] + i * s[0]).write(v);
+                let c = pc.add(i * s[1]).read() != 0;
+                let v = if c { pa.add(i * s[2]).read() } else { pb.add(i * s[3]).read() };
+                po.add(i * s[0]).write(v);
             }
         });
     })

@@ -3,10 +3,11 @@
 //! op, and the dispatch generated from the table.
 //!
 //! * [`float`]: every op, over the compute type `C` (f32 for f32, f16 and
-//!   bf16; f64 for f64); [`map_float`] converts blocks of the input up,
-//!   runs the kernel over the block at the CPU's best SIMD level
-//!   (`simd::run`: the transcendentals are the branch-free polynomials of
-//!   `vmath`, so the loop vectorises), and rounds once on the way down.
+//!   bf16; f64 for f64); [`map_float`] runs the kernel at the CPU's best
+//!   SIMD level (`simd::run`: the transcendentals are the branch-free
+//!   polynomials of `vmath`, so the loop vectorises), converting each
+//!   element up and rounding it once on the way down: in one pass over a
+//!   dense run, through a stack block for a strided run or sin/cos.
 //! * [`typed`]: in the storage type itself: the `numeric` ops on integers
 //!   (wrapping) and the `exact` ops on every dtype.
 //!

@@ -371,7 +371,16 @@ const TBLOCK: usize = 16;
 /// # Safety
 /// As for [`map1`], both operands of element type `T`.
 unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &Operand) -> bool {
-    if src.storage.addr() == dst.storage.addr() {
+    // Cheap necessary conditions first: most same-dtype copies that reach
+    // here (a broadcast bias, a strided slice) are not transposes, and
+    // `map1` builds its own plan after a `false`.
+    let transposed = |l: &crate::layout::Layout| {
+        l.strides().last().is_some_and(|&s| s != 1) && l.strides().contains(&1)
+    };
+    if src.storage.addr() == dst.storage.addr()
+        || !dst.layout.is_contiguous()
+        || !transposed(&src.layout)
+    {
         return false;
     }
     let plan = Plan::new([&dst.layout, &src.layout]);

@@ -17,8 +17,8 @@
 //!   releases every whole cached segment and retries; then it is an
 //!   [`Error::OutOfMemory`].
 //!
-//! The segments themselves come from a [`SegmentSource`]: the system allocator
-//! for the CPU, the driver for CUDA.
+//! The segments themselves come from a [`SegmentSource`]: the operating
+//! system for the CPU, the driver for CUDA.
 
 use super::free_set::FreeSet;
 use super::{MemoryStats, Pool};

@@ -1,8 +1,21 @@
-//! The CPU's caching allocator, over segments from the system allocator
-//! (64-byte aligned, zeroed).
+//! The CPU's caching allocator, over segments from the system (zeroed).
+//!
+//! On Linux a segment is an anonymous `mmap` aligned to 2 MiB and marked
+//! `MADV_HUGEPAGE`, so that the kernel backs it with transparent huge pages
+//! where it can (the default `madvise` mode of most distributions gives
+//! huge pages only to memory that asks). Segments are reused by the caching
+//! allocator for the life of the process, so the page faults (one per
+//! 2 MiB instead of one per 4 KiB) and the TLB misses of every later
+//! kernel shrink together. Measured on the 2-core EPYC development VM
+//! (issue 14): a sum over a 64 MiB f32 tensor with two threads, 2.57-2.90 ms
+//! on 4 KiB pages and 2.03-2.40 ms on huge pages, in a standalone loop.
+//! `TENSORSCOPE_HUGEPAGES=0` (read once) leaves the advice out; where the
+//! kernel has transparent huge pages off, the advice is a no-op. Elsewhere
+//! segments come from the system allocator (64-byte aligned).
 
 use crate::alloc::caching::{CachingAllocator, SegmentSource};
 use crate::device::Device;
+#[cfg(not(target_os = "linux"))]
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::LazyLock;
 
@@ -19,22 +32,116 @@ impl SegmentSource for SystemSource {
         if !fits_in_machine(bytes, *MACHINE_BYTES) {
             return None;
         }
-        let layout = Layout::from_size_align(bytes, CPU_ALIGN).ok()?;
-        // Zeroed, so that every byte a kernel can ever read is initialised
-        // (large zeroed allocations are fresh mmap pages: no memset cost).
-        // SAFETY: `bytes` is never 0 (segments are at least 2 MiB).
-        let p = unsafe { alloc_zeroed(layout) };
-        (!p.is_null()).then_some(p as usize)
+        #[cfg(target_os = "linux")]
+        {
+            pages::map(bytes, *HUGE_PAGES)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let layout = Layout::from_size_align(bytes, CPU_ALIGN).ok()?;
+            // Zeroed, so that every byte a kernel can ever read is initialised
+            // (large zeroed allocations are fresh mmap pages: no memset cost).
+            // SAFETY: `bytes` is never 0 (segments are at least 2 MiB).
+            let p = unsafe { alloc_zeroed(layout) };
+            (!p.is_null()).then_some(p as usize)
+        }
     }
     unsafe fn free_segment(&self, addr: usize, bytes: usize) {
-        let layout =
-            Layout::from_size_align(bytes, CPU_ALIGN).expect("layout was valid at allocation");
-        // SAFETY: the caller guarantees (addr, bytes) came from `alloc_segment`.
-        unsafe { dealloc(addr as *mut u8, layout) }
+        #[cfg(target_os = "linux")]
+        // SAFETY: the caller guarantees (addr, bytes) came from `alloc_segment`,
+        // which mapped exactly that range.
+        unsafe {
+            pages::unmap(addr, bytes)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let layout =
+                Layout::from_size_align(bytes, CPU_ALIGN).expect("layout was valid at allocation");
+            // SAFETY: the caller guarantees (addr, bytes) came from `alloc_segment`.
+            unsafe { dealloc(addr as *mut u8, layout) }
+        }
     }
     fn mem_info(&self) -> Option<(usize, usize)> {
         let [available, total] = meminfo(["MemAvailable:", "MemTotal:"])?;
         Some((available?, total?))
+    }
+}
+
+/// Whether segments ask for transparent huge pages: unless
+/// `TENSORSCOPE_HUGEPAGES=0` (read once).
+#[cfg(target_os = "linux")]
+static HUGE_PAGES: LazyLock<bool> =
+    LazyLock::new(|| std::env::var("TENSORSCOPE_HUGEPAGES").map_or(true, |v| v.trim() != "0"));
+
+/// Anonymous mappings for the segments (Linux).
+#[cfg(target_os = "linux")]
+mod pages {
+    /// The huge page size the segments are aligned to (x86-64 and aarch64
+    /// with 4 KiB base pages; elsewhere the alignment is merely generous).
+    pub(super) const HUGE: usize = 2 << 20;
+    // Every segment starts on a HUGE boundary: the alignment promised.
+    const _: () = assert!(HUGE.is_multiple_of(super::CPU_ALIGN));
+
+    /// A fresh zeroed mapping of `bytes` (rounded up to whole pages by the
+    /// kernel), starting on a `HUGE` boundary, advised `MADV_HUGEPAGE`
+    /// when `huge`; `None` when the kernel refuses.
+    pub(super) fn map(bytes: usize, huge: bool) -> Option<usize> {
+        let size = bytes.checked_next_multiple_of(page())?;
+        // Room to slide the start up to a HUGE boundary.
+        let len = size.checked_add(HUGE)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choosing: it aliases nothing of ours.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let start = p as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let end = aligned + size;
+        // SAFETY: `start` is page-aligned (mmap), and so are `aligned`, `size`
+        // and `len`; `start <= aligned < start + HUGE`, so the head
+        // `[start, aligned)` and the tail `[end, start + len)` are disjoint
+        // page ranges inside the mapping just made, outside the segment
+        // `[aligned, end)`, and nothing refers to them.
+        unsafe {
+            if aligned > start {
+                libc::munmap(p, aligned - start);
+            }
+            if start + len > end {
+                libc::munmap(end as *mut libc::c_void, start + len - end);
+            }
+            if huge {
+                // Advice only: failure (no THP in this kernel) changes nothing.
+                libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+            }
+        }
+        Some(aligned)
+    }
+
+    /// Unmaps a segment of [`map`].
+    ///
+    /// # Safety
+    /// `(addr, bytes)` came from one `map` call and nothing uses it any more.
+    pub(super) unsafe fn unmap(addr: usize, bytes: usize) {
+        // SAFETY: the caller's contract: the range is the live mapping `map`
+        // returned (the kernel rounds `bytes` up to the page, as `map` did).
+        unsafe { libc::munmap(addr as *mut libc::c_void, bytes) };
+    }
+
+    /// The base page size.
+    fn page() -> usize {
+        // SAFETY: `sysconf` reads a constant of the system.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
     }
 }
 
@@ -94,5 +201,25 @@ mod tests {
         // One byte past physical memory plus swap: refused here, before any
         // mmap, whatever the kernel's overcommit policy.
         assert_eq!(SystemSource.alloc_segment(m + 1), None);
+    }
+
+    /// Segments are 2 MiB aligned, zeroed, writable to their last byte,
+    /// and given back whole, with and without the huge page advice (a
+    /// size that is not a whole number of pages included).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn segments_are_aligned_zeroed_mappings() {
+        for (bytes, huge) in [(2 << 20, true), (6 << 20, false), ((2 << 20) + 100, true)] {
+            let addr = pages::map(bytes, huge).expect("a few MiB");
+            assert_eq!(addr % pages::HUGE, 0, "{bytes} {huge}");
+            // SAFETY: `map` returned `bytes` fresh, writable bytes at `addr`.
+            let seg = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, bytes) };
+            assert!(seg.iter().all(|&b| b == 0));
+            seg[0] = 1;
+            seg[bytes - 1] = 2;
+            assert_eq!((seg[0], seg[bytes - 1]), (1, 2));
+            // SAFETY: the mapping of this iteration, unused from here on.
+            unsafe { pages::unmap(addr, bytes) };
+        }
     }
 }

@@ -97,7 +97,7 @@ fn tree8<C: Float>(l: &[C; 8]) -> C {
 /// `Σ exp(x - m)` over a row: the exponentials a chunk at a time into a
 /// buffer (a plain map, so it vectorises), summed in 8 lanes.
 #[inline(always)]
-fn exp_sum<T: Flt>(x: &[T], m: T::C) -> T::C
+fn exp_sum<T: Flt, const F: bool>(x: &[T], m: T::C) -> T::C
 where
     T::C: FastExp,
 {
@@ -107,7 +107,7 @@ where
     let mut sl = [zero; 8];
     for c in x.chunks(CHUNK) {
         for (b, &v) in buf.iter_mut().zip(c) {
-            *b = (v.up() - m).fexp();
+            *b = (v.up() - m).fexp::<F>();
         }
         let len = c.len().next_multiple_of(8);
         for b in &mut buf[c.len()..len] {
@@ -319,7 +319,7 @@ where
     type Output = Result<CeSums, BadTarget>;
 
     #[inline(always)]
-    fn call(self) -> Result<CeSums, BadTarget> {
+    fn call<const F: bool>(self) -> Result<CeSums, BadTarget> {
         let ForwardRows {
             x: px,
             t: pt,
@@ -350,7 +350,7 @@ where
                 // SAFETY: the logits are dense `[rows, cols]`, read-locked.
                 let xr = unsafe { row(px, r, cols) };
                 let m = row_max(xr);
-                let s = exp_sum(xr, m);
+                let s = exp_sum::<T, F>(xr, m);
                 let a = if smooth { dist_sum(xr, w, m) } else { zero };
                 let ls = s.ln();
                 if let Some(p) = pse {
@@ -411,7 +411,7 @@ where
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let BackwardRows {
             x: px,
             t: pt,
@@ -455,17 +455,17 @@ where
                 Some(w) if eps > zero => {
                     let kb = k * ec;
                     for ((o, &v), &wc) in dr.iter_mut().zip(xr).zip(w) {
-                        *o = T::down(a * (v.up() - l).fexp() - kb * wc.up());
+                        *o = T::down(a * (v.up() - l).fexp::<F>() - kb * wc.up());
                     }
                 }
                 _ => {
                     let b = k * ec;
                     for (o, &v) in dr.iter_mut().zip(xr) {
-                        *o = T::down(a * (v.up() - l).fexp() - b);
+                        *o = T::down(a * (v.up() - l).fexp::<F>() - b);
                     }
                 }
             }
-            let p = (xr[t].up() - l).fexp();
+            let p = (xr[t].up() - l).fexp::<F>();
             dr[t] = T::down(a * p - k * wt * (ec + (one - eps)));
         }
     }

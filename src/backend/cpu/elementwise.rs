@@ -195,7 +195,7 @@ struct Dense1<'a, A, O, F> {
 impl<A: Copy, O, F: Fn(A) -> O> simd::Kernel for Dense1<'_, A, O, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         let f = self.f;
         // SAFETY: built by `map1` / `map2` from a dense run of `len`
         // elements of each operand, inside layouts that fit their
@@ -218,7 +218,7 @@ struct Dense2<'a, A, B, O, F> {
 impl<A: Copy, B: Copy, O, F: Fn(A, B) -> O> simd::Kernel for Dense2<'_, A, B, O, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         let f = self.f;
         // SAFETY: as in `Dense1::call`, for both inputs.
         unsafe { dense_map2!(self.po, self.pa, self.pb, self.len, |x, y| f(x, y)) }

@@ -400,8 +400,10 @@ thread_local! {
 /// | is | `x`, `m` rows | `w`, `n` rows |
 /// | serial packing | `m * k`, 0 if `x_rs == 1` | `n * k`, 0 if `w_rs == 1` |
 ///
-/// and column-major only when it packs strictly less: on a tie the direct
-/// write saves the scratch and the transposing pass. A skinny weight
+/// and column-major only when it packs at least [`COLUMN_MAJOR_GAIN`] (4)
+/// times less: the direct write saves the scratch and the transposing
+/// pass (`m * n` elements read and written again), which a smaller saving
+/// in serial packing does not repay. A skinny weight
 /// (`x[512,1024] w[16,1024]^T`) is thus written directly (only `w`'s 16
 /// rows are packed serially; the old choice, tuned on one machine, packed
 /// all 512 of `x`'s and ran 12x PyTorch's time on a 2-core Xeon); a skinny
@@ -415,15 +417,24 @@ thread_local! {
 /// 304 us direct vs 669 us column-major; `x[64,1024] w[1024,1024]^T` 3645
 /// vs 1652 us; `[1024,1024]` pair 40.8 vs 48.9 ms. (The column-major
 /// square case was once 2.4x faster on an AVX-512 EPYC; not reproduced
-/// here.)
+/// here.) Issue 14, session 5, the same machine idle, both layouts forced
+/// and interleaved, 4 runs each: `x[512,1024] w[1024,1024]^T + b`
+/// 9.27-9.65 ms direct vs 9.99-17.1 ms column-major (the old rule's
+/// choice: 512 < 1024 rows), its forward+backward 24.3-37.5 vs 32.6-59.6
+/// ms; hence the factor: 64 against 1024 rows still goes column-major.
 fn column_major_product(m: usize, n: usize, x_rs: isize, w_rs: isize) -> bool {
     if m <= 1 || n <= 1 {
         return false;
     }
     let cost_col = if x_rs == 1 { 0 } else { m };
     let cost_row = if w_rs == 1 { 0 } else { n };
-    cost_col < cost_row
+    cost_col.saturating_mul(COLUMN_MAJOR_GAIN) <= cost_row && cost_col < cost_row
 }
+
+/// How many times less serial packing the column-major layout must cost
+/// before [`linear`] pays its scratch and its transposing pass (see
+/// [`column_major_product`]).
+const COLUMN_MAJOR_GAIN: usize = 4;
 
 /// `dst = x @ w^T (+ bias)` for a 2-D `x: [m, k]`, `wt` = `w^T: [k, n]`
 /// (any strides) and a bias already broadcast to `[m, n]` (row stride 0).
@@ -571,6 +582,9 @@ mod tests {
         assert!(!column_major_product(512, 16, k, k));
         // A skinny batch: column-major (x's 64 rows, not w's 1024).
         assert!(column_major_product(64, 1024, k, k));
+        assert!(column_major_product(256, 1024, k, k));
+        // Half the rows: not enough to repay the scratch, direct.
+        assert!(!column_major_product(512, 1024, k, k));
         // Square: a tie, written directly.
         assert!(!column_major_product(1024, 1024, k, k));
         // A transposed (column-major) x needs no packing: column-major.

@@ -229,7 +229,7 @@ impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let ForwardRows {
             x,
             y,
@@ -377,7 +377,7 @@ impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let BackwardRows {
             dy,
             x,

@@ -277,14 +277,15 @@ pub(crate) fn erfc_precise(z: f64) -> f64 {
 /// `exp` in the compute type: `vmath`'s branch-free polynomial (so loops
 /// over it vectorise inside `simd::run`).
 pub(crate) trait FastExp: num_traits::Float {
-    fn fexp(self) -> Self;
+    /// `F`: fuse the polynomial's products (see `vmath::Madd`).
+    fn fexp<const F: bool>(self) -> Self;
     /// Widened to f64.
     fn wide(self) -> f64;
 }
 impl FastExp for f64 {
     #[inline(always)]
-    fn fexp(self) -> f64 {
-        crate::backend::cpu::vmath::float64::exp(self)
+    fn fexp<const F: bool>(self) -> f64 {
+        crate::backend::cpu::vmath::float64::exp::<F>(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {
@@ -293,8 +294,8 @@ impl FastExp for f64 {
 }
 impl FastExp for f32 {
     #[inline(always)]
-    fn fexp(self) -> f32 {
-        crate::backend::cpu::vmath::float32::exp(self)
+    fn fexp<const F: bool>(self) -> f32 {
+        crate::backend::cpu::vmath::float32::exp::<F>(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {

@@ -80,6 +80,21 @@ impl Level {
         }
     }
 
+    /// Whether kernels at this level fuse `a * b + c` (the `FMA` of
+    /// [`Kernel::call`]): every level above the x86-64 baseline has FMA
+    /// (x86-64-v3 and v4 by definition), and so has aarch64. (`run_at`
+    /// picks the same per arm, as a constant; the tests ask this.)
+    #[cfg(test)]
+    pub(crate) fn fma(self) -> bool {
+        match self {
+            Level::Scalar => BASELINE_FMA,
+            #[cfg(target_arch = "x86_64")]
+            Level::V3 | Level::V4 => true,
+            #[cfg(target_arch = "aarch64")]
+            Level::Neon => true,
+        }
+    }
+
     /// Whether this CPU can run the level.
     pub(crate) fn is_available(self) -> bool {
         match self {
@@ -121,21 +136,31 @@ pub(crate) fn level() -> Level {
 }
 
 /// Work for [`run`]: implementations mark `call` `#[inline(always)]`.
+///
+/// `FMA` says whether the level has fused multiply-add instructions, so
+/// that `f32::mul_add` is one instruction there (see [`Level::fma`]); the
+/// kernels pass it on to `vmath`'s polynomials, which fuse their products
+/// only when it is true (at a level without FMA, `mul_add` would be a libm
+/// call per element).
 pub(crate) trait Kernel {
     type Output;
-    fn call(self) -> Self::Output;
+    fn call<const FMA: bool>(self) -> Self::Output;
 }
 
 /// pulp's entry point, forwarding to the kernel with everything inlined.
-struct Inline<K>(K);
+struct Inline<K, const FMA: bool>(K);
 
-impl<K: Kernel> pulp::WithSimd for Inline<K> {
+impl<K: Kernel, const FMA: bool> pulp::WithSimd for Inline<K, FMA> {
     type Output = K::Output;
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) -> K::Output {
-        self.0.call()
+        self.0.call::<FMA>()
     }
 }
+
+/// Whether the target's baseline has fused multiply-add: aarch64 does
+/// (`fmadd` is in the base instruction set), x86-64's SSE2 does not.
+pub(crate) const BASELINE_FMA: bool = cfg!(target_arch = "aarch64");
 
 /// `x = f(x)` over a slice: the kernel of the unit tests. `f` should be a
 /// fn item of an `#[inline(always)]` function.
@@ -146,7 +171,7 @@ pub(crate) struct MapSlice<'a, T, F>(pub &'a mut [T], pub F);
 impl<T: Copy, F: Fn(T) -> T> Kernel for MapSlice<'_, T, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         for x in self.0.iter_mut() {
             *x = (self.1)(*x);
         }
@@ -159,7 +184,7 @@ pub(crate) fn run<K: Kernel>(k: K) -> K::Output {
     // `run_at` refuses only a level the CPU lacks; `LEVEL` is one it has.
     match run_at(level(), k) {
         Ok(r) => r,
-        Err(k) => k.call(),
+        Err(k) => k.call::<BASELINE_FMA>(),
     }
 }
 
@@ -167,23 +192,25 @@ pub(crate) fn run<K: Kernel>(k: K) -> K::Output {
 #[inline(always)]
 pub(crate) fn run_at<K: Kernel>(level: Level, k: K) -> std::result::Result<K::Output, K> {
     use pulp::Simd;
-    let f = Inline(k);
     match level {
-        Level::Scalar => Ok(Simd::vectorize(pulp::Scalar::new(), f)),
+        Level::Scalar => Ok(Simd::vectorize(
+            pulp::Scalar::new(),
+            Inline::<K, BASELINE_FMA>(k),
+        )),
         #[cfg(target_arch = "x86_64")]
         Level::V3 => match pulp::x86::V3::try_new() {
-            Some(s) => Ok(Simd::vectorize(s, f)),
-            None => Err(f.0),
+            Some(s) => Ok(Simd::vectorize(s, Inline::<K, true>(k))),
+            None => Err(k),
         },
         #[cfg(target_arch = "x86_64")]
         Level::V4 => match pulp::x86::V4::try_new() {
-            Some(s) => Ok(Simd::vectorize(s, f)),
-            None => Err(f.0),
+            Some(s) => Ok(Simd::vectorize(s, Inline::<K, true>(k))),
+            None => Err(k),
         },
         #[cfg(target_arch = "aarch64")]
         Level::Neon => match pulp::aarch64::Neon::try_new() {
-            Some(s) => Ok(Simd::vectorize(s, f)),
-            None => Err(f.0),
+            Some(s) => Ok(Simd::vectorize(s, Inline::<K, true>(k))),
+            None => Err(k),
         },
     }
 }

@@ -36,18 +36,24 @@ fn max_nan<C: num_traits::Float>(m: C, v: C) -> C {
 /// # Safety
 /// Both rows are in bounds; nobody else touches `y` meanwhile.
 #[inline(always)]
-unsafe fn softmax_row<T: Flt>(x: *const T, xs: usize, y: *mut T, ys: usize, n: usize, log: bool)
-where
+unsafe fn softmax_row<T: Flt, const F: bool>(
+    x: *const T,
+    xs: usize,
+    y: *mut T,
+    ys: usize,
+    n: usize,
+    log: bool,
+) where
     T::C: FastExp,
 {
     // Constant strides and flag in each copy, so the dense loops vectorise.
     // SAFETY: the caller's contract, passed on unchanged (only the strides are made constant).
     unsafe {
         match (xs == 1 && ys == 1, log) {
-            (true, true) => softmax_row_impl(x, 1, y, 1, n, true),
-            (true, false) => softmax_row_impl(x, 1, y, 1, n, false),
-            (false, true) => softmax_row_impl(x, xs, y, ys, n, true),
-            (false, false) => softmax_row_impl(x, xs, y, ys, n, false),
+            (true, true) => softmax_row_impl::<T, F>(x, 1, y, 1, n, true),
+            (true, false) => softmax_row_impl::<T, F>(x, 1, y, 1, n, false),
+            (false, true) => softmax_row_impl::<T, F>(x, xs, y, ys, n, true),
+            (false, false) => softmax_row_impl::<T, F>(x, xs, y, ys, n, false),
         }
     }
 }
@@ -57,7 +63,7 @@ where
 /// # Safety
 /// As for [`softmax_row`].
 #[inline(always)]
-unsafe fn softmax_row_impl<T: Flt>(
+unsafe fn softmax_row_impl<T: Flt, const F: bool>(
     x: *const T,
     xs: usize,
     y: *mut T,
@@ -103,7 +109,7 @@ unsafe fn softmax_row_impl<T: Flt>(
     while c0 < n {
         let len = CHUNK.min(n - c0);
         for (i, b) in buf[..len].iter_mut().enumerate() {
-            *b = (rd(c0 + i) - m).fexp();
+            *b = (rd(c0 + i) - m).fexp::<F>();
         }
         for b in &mut buf[len..len.next_multiple_of(8)] {
             *b = zero;
@@ -146,7 +152,7 @@ unsafe fn softmax_row_impl<T: Flt>(
             // f16 / bf16: recompute rather than round twice.
             for k in 0..n {
                 // SAFETY: `k < n`: in the output row, which only this call writes.
-                unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp() * inv)) };
+                unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp::<F>() * inv)) };
             }
         }
     }
@@ -163,7 +169,7 @@ const ROW_LANES: usize = 256;
 /// As for [`softmax_row`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows<T: Flt>(
+unsafe fn softmax_rows<T: Flt, const F: bool>(
     x: *const T,
     xs: usize,
     xl: usize,
@@ -180,10 +186,10 @@ unsafe fn softmax_rows<T: Flt>(
     // SAFETY: the caller's contract, passed on unchanged (only the strides are made constant).
     unsafe {
         match (xl == 1 && yl == 1, log) {
-            (true, true) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, true),
-            (true, false) => softmax_rows_impl(x, xs, 1, y, ys, 1, n, b, false),
-            (false, true) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, true),
-            (false, false) => softmax_rows_impl(x, xs, xl, y, ys, yl, n, b, false),
+            (true, true) => softmax_rows_impl::<T, F>(x, xs, 1, y, ys, 1, n, b, true),
+            (true, false) => softmax_rows_impl::<T, F>(x, xs, 1, y, ys, 1, n, b, false),
+            (false, true) => softmax_rows_impl::<T, F>(x, xs, xl, y, ys, yl, n, b, true),
+            (false, false) => softmax_rows_impl::<T, F>(x, xs, xl, y, ys, yl, n, b, false),
         }
     }
 }
@@ -194,7 +200,7 @@ unsafe fn softmax_rows<T: Flt>(
 /// As for [`softmax_row`], for each of the `b` rows.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows_impl<T: Flt>(
+unsafe fn softmax_rows_impl<T: Flt, const F: bool>(
     x: *const T,
     xs: usize,
     xl: usize,
@@ -221,7 +227,7 @@ unsafe fn softmax_rows_impl<T: Flt>(
     }
     for k in 0..n {
         for (j, sj) in sum.iter_mut().enumerate() {
-            let e = (rd(k, j) - m[j]).fexp();
+            let e = (rd(k, j) - m[j]).fexp::<F>();
             *sj = *sj + e;
             if !log {
                 // SAFETY: `k < n`, `j < b`: in the block's output rows, which only this call
@@ -259,7 +265,7 @@ unsafe fn softmax_rows_impl<T: Flt>(
                     // bounds.
                     unsafe { p.read() }.up()
                 } else {
-                    (rd(k, j) - m[j]).fexp()
+                    (rd(k, j) - m[j]).fexp::<F>()
                 };
                 // SAFETY: `p` is in the block's output rows, written by this call alone.
                 unsafe { p.write(T::down(e * *inv)) };
@@ -329,7 +335,7 @@ pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) {
 /// The three rows are in bounds; nobody else touches `dx`'s row meanwhile.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn backward_row<T: Flt>(
+unsafe fn backward_row<T: Flt, const F: bool>(
     g: *const T,
     gs: usize,
     y: *const T,
@@ -345,10 +351,10 @@ unsafe fn backward_row<T: Flt>(
     // SAFETY: the caller's contract, passed on unchanged.
     unsafe {
         match (gs == 1 && ys == 1 && ds == 1, log) {
-            (true, true) => backward_row_impl(g, 1, y, 1, dx, 1, n, true),
-            (true, false) => backward_row_impl(g, 1, y, 1, dx, 1, n, false),
-            (false, true) => backward_row_impl(g, gs, y, ys, dx, ds, n, true),
-            (false, false) => backward_row_impl(g, gs, y, ys, dx, ds, n, false),
+            (true, true) => backward_row_impl::<T, F>(g, 1, y, 1, dx, 1, n, true),
+            (true, false) => backward_row_impl::<T, F>(g, 1, y, 1, dx, 1, n, false),
+            (false, true) => backward_row_impl::<T, F>(g, gs, y, ys, dx, ds, n, true),
+            (false, false) => backward_row_impl::<T, F>(g, gs, y, ys, dx, ds, n, false),
         }
     }
 }
@@ -359,7 +365,7 @@ unsafe fn backward_row<T: Flt>(
 /// As for [`backward_row`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn backward_row_impl<T: Flt>(
+unsafe fn backward_row_impl<T: Flt, const F: bool>(
     g: *const T,
     gs: usize,
     y: *const T,
@@ -395,7 +401,7 @@ unsafe fn backward_row_impl<T: Flt>(
     }
     for k in 0..n {
         let v = if log {
-            rg(k) - ry(k).fexp() * s
+            rg(k) - ry(k).fexp::<F>() * s
         } else {
             ry(k) * (rg(k) - s)
         };
@@ -412,7 +418,7 @@ unsafe fn backward_row_impl<T: Flt>(
 /// As for [`backward_row`], for each of the `b` rows.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn backward_rows<T: Flt>(
+unsafe fn backward_rows<T: Flt, const F: bool>(
     g: (*const T, usize, usize),
     y: (*const T, usize, usize),
     dx: (*mut T, usize, usize),
@@ -438,7 +444,7 @@ unsafe fn backward_rows<T: Flt>(
     for k in 0..n {
         for (j, s) in sum.iter().enumerate() {
             let v = if log {
-                rg(k, j) - ry(k, j).fexp() * *s
+                rg(k, j) - ry(k, j).fexp::<F>() * *s
             } else {
                 ry(k, j) * (rg(k, j) - *s)
             };
@@ -524,7 +530,7 @@ where
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let ForwardRun {
             px,
             py,
@@ -545,7 +551,7 @@ where
                 // which fit their storages; the `b` rows of each block are disjoint from
                 // other blocks' rows; the caller holds the locks.
                 unsafe {
-                    softmax_rows::<T>(
+                    softmax_rows::<T, F>(
                         px.get().add(o[1] + r * s[1]),
                         xs,
                         s[1],
@@ -563,7 +569,7 @@ where
             for r in 0..len {
                 // SAFETY: as above, one row at a time.
                 unsafe {
-                    softmax_row::<T>(
+                    softmax_row::<T, F>(
                         px.get().add(o[1] + r * s[1]),
                         xs,
                         py.get().add(o[0] + r * s[0]),
@@ -601,7 +607,7 @@ where
     type Output = ();
 
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let BackwardRun {
             pg,
             py,
@@ -624,7 +630,7 @@ where
                 // which fit their storages; the blocks' output rows are disjoint;
                 // the caller holds the locks.
                 unsafe {
-                    backward_rows::<T>(
+                    backward_rows::<T, F>(
                         (pg.get().add(o[2] + r * s[2]), gs, s[2]),
                         (py.get().add(o[1] + r * s[1]), ys, s[1]),
                         (pd.get().add(o[0] + r * s[0]), ds, s[0]),
@@ -639,7 +645,7 @@ where
             for r in 0..len {
                 // SAFETY: as above, one row at a time.
                 unsafe {
-                    backward_row::<T>(
+                    backward_row::<T, F>(
                         pg.get().add(o[2] + r * s[2]),
                         gs,
                         py.get().add(o[1] + r * s[1]),

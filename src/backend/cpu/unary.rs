@@ -28,75 +28,75 @@ pub(crate) mod float {
     use num_traits::Float;
 
     #[inline(always)]
-    pub(crate) fn exp<C: VMath>(x: C) -> C {
-        x.v_exp()
+    pub(crate) fn exp<C: VMath, const F: bool>(x: C) -> C {
+        x.v_exp::<F>()
     }
     #[inline(always)]
-    pub(crate) fn log<C: VMath>(x: C) -> C {
-        x.v_log()
+    pub(crate) fn log<C: VMath, const F: bool>(x: C) -> C {
+        x.v_log::<F>()
     }
     #[inline(always)]
-    pub(crate) fn log1p<C: VMath>(x: C) -> C {
-        x.v_log1p()
+    pub(crate) fn log1p<C: VMath, const F: bool>(x: C) -> C {
+        x.v_log1p::<F>()
     }
     #[inline(always)]
-    pub(crate) fn sqrt<C: Float>(x: C) -> C {
+    pub(crate) fn sqrt<C: Float, const F: bool>(x: C) -> C {
         x.sqrt()
     }
     #[inline(always)]
-    pub(crate) fn rsqrt<C: Float>(x: C) -> C {
+    pub(crate) fn rsqrt<C: Float, const F: bool>(x: C) -> C {
         C::one() / x.sqrt()
     }
     /// The vector kernel; the elements it leaves out (`VMath::v_trig_outside`)
     /// are recomputed by [`super::Trig`]'s fix-up.
     #[inline(always)]
-    pub(crate) fn sin<C: VMath>(x: C) -> C {
-        x.v_sin()
+    pub(crate) fn sin<C: VMath, const F: bool>(x: C) -> C {
+        x.v_sin::<F>()
     }
     /// As [`sin`].
     #[inline(always)]
-    pub(crate) fn cos<C: VMath>(x: C) -> C {
-        x.v_cos()
+    pub(crate) fn cos<C: VMath, const F: bool>(x: C) -> C {
+        x.v_cos::<F>()
     }
     #[inline(always)]
-    pub(crate) fn tanh<C: VMath>(x: C) -> C {
-        x.v_tanh()
+    pub(crate) fn tanh<C: VMath, const F: bool>(x: C) -> C {
+        x.v_tanh::<F>()
     }
     #[inline(always)]
-    pub(crate) fn sigmoid<C: VMath>(x: C) -> C {
-        x.v_sigmoid()
+    pub(crate) fn sigmoid<C: VMath, const F: bool>(x: C) -> C {
+        x.v_sigmoid::<F>()
     }
     #[inline(always)]
-    pub(crate) fn silu<C: VMath>(x: C) -> C {
-        x.v_silu()
+    pub(crate) fn silu<C: VMath, const F: bool>(x: C) -> C {
+        x.v_silu::<F>()
     }
     #[inline(always)]
-    pub(crate) fn softplus<C: VMath>(x: C) -> C {
-        x.v_softplus()
+    pub(crate) fn softplus<C: VMath, const F: bool>(x: C) -> C {
+        x.v_softplus::<F>()
     }
     #[inline(always)]
-    pub(crate) fn gelu<C: VMath>(x: C) -> C {
-        x.v_gelu()
+    pub(crate) fn gelu<C: VMath, const F: bool>(x: C) -> C {
+        x.v_gelu::<F>()
     }
     #[inline(always)]
-    pub(crate) fn gelu_tanh<C: VMath>(x: C) -> C {
-        x.v_gelu_tanh()
+    pub(crate) fn gelu_tanh<C: VMath, const F: bool>(x: C) -> C {
+        x.v_gelu_tanh::<F>()
     }
     #[inline(always)]
-    pub(crate) fn erf<C: VMath>(x: C) -> C {
-        x.v_erf()
+    pub(crate) fn erf<C: VMath, const F: bool>(x: C) -> C {
+        x.v_erf::<F>()
     }
     #[inline(always)]
-    pub(crate) fn floor<C: Float>(x: C) -> C {
+    pub(crate) fn floor<C: Float, const F: bool>(x: C) -> C {
         x.floor()
     }
     #[inline(always)]
-    pub(crate) fn round<C: VMath>(x: C) -> C {
+    pub(crate) fn round<C: VMath, const F: bool>(x: C) -> C {
         x.v_round_even()
     }
     /// `(x > 0) - (x < 0)`, as PyTorch: NaN and -0 give 0.
     #[inline(always)]
-    pub(crate) fn sign<C: Float>(x: C) -> C {
+    pub(crate) fn sign<C: Float, const F: bool>(x: C) -> C {
         if x > C::zero() {
             C::one()
         } else if x < C::zero() {
@@ -106,11 +106,11 @@ pub(crate) mod float {
         }
     }
     #[inline(always)]
-    pub(crate) fn reciprocal<C: Float>(x: C) -> C {
+    pub(crate) fn reciprocal<C: Float, const F: bool>(x: C) -> C {
         C::one() / x
     }
     #[inline(always)]
-    pub(crate) fn square<C: Float>(x: C) -> C {
+    pub(crate) fn square<C: Float, const F: bool>(x: C) -> C {
         x * x
     }
 }
@@ -201,8 +201,8 @@ macro_rules! cpu_unary_dispatch {
         struct K;
         impl<C: crate::backend::cpu::vmath::VMath + num_traits::Float> FloatFn<C> for K {
             #[inline(always)]
-            fn apply(self, x: C) -> C {
-                float::$name(x)
+            fn apply<const F: bool>(self, x: C) -> C {
+                float::$name::<C, F>(x)
             }
         }
         map_float::<$T, _>($src, $dst, K)
@@ -239,7 +239,7 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     /// Whether [`FloatFn::outside`] can be true (then [`map_float`] keeps
     /// the input of a block until the fix-up has read it).
     const FIXES: bool = false;
-    fn apply(self, x: C) -> C;
+    fn apply<const F: bool>(self, x: C) -> C;
     /// Whether `apply` is inexact at `x`.
     #[inline(always)]
     fn outside(self, _x: C) -> bool {
@@ -248,7 +248,7 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     /// The exact value at an `x` that is `outside` (scalar code).
     #[inline(always)]
     fn scalar(self, x: C) -> C {
-        self.apply(x)
+        self.apply::<false>(x)
     }
 }
 
@@ -260,11 +260,11 @@ struct Trig<const COS: bool>;
 impl<C: VMath + num_traits::Float + Sync, const COS: bool> FloatFn<C> for Trig<COS> {
     const FIXES: bool = true;
     #[inline(always)]
-    fn apply(self, x: C) -> C {
+    fn apply<const F: bool>(self, x: C) -> C {
         if COS {
-            float::cos(x)
+            float::cos::<C, F>(x)
         } else {
-            float::sin(x)
+            float::sin::<C, F>(x)
         }
     }
     #[inline(always)]
@@ -283,7 +283,7 @@ impl<C: VMath + num_traits::Float + Sync, const COS: bool> FloatFn<C> for Trig<C
 
 /// [`FloatFn`] with two arguments (gradient and saved value).
 pub(crate) trait FloatFn2<C>: Copy + Sync {
-    fn apply(self, a: C, b: C) -> C;
+    fn apply<const F: bool>(self, a: C, b: C) -> C;
 }
 
 /// One block of [`map_float`]: gather `n = buf.len()` elements of the input
@@ -306,7 +306,7 @@ struct Block1<'a, T: Flt, F> {
 impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         // SAFETY: the constructor (`map_float`) gives pointers whose
         // `buf.len()` elements at the strides lie inside their runs of
         // the plan (so inside the storages, which the caller has locked),
@@ -326,7 +326,7 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
                 .iter()
                 .fold(false, |a, v| a | f.outside(v.assume_init()));
             for v in self.buf.iter_mut() {
-                v.write(f.apply(v.assume_init()));
+                v.write(f.apply::<FMA>(v.assume_init()));
             }
             if fix {
                 // The input is still there: the output is written below
@@ -358,12 +358,16 @@ struct Dense1F<T, F> {
 impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Dense1F<T, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         let f = self.f;
         // SAFETY: `map_float` builds it from a dense run of `len` elements
         // of each operand inside their locked storages; the output run is
         // this thread's alone.
-        unsafe { dense_map1!(self.dst, self.src, self.len, |x| T::down(f.apply(x.up()))) }
+        unsafe {
+            dense_map1!(self.dst, self.src, self.len, |x| T::down(
+                f.apply::<FMA>(x.up())
+            ))
+        }
     }
 }
 
@@ -379,12 +383,12 @@ struct Dense2F<T, F> {
 impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Dense2F<T, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         let f = self.f;
         // SAFETY: as in `Dense1F::call`, for both inputs.
         unsafe {
             dense_map2!(self.dst, self.a, self.b, self.len, |x, y| T::down(
-                f.apply(x.up(), y.up())
+                f.apply::<FMA>(x.up(), y.up())
             ))
         }
     }
@@ -452,7 +456,7 @@ struct Block2<'a, T: Flt, F> {
 impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const FMA: bool>(self) {
         // SAFETY: as in `Block1::call`, for both inputs (`ba` and `bb`
         // have the same length).
         unsafe {
@@ -462,7 +466,7 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
             }
             // Every element of both buffers is initialised from here on.
             for (va, vb) in self.ba.iter_mut().zip(self.bb.iter()) {
-                va.write(self.f.apply(va.assume_init(), vb.assume_init()));
+                va.write(self.f.apply::<FMA>(va.assume_init(), vb.assume_init()));
             }
             for (i, v) in self.ba.iter().enumerate() {
                 self.dst.add(i * self.sd).write(T::down(v.assume_init()));
@@ -526,7 +530,7 @@ struct GradTimes<const W: u8>;
 
 impl<C: VMath + num_traits::Float, const W: u8> FloatFn2<C> for GradTimes<W> {
     #[inline(always)]
-    fn apply(self, g: C, s: C) -> C {
+    fn apply<const F: bool>(self, g: C, s: C) -> C {
         use UnaryGrad::*;
         let which = match W {
             x if x == Tanh as u8 => Tanh,
@@ -537,7 +541,7 @@ impl<C: VMath + num_traits::Float, const W: u8> FloatFn2<C> for GradTimes<W> {
             x if x == GeluTanh as u8 => GeluTanh,
             _ => Erf,
         };
-        g * s.v_grad(which)
+        g * s.v_grad::<F>(which)
     }
 }
 
@@ -585,7 +589,7 @@ unsafe fn clamp_float<T: Flt>(src: &Operand, dst: &Operand, lo: f64, hi: f64) {
     struct Clamp<C>(C, C);
     impl<C: num_traits::Float + Sync> FloatFn<C> for Clamp<C> {
         #[inline(always)]
-        fn apply(self, x: C) -> C {
+        fn apply<const F: bool>(self, x: C) -> C {
             let x = if x < self.0 { self.0 } else { x };
             if x > self.1 {
                 self.1

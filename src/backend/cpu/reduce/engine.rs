@@ -116,7 +116,7 @@ struct Run<'a, 'w, R: Reducer> {
 impl<R: Reducer> simd::Kernel for Run<'_, '_, R> {
     type Output = ();
     #[inline(always)]
-    fn call(self) {
+    fn call<const F: bool>(self) {
         let Run { w, off, len, s, o } = self;
         let (r, src, n_red) = (w.r, w.src.get(), w.n_red);
         if !w.lanes {
@@ -256,7 +256,7 @@ struct Part<'a, 'w, R: Reducer> {
 impl<R: Reducer> simd::Kernel for Part<'_, '_, R> {
     type Output = R::Acc;
     #[inline(always)]
-    fn call(self) -> R::Acc {
+    fn call<const F: bool>(self) -> R::Acc {
         let (w, base, start, end) = (self.w, self.base, self.start, self.end);
         if w.r_dims <= 1 {
             // One reduced run (no closure: see [`Run`]).

@@ -395,37 +395,19 @@ impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
     type In = L;
     type Acc = L::V;
     fn init(&self) -> L::V {
-        // -inf / +inf for floats; saturates to MIN / MAX for integers.
-        L::V::from_f64(if MAX {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        })
+        Self::identity()
     }
     #[inline(always)]
     fn step(&self, a: L::V, x: L, _: usize) -> L::V {
-        if MAX {
-            a.max(x.load())
-        } else {
-            a.min(x.load())
-        }
+        Self::pick(a, x.load())
     }
     #[inline(always)]
     unsafe fn run(&self, a: L::V, p: *const L, len: usize, s: usize, _: usize) -> L::V {
-        if s == 1 {
-            // SAFETY: `run`'s contract, with the stride 1 this branch tested.
-            unsafe { self.run_impl(a, p, len, 1) }
-        } else {
-            // SAFETY: `run`'s contract, passed on.
-            unsafe { self.run_impl(a, p, len, s) }
-        }
+        // SAFETY: `run`'s contract, passed on.
+        unsafe { Self::fold(a, p, len, s) }
     }
     fn merge(&self, a: L::V, b: L::V) -> L::V {
-        if MAX {
-            a.max(b)
-        } else {
-            a.min(b)
-        }
+        Self::pick(a, b)
     }
     unsafe fn finish(&self, a: L::V, _: usize, o: usize) {
         // SAFETY: `o` is in bounds of the outputs and no other thread writes it (`finish`'s
@@ -435,32 +417,68 @@ impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
 }
 
 impl<L: Load, const MAX: bool> Extreme<L, MAX> {
-    /// [`Reducer::run`] with the stride as a parameter the callers fix.
+    /// -inf / +inf for floats; saturates to MIN / MAX for integers.
+    #[inline(always)]
+    fn identity() -> L::V {
+        L::V::from_f64(if MAX {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        })
+    }
+
+    /// The larger (smaller) of two; NaN wins.
+    #[inline(always)]
+    fn pick(a: L::V, b: L::V) -> L::V {
+        if MAX {
+            a.max(b)
+        } else {
+            a.min(b)
+        }
+    }
+
+    /// `a` folded with `p[0], p[s], ...` (`len` elements), the stride made
+    /// a constant for the dense case so that the loop vectorises.
     ///
     /// # Safety
     /// As for [`Reducer::run`]: `p[k * s]` for `k < len` is in bounds.
     #[inline(always)]
-    unsafe fn run_impl(&self, a: L::V, p: *const L, len: usize, s: usize) -> L::V {
+    unsafe fn fold(a: L::V, p: *const L, len: usize, s: usize) -> L::V {
+        if s == 1 {
+            // SAFETY: the contract, with the stride 1 this branch tested.
+            unsafe { Self::fold_impl(a, p, len, 1) }
+        } else {
+            // SAFETY: the contract, passed on.
+            unsafe { Self::fold_impl(a, p, len, s) }
+        }
+    }
+
+    /// [`Extreme::fold`] with the stride as a parameter the callers fix.
+    ///
+    /// # Safety
+    /// As for [`Reducer::run`]: `p[k * s]` for `k < len` is in bounds.
+    #[inline(always)]
+    unsafe fn fold_impl(a: L::V, p: *const L, len: usize, s: usize) -> L::V {
         // 32 independent accumulators: no dependency chain through one
         // (four AVX2 vectors of f32).
         const L: usize = 32;
-        let mut l = [self.init(); L];
+        let mut l = [Self::identity(); L];
         let body = len / L * L;
         let mut k = 0;
         while k < body {
             for (j, lj) in l.iter_mut().enumerate() {
                 // SAFETY: `k + j < body <= len`: element `(k + j) * s` is in bounds
-                // (`run_impl`'s contract).
-                *lj = self.step(*lj, unsafe { p.add((k + j) * s).read() }, 0);
+                // (the contract).
+                *lj = Self::pick(*lj, unsafe { p.add((k + j) * s).read() }.load());
             }
             k += L;
         }
         let mut a = a;
         for k in body..len {
-            // SAFETY: `k < len`: in bounds (`run_impl`'s contract).
-            a = self.step(a, unsafe { p.add(k * s).read() }, 0);
+            // SAFETY: `k < len`: in bounds (the contract).
+            a = Self::pick(a, unsafe { p.add(k * s).read() }.load());
         }
-        l.iter().fold(a, |a, &b| self.merge(a, b))
+        l.iter().fold(a, |a, &b| Self::pick(a, b))
     }
 }
 
@@ -492,6 +510,37 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
         } else {
             a
         }
+    }
+    /// Two vectorised passes instead of a chain of compares and branches:
+    /// the extreme value of the run ([`Extreme::fold`], NaN winning), then
+    /// the first element equal to it (the first NaN if it is NaN), found 32
+    /// elements at a time. The index is the same as the element-wise
+    /// fold's: the first of the extreme values, ties (`-0` and `0`
+    /// included) going to the earlier element; the value returned is that
+    /// element's. `argmax` over the rows of a `[4096, 4096]` f32 tensor on
+    /// the 2-core EPYC: 15.5 ms element-wise, PyTorch 12.2 ms.
+    #[inline(always)]
+    unsafe fn run(&self, a: Self::Acc, p: *const L, len: usize, s: usize, i0: usize) -> Self::Acc {
+        if len == 0 {
+            return a;
+        }
+        // SAFETY: `run`'s contract, passed on.
+        let v = unsafe { Extreme::<L, MAX>::fold(Extreme::<L, MAX>::identity(), p, len, s) };
+        let nan = v.is_nan();
+        // SAFETY (both closures): called with `k < len` only: in bounds.
+        let at = |k: usize| unsafe { p.add(k * s).read() }.load();
+        let hit = |k: usize| if nan { at(k).is_nan() } else { at(k) == v };
+        const W: usize = 32;
+        let mut k = 0;
+        // Whole blocks without an early exit inside (so the test vectorises).
+        while k + W <= len && !(k..k + W).fold(false, |f, j| f | hit(j)) {
+            k += W;
+        }
+        // `v` is one of the elements, so a hit exists at or after `k`.
+        while k + 1 < len && !hit(k) {
+            k += 1;
+        }
+        self.merge(a, (at(k), i0 + k))
     }
     fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc {
         if a.1 == usize::MAX || (b.1 != usize::MAX && Self::better(b.0, a.0)) {
@@ -692,7 +741,7 @@ where
         while c0 < len {
             let n = CHUNK.min(len - c0);
             for (i, b) in buf[..n].iter_mut().enumerate() {
-                *b = (rd(c0 + i) - m).fexp();
+                *b = (rd(c0 + i) - m).fexp::<false>();
             }
             for b in &mut buf[n..n.next_multiple_of(8)] {
                 *b = <T::C as Zero>::zero();

@@ -2,26 +2,29 @@
 //!
 //! Every function is branch-free (selects, not jumps) and calls nothing, so
 //! a loop over it inside [`crate::backend::cpu::simd::run`] vectorises at
-//! every level. Products use `a * b + c`, not `mul_add`: without FMA
-//! hardware (the baseline level) `mul_add` is a libm call, and the results
-//! then agree across levels. Error bounds are in `super`'s table and are
+//! every level. The polynomials' steps are [`Madd`]s, fused when the level
+//! has FMA (`F`); the argument reductions keep separate products and sums. Error bounds are in `super`'s table and are
 //! asserted by `super::tests`.
 
 #![allow(clippy::excessive_precision)]
 
 pub(crate) use super::trig::{cos, sin, trig_outside};
-use super::{derived_kernels, horner, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
+use super::{derived_kernels, horner, Madd, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
 
 /// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^9.
 const LN2_HI: f32 = 0.693_145_751_953_125;
 const LN2_LO: f32 = 1.428_606_765_330_187_045e-6;
 
-/// `a * b` as `hi + lo` exactly (Dekker's product, no FMA needed); `lo` is
-/// meaningful for `|a|, |b| < 2^100`.
+/// `a * b` as `hi + lo` exactly: one FMA where the level has it, Dekker's
+/// product otherwise (the same two floats); `lo` is meaningful for
+/// `|a|, |b| < 2^100`.
 #[inline(always)]
-fn two_prod(a: f32, b: f32) -> (f32, f32) {
+fn two_prod<const F: bool>(a: f32, b: f32) -> (f32, f32) {
     const SPLIT: f32 = 4097.0; // 2^12 + 1
     let p = a * b;
+    if F {
+        return (p, a.mul_add(b, -p));
+    }
     let ta = a * SPLIT;
     let ah = ta - (ta - a);
     let al = a - ah;
@@ -37,7 +40,7 @@ fn two_prod(a: f32, b: f32) -> (f32, f32) {
 /// in two halves so that results down to the subnormals are right. NaN
 /// propagates; `exp(-inf) = 0`, `exp(inf) = inf`.
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
     const HI: f32 = 88.722_84; // ln(f32::MAX)
     const LO: f32 = -104.0; // below: 0
                             // `clamp` keeps NaN (unlike min/max).
@@ -47,13 +50,19 @@ pub(crate) fn exp(x: f32) -> f32 {
     let t = xc * std::f32::consts::LOG2_E + 12_582_912.0;
     let fx = t - 12_582_912.0;
     let r = xc - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
-    let mut y = 1.987_569_1e-4f32;
-    y = y * r + 1.398_199_9e-3;
-    y = y * r + 8.333_452e-3;
-    y = y * r + 4.166_579_6e-2;
-    y = y * r + 1.666_666_5e-1;
-    y = y * r + 0.5;
-    y = y * r * r + r + 1.0;
+    let y = horner::<f32, F, 6>(
+        &[
+            0.5,
+            1.666_666_5e-1,
+            4.166_579_6e-2,
+            8.333_452e-3,
+            1.398_199_9e-3,
+            1.987_569_1e-4,
+        ],
+        r,
+    );
+    // `y r^2 + r + 1`, in that order.
+    let y = (y * r).madd::<F>(r, r) + 1.0;
     let n = (t.to_bits() as i32) - 0x4B40_0000;
     let n1 = n >> 1;
     let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
@@ -73,7 +82,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// `s = f / (2 + f)` and `R` the atanh series (fdlibm's scheme, with the
 /// series' own coefficients). Subnormals are scaled by 2^23 first.
 #[inline(always)]
-pub(crate) fn log(x: f32) -> f32 {
+pub(crate) fn log<const F: bool>(x: f32) -> f32 {
     let sub = x < f32::MIN_POSITIVE;
     let xs = if sub { x * 8_388_608.0 } else { x };
     // Offset so that the exponent field rounds m into [sqrt(1/2), sqrt(2)).
@@ -83,7 +92,7 @@ pub(crate) fn log(x: f32) -> f32 {
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
-    let r = z * horner(
+    let r = z * horner::<_, F, _>(
         &[
             2.0 / 3.0,
             2.0 / 5.0,
@@ -109,8 +118,8 @@ pub(crate) fn log(x: f32) -> f32 {
 
 /// The odd polynomial of `tanh` below 0.625: `x + x z P(z)`, `z = x^2`.
 #[inline(always)]
-fn tanh_small(x: f32, z: f32) -> f32 {
-    x + x * z * horner(&super::TANH_SMALL_F32, z)
+fn tanh_small<const F: bool>(x: f32, z: f32) -> f32 {
+    x + x * z * horner::<_, F, _>(&super::TANH_SMALL_F32, z)
 }
 
 derived_kernels!(f32);
@@ -123,15 +132,15 @@ derived_kernels!(f32);
 /// kept as two floats so the tail's relative error does not grow with
 /// `t^2`; below 0.5, `erfc = 1 - erf` (erfc > 0.47 there: no cancellation).
 #[inline(always)]
-fn erf_erfc(hi: f32, lo: f32) -> (f32, f32) {
+fn erf_erfc<const F: bool>(hi: f32, lo: f32) -> (f32, f32) {
     let a = hi.abs();
-    let erf_small = hi * horner(&ERF_P, hi * hi);
+    let erf_small = hi * horner::<_, F, _>(&ERF_P, hi * hi);
     // Tail: e^(-a^2) Q(w), a^2 = sq + sql.
     let al = if hi < 0.0 { -lo } else { lo };
-    let (sq, e) = two_prod(a, a);
+    let (sq, e) = two_prod::<F>(a, a);
     let sql = if a < 4096.0 { e + 2.0 * a * al } else { 0.0 };
     let w = 2.0 / (2.0 + a);
-    let tail = exp(-sq) * (1.0 - sql) * horner(&ERFC_Q, w);
+    let tail = exp::<F>(-sq) * (1.0 - sql) * horner::<_, F, _>(&ERFC_Q, w);
     let tail = if a == f32::INFINITY { 0.0 } else { tail };
     let erf_big = (1.0 - tail).copysign(hi);
     let erfc_big = if hi < 0.0 { 2.0 - tail } else { tail };
@@ -142,28 +151,28 @@ fn erf_erfc(hi: f32, lo: f32) -> (f32, f32) {
 
 /// The error function.
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
-    erf_erfc(x, 0.0).0
+pub(crate) fn erf<const F: bool>(x: f32) -> f32 {
+    erf_erfc::<F>(x, 0.0).0
 }
 
 /// GELU, exact form: `x/2 erfc(-x / sqrt 2)` (no cancellation for x < 0).
 #[inline(always)]
-pub(crate) fn gelu(x: f32) -> f32 {
+pub(crate) fn gelu<const F: bool>(x: f32) -> f32 {
     const C_HI: f32 = -std::f32::consts::FRAC_1_SQRT_2;
     const C_LO: f32 = (-std::f64::consts::FRAC_1_SQRT_2 - C_HI as f64) as f32;
-    let (p, e) = two_prod(x, C_HI);
+    let (p, e) = two_prod::<F>(x, C_HI);
     let lo = if p.abs() < 4096.0 { e + x * C_LO } else { 0.0 };
-    0.5 * x * erf_erfc(p, lo).1
+    0.5 * x * erf_erfc::<F>(p, lo).1
 }
 
 /// gelu'(x) = `erfc(-x/sqrt 2)/2 + x e^(-x^2/2) / sqrt(2 pi)`.
 #[inline(always)]
-pub(crate) fn gelu_grad(x: f32) -> f32 {
+pub(crate) fn gelu_grad<const F: bool>(x: f32) -> f32 {
     const C_HI: f32 = -std::f32::consts::FRAC_1_SQRT_2;
     const C_LO: f32 = (-std::f64::consts::FRAC_1_SQRT_2 - C_HI as f64) as f32;
     const INV_SQRT_2PI: f32 = 0.398_942_280_401_432_7;
-    let (p, e) = two_prod(x, C_HI);
+    let (p, e) = two_prod::<F>(x, C_HI);
     let lo = if p.abs() < 4096.0 { e + x * C_LO } else { 0.0 };
-    let pdf = exp(-0.5 * x * x) * INV_SQRT_2PI;
-    0.5 * erf_erfc(p, lo).1 + x * pdf
+    let pdf = exp::<F>(-0.5 * x * x) * INV_SQRT_2PI;
+    0.5 * erf_erfc::<F>(p, lo).1 + x * pdf
 }

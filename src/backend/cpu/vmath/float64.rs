@@ -15,7 +15,7 @@ const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
 /// series of `e^r` to degree 13 (truncation below 2^-60), and `2^n` applied
 /// in two halves so that results down to the subnormals are right.
 #[inline(always)]
-pub(crate) fn exp(x: f64) -> f64 {
+pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
     const HI: f64 = 709.782_712_893_384; // ln(f64::MAX)
     const LO: f64 = -745.2; // below: 0
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
@@ -39,7 +39,7 @@ pub(crate) fn exp(x: f64) -> f64 {
     let t = xc * std::f64::consts::LOG2_E + MAGIC;
     let fx = t - MAGIC;
     let r = (xc - fx * LN2_HI) - fx * LN2_LO;
-    let p = horner(&INV_FACT, r);
+    let p = horner::<_, F, _>(&INV_FACT, r);
     let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
     let n1 = n >> 1;
     let p1 = f64::from_bits(((n1 + 1023) as u64) << 52);
@@ -55,7 +55,7 @@ pub(crate) fn exp(x: f64) -> f64 {
 
 /// `ln x`, as `super::float32::log` with 11 terms of the atanh series.
 #[inline(always)]
-pub(crate) fn log(x: f64) -> f64 {
+pub(crate) fn log<const F: bool>(x: f64) -> f64 {
     let sub = x < f64::MIN_POSITIVE;
     let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
     let ix = (xs.to_bits() as i64).wrapping_add(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_667f_3bcd);
@@ -64,7 +64,7 @@ pub(crate) fn log(x: f64) -> f64 {
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
-    let r = z * horner(
+    let r = z * horner::<_, F, _>(
         &[
             2.0 / 3.0,
             2.0 / 5.0,
@@ -94,7 +94,7 @@ pub(crate) fn log(x: f64) -> f64 {
 
 /// `tanh` below 0.625: Cephes' rational form `x + x z P(z) / Q(z)`.
 #[inline(always)]
-fn tanh_small(x: f64, z: f64) -> f64 {
+fn tanh_small<const F: bool>(x: f64, z: f64) -> f64 {
     const P: [f64; 3] = [
         -1.614_687_684_417_084_479_52e3,
         -9.928_772_310_019_185_865_64e1,
@@ -106,26 +106,26 @@ fn tanh_small(x: f64, z: f64) -> f64 {
         1.128_116_784_916_329_314_02e2,
         1.0,
     ];
-    x + x * z * horner(&P, z) / horner(&Q, z)
+    x + x * z * horner::<_, F, _>(&P, z) / horner::<_, F, _>(&Q, z)
 }
 
 super::derived_kernels!(f64);
 
 /// The error function (scalar: see the module docs).
 #[inline(always)]
-pub(crate) fn erf(x: f64) -> f64 {
+pub(crate) fn erf<const F: bool>(x: f64) -> f64 {
     crate::backend::cpu::num::erf_precise(x)
 }
 
 /// GELU, exact form (scalar: see the module docs).
 #[inline(always)]
-pub(crate) fn gelu(x: f64) -> f64 {
+pub(crate) fn gelu<const F: bool>(x: f64) -> f64 {
     crate::backend::cpu::num::gelu_f64(x)
 }
 
 /// gelu'(x) = `Phi(x) + x phi(x)` (scalar erf: see the module docs).
 #[inline(always)]
-pub(crate) fn gelu_grad(x: f64) -> f64 {
+pub(crate) fn gelu_grad<const F: bool>(x: f64) -> f64 {
     use crate::backend::cpu::num::{erf_precise, erfc_precise};
     let z = x * std::f64::consts::FRAC_1_SQRT_2;
     let cdf = if x >= 0.0 {
@@ -133,19 +133,19 @@ pub(crate) fn gelu_grad(x: f64) -> f64 {
     } else {
         0.5 * erfc_precise(-z)
     };
-    let pdf = exp(-0.5 * x * x) * 0.398_942_280_401_432_7;
+    let pdf = exp::<F>(-0.5 * x * x) * 0.398_942_280_401_432_7;
     cdf + x * pdf
 }
 
 /// libm's `sin` (scalar: see the module docs).
 #[inline(always)]
-pub(crate) fn sin(x: f64) -> f64 {
+pub(crate) fn sin<const F: bool>(x: f64) -> f64 {
     x.sin()
 }
 
 /// libm's `cos` (scalar: see the module docs).
 #[inline(always)]
-pub(crate) fn cos(x: f64) -> f64 {
+pub(crate) fn cos<const F: bool>(x: f64) -> f64 {
     x.cos()
 }
 

@@ -21,16 +21,19 @@
 //! | `silu` | 2 | 4 | `x sigmoid(x)` |
 //! | `softplus` | 2 | 4 | `max(x, 0) + log1p(e^-|x|)`; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
-//! | `gelu` | 4 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`, `t^2` kept in two floats |
+//! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`, `t^2` kept in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
 //!
 //! The bounds are the tests' thresholds; the tests print the measured
-//! worst cases (`cargo test --release --lib vmath -- --nocapture`; on this
-//! project's 2-core AMD EPYC they are 0.95 ulp for f32 `exp`, 2.4 for `erf`,
-//! 3.7 for `gelu`; 0.501 for `sin` and `cos` over every f32 up to 2^20,
-//! see `trig`). Ulps are counted at the result's own spacing, so a
-//! subnormal result is held to a few multiples of the smallest subnormal.
+//! worst cases (`cargo test --release --lib vmath -- --nocapture`). On
+//! this project's 2-core AMD EPYC, at the x86-64 baseline (products and
+//! sums apart) and at AVX2+FMA (polynomial steps fused, see [`Madd`]):
+//! f32 `exp` 0.95 / 0.995 ulp, `erf` 2.4 / 2.2, `gelu` 3.7 / 4.2; 0.501 for
+//! `sin` and `cos` over every f32 up to 2^20 (see `trig`). Ulps are counted
+//! at the result's own spacing, so a subnormal result is held to a few
+//! multiples of the smallest subnormal.
+//!
 //! For the compositions `silu`, `gelu` and `gelu_tanh` the bound grows by
 //! twice the function's condition number `|x f'(x) / f(x)|`: their inner
 //! argument (`-x` inside `e^-x`, `x / sqrt 2`, `sqrt(2/pi)(x + 0.044715 x^3)`)
@@ -51,17 +54,40 @@ pub(crate) mod trig;
 #[cfg(test)]
 mod tests;
 
-/// `c[0] + x (c[1] + x (c[2] + ...))`.
+/// `a * b + c` in the kernels' polynomials: fused (one rounding, one
+/// instruction) when the SIMD level has FMA (`F`, from
+/// [`crate::backend::cpu::simd::Kernel::call`]), a product and a sum
+/// otherwise. Both are IEEE operations, so the result depends on `F` only,
+/// not on the level or the vector width: the tests check both forms.
+pub(crate) trait Madd: Copy {
+    fn madd<const F: bool>(self, b: Self, c: Self) -> Self;
+}
+
+macro_rules! impl_madd {
+    ($t:ty) => {
+        impl Madd for $t {
+            #[inline(always)]
+            fn madd<const F: bool>(self, b: Self, c: Self) -> Self {
+                if F {
+                    self.mul_add(b, c)
+                } else {
+                    self * b + c
+                }
+            }
+        }
+    };
+}
+impl_madd!(f32);
+impl_madd!(f64);
+
+/// `c[0] + x (c[1] + x (c[2] + ...))`, each step a [`Madd`].
 #[inline(always)]
-pub(crate) fn horner<T, const N: usize>(c: &[T; N], x: T) -> T
-where
-    T: Copy + std::ops::Mul<Output = T> + std::ops::Add<Output = T>,
-{
+pub(crate) fn horner<T: Madd, const F: bool, const N: usize>(c: &[T; N], x: T) -> T {
     let mut y = c[N - 1];
     let mut i = N - 1;
     while i > 0 {
         i -= 1;
-        y = y * x + c[i];
+        y = y.madd::<F>(x, c[i]);
     }
     y
 }
@@ -110,10 +136,10 @@ macro_rules! derived_kernels {
     ($t:ident) => {
         /// `ln(1 + x)` accurate near 0: `u = 1 + x`, `ln u + (x - (u - 1)) / u`.
         #[inline(always)]
-        pub(crate) fn log1p(x: $t) -> $t {
+        pub(crate) fn log1p<const F: bool>(x: $t) -> $t {
             let u = 1.0 + x;
             let c = (x - (u - 1.0)) / u;
-            let y = log(u) + c;
+            let y = log::<F>(u) + c;
             // x = inf: c is NaN, the answer is inf.
             let y = if u == $t::INFINITY { u } else { y };
             if u == 0.0 {
@@ -125,11 +151,11 @@ macro_rules! derived_kernels {
 
         /// `tanh x`: a polynomial below 0.625, `1 - 2 / (e^2|x| + 1)` above.
         #[inline(always)]
-        pub(crate) fn tanh(x: $t) -> $t {
+        pub(crate) fn tanh<const F: bool>(x: $t) -> $t {
             let a = x.abs();
             // tanh is odd: the sign of x, even for -0 (x + x z P(z) gives +0).
-            let small = tanh_small(x, x * x).copysign(x);
-            let big = (1.0 - 2.0 / (exp(a + a) + 1.0)).copysign(x);
+            let small = tanh_small::<F>(x, x * x).copysign(x);
+            let big = (1.0 - 2.0 / (exp::<F>(a + a) + 1.0)).copysign(x);
             if a < 0.625 {
                 small
             } else {
@@ -141,8 +167,8 @@ macro_rules! derived_kernels {
         /// falls to the subnormals with `e^x` instead of to 0 when `e^-x`
         /// overflows.
         #[inline(always)]
-        pub(crate) fn sigmoid(x: $t) -> $t {
-            let e = exp(-x.abs());
+        pub(crate) fn sigmoid<const F: bool>(x: $t) -> $t {
+            let e = exp::<F>(-x.abs());
             let s = 1.0 / (1.0 + e);
             if x >= 0.0 {
                 s
@@ -153,16 +179,16 @@ macro_rules! derived_kernels {
 
         /// SiLU (swish), `x * sigmoid(x)`.
         #[inline(always)]
-        pub(crate) fn silu(x: $t) -> $t {
-            x * sigmoid(x)
+        pub(crate) fn silu<const F: bool>(x: $t) -> $t {
+            x * sigmoid::<F>(x)
         }
 
         /// `ln(1 + e^x)`, and `x` itself above 20 (PyTorch's default
         /// threshold), as `max(x, 0) + log1p(e^-|x|)`: no overflow, no
         /// cancellation.
         #[inline(always)]
-        pub(crate) fn softplus(x: $t) -> $t {
-            let y = x.max(0.0) + log1p(exp(-x.abs()));
+        pub(crate) fn softplus<const F: bool>(x: $t) -> $t {
+            let y = x.max(0.0) + log1p::<F>(exp::<F>(-x.abs()));
             if x > 20.0 {
                 x
             } else {
@@ -175,35 +201,35 @@ macro_rules! derived_kernels {
         /// `x sigmoid(2u)`: the same value without the cancellation of
         /// `1 + tanh u` for x < 0.
         #[inline(always)]
-        pub(crate) fn gelu_tanh(x: $t) -> $t {
+        pub(crate) fn gelu_tanh<const F: bool>(x: $t) -> $t {
             const K: $t = 0.797_884_560_802_865_4; // sqrt(2 / pi)
             let u = K * (x + 0.044_715 * x * x * x);
-            x * sigmoid(u + u)
+            x * sigmoid::<F>(u + u)
         }
 
         /// tanh' from the output: `1 - y^2`.
         #[inline(always)]
-        pub(crate) fn tanh_grad(y: $t) -> $t {
+        pub(crate) fn tanh_grad<const F: bool>(y: $t) -> $t {
             1.0 - y * y
         }
 
         /// sigmoid' from the output: `y (1 - y)`.
         #[inline(always)]
-        pub(crate) fn sigmoid_grad(y: $t) -> $t {
+        pub(crate) fn sigmoid_grad<const F: bool>(y: $t) -> $t {
             y * (1.0 - y)
         }
 
         /// silu'(x) = `s (1 + x (1 - s))`, `s = sigmoid(x)`.
         #[inline(always)]
-        pub(crate) fn silu_grad(x: $t) -> $t {
-            let s = sigmoid(x);
+        pub(crate) fn silu_grad<const F: bool>(x: $t) -> $t {
+            let s = sigmoid::<F>(x);
             s * (1.0 + x * (1.0 - s))
         }
 
         /// softplus'(x) = `sigmoid(x)`, and 1 above the threshold 20.
         #[inline(always)]
-        pub(crate) fn softplus_grad(x: $t) -> $t {
-            let s = sigmoid(x);
+        pub(crate) fn softplus_grad<const F: bool>(x: $t) -> $t {
+            let s = sigmoid::<F>(x);
             if x > 20.0 {
                 1.0
             } else {
@@ -214,11 +240,11 @@ macro_rules! derived_kernels {
         /// gelu_tanh'(x), PyTorch's formula:
         /// `(1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2)`, `t = tanh(k (x + c x^3))`.
         #[inline(always)]
-        pub(crate) fn gelu_tanh_grad(x: $t) -> $t {
+        pub(crate) fn gelu_tanh_grad<const F: bool>(x: $t) -> $t {
             const K: $t = 0.797_884_560_802_865_4;
             const C: $t = 0.044_715;
             let x2 = x * x;
-            let t = tanh(K * (x + C * x2 * x));
+            let t = tanh::<F>(K * (x + C * x2 * x));
             // Beyond |x| = 100, 1 - t^2 is exactly 0; clamping keeps
             // 0 * inf (x^2 overflowing) from making NaN.
             let xc = x.clamp(-100.0, 100.0);
@@ -227,8 +253,8 @@ macro_rules! derived_kernels {
 
         /// erf'(x) = `2/sqrt(pi) e^(-x^2)`.
         #[inline(always)]
-        pub(crate) fn erf_grad(x: $t) -> $t {
-            std::$t::consts::FRAC_2_SQRT_PI * exp(-(x * x))
+        pub(crate) fn erf_grad<const F: bool>(x: $t) -> $t {
+            std::$t::consts::FRAC_2_SQRT_PI * exp::<F>(-(x * x))
         }
     };
 }
@@ -237,80 +263,80 @@ pub(crate) use derived_kernels;
 /// The vectorisable kernels on a compute type (f32 or f64), so that
 /// generic CPU code (`unary::float`, the fused kernels) calls one name.
 pub(crate) trait VMath: Copy {
-    fn v_exp(self) -> Self;
-    fn v_log(self) -> Self;
-    fn v_log1p(self) -> Self;
-    fn v_tanh(self) -> Self;
-    fn v_sigmoid(self) -> Self;
-    fn v_silu(self) -> Self;
-    fn v_softplus(self) -> Self;
-    fn v_erf(self) -> Self;
-    fn v_gelu(self) -> Self;
-    fn v_gelu_tanh(self) -> Self;
+    fn v_exp<const F: bool>(self) -> Self;
+    fn v_log<const F: bool>(self) -> Self;
+    fn v_log1p<const F: bool>(self) -> Self;
+    fn v_tanh<const F: bool>(self) -> Self;
+    fn v_sigmoid<const F: bool>(self) -> Self;
+    fn v_silu<const F: bool>(self) -> Self;
+    fn v_softplus<const F: bool>(self) -> Self;
+    fn v_erf<const F: bool>(self) -> Self;
+    fn v_gelu<const F: bool>(self) -> Self;
+    fn v_gelu_tanh<const F: bool>(self) -> Self;
     /// `sin`, exact to the table's bound where [`VMath::v_trig_outside`]
     /// is false (elsewhere the caller recomputes with libm).
-    fn v_sin(self) -> Self;
+    fn v_sin<const F: bool>(self) -> Self;
     /// `cos`, as [`VMath::v_sin`].
-    fn v_cos(self) -> Self;
+    fn v_cos<const F: bool>(self) -> Self;
     /// Whether `v_sin` and `v_cos` leave `self` to libm (`trig`'s
     /// fix-up pass): always false for f64, which calls libm itself.
     fn v_trig_outside(self) -> bool;
     /// Round half to even (`torch.round`): one instruction from SSE4.1 on.
     fn v_round_even(self) -> Self;
     /// The derivative `which` at `self` (the saved input or output).
-    fn v_grad(self, which: UnaryGrad) -> Self;
+    fn v_grad<const F: bool>(self, which: UnaryGrad) -> Self;
 }
 
 macro_rules! impl_vmath {
     ($t:ident, $m:ident) => {
         impl VMath for $t {
             #[inline(always)]
-            fn v_exp(self) -> Self {
-                $m::exp(self)
+            fn v_exp<const F: bool>(self) -> Self {
+                $m::exp::<F>(self)
             }
             #[inline(always)]
-            fn v_log(self) -> Self {
-                $m::log(self)
+            fn v_log<const F: bool>(self) -> Self {
+                $m::log::<F>(self)
             }
             #[inline(always)]
-            fn v_log1p(self) -> Self {
-                $m::log1p(self)
+            fn v_log1p<const F: bool>(self) -> Self {
+                $m::log1p::<F>(self)
             }
             #[inline(always)]
-            fn v_tanh(self) -> Self {
-                $m::tanh(self)
+            fn v_tanh<const F: bool>(self) -> Self {
+                $m::tanh::<F>(self)
             }
             #[inline(always)]
-            fn v_sigmoid(self) -> Self {
-                $m::sigmoid(self)
+            fn v_sigmoid<const F: bool>(self) -> Self {
+                $m::sigmoid::<F>(self)
             }
             #[inline(always)]
-            fn v_silu(self) -> Self {
-                $m::silu(self)
+            fn v_silu<const F: bool>(self) -> Self {
+                $m::silu::<F>(self)
             }
             #[inline(always)]
-            fn v_softplus(self) -> Self {
-                $m::softplus(self)
+            fn v_softplus<const F: bool>(self) -> Self {
+                $m::softplus::<F>(self)
             }
             #[inline(always)]
-            fn v_erf(self) -> Self {
-                $m::erf(self)
+            fn v_erf<const F: bool>(self) -> Self {
+                $m::erf::<F>(self)
             }
             #[inline(always)]
-            fn v_gelu(self) -> Self {
-                $m::gelu(self)
+            fn v_gelu<const F: bool>(self) -> Self {
+                $m::gelu::<F>(self)
             }
             #[inline(always)]
-            fn v_gelu_tanh(self) -> Self {
-                $m::gelu_tanh(self)
+            fn v_gelu_tanh<const F: bool>(self) -> Self {
+                $m::gelu_tanh::<F>(self)
             }
             #[inline(always)]
-            fn v_sin(self) -> Self {
-                $m::sin(self)
+            fn v_sin<const F: bool>(self) -> Self {
+                $m::sin::<F>(self)
             }
             #[inline(always)]
-            fn v_cos(self) -> Self {
-                $m::cos(self)
+            fn v_cos<const F: bool>(self) -> Self {
+                $m::cos::<F>(self)
             }
             #[inline(always)]
             fn v_trig_outside(self) -> bool {
@@ -321,15 +347,15 @@ macro_rules! impl_vmath {
                 self.round_ties_even()
             }
             #[inline(always)]
-            fn v_grad(self, which: UnaryGrad) -> Self {
+            fn v_grad<const F: bool>(self, which: UnaryGrad) -> Self {
                 match which {
-                    UnaryGrad::Tanh => $m::tanh_grad(self),
-                    UnaryGrad::Sigmoid => $m::sigmoid_grad(self),
-                    UnaryGrad::Silu => $m::silu_grad(self),
-                    UnaryGrad::Softplus => $m::softplus_grad(self),
-                    UnaryGrad::Gelu => $m::gelu_grad(self),
-                    UnaryGrad::GeluTanh => $m::gelu_tanh_grad(self),
-                    UnaryGrad::Erf => $m::erf_grad(self),
+                    UnaryGrad::Tanh => $m::tanh_grad::<F>(self),
+                    UnaryGrad::Sigmoid => $m::sigmoid_grad::<F>(self),
+                    UnaryGrad::Silu => $m::silu_grad::<F>(self),
+                    UnaryGrad::Softplus => $m::softplus_grad::<F>(self),
+                    UnaryGrad::Gelu => $m::gelu_grad::<F>(self),
+                    UnaryGrad::GeluTanh => $m::gelu_tanh_grad::<F>(self),
+                    UnaryGrad::Erf => $m::erf_grad::<F>(self),
                 }
             }
         }

@@ -177,7 +177,16 @@ fn ulps<T: Probe>(got: T, want: f64) -> f64 {
 /// `sqrt(2/pi)(x + 0.044715 x^3)`) is itself rounded before the outer
 /// function amplifies that rounding: no implementation in the same
 /// precision avoids it.
-type Case<T> = (&'static str, fn(T) -> T, fn(f64) -> f64, f64, f64);
+/// (name, the kernel without and with fused products (`Madd`), the
+/// reference, the ulp bound, the condition-number factor).
+type Case<T> = (&'static str, [fn(T) -> T; 2], fn(f64) -> f64, f64, f64);
+
+/// Both forms of a kernel, indexed by `Level::fma`.
+macro_rules! both {
+    ($m:ident :: $f:ident) => {
+        [$m::$f::<false> as fn(_) -> _, $m::$f::<true> as fn(_) -> _]
+    };
+}
 
 /// Derivatives (names ending in `'`) are sums of O(1) terms that cancel
 /// near the roots of the derivative (gelu' at -0.75) and where a factor
@@ -250,64 +259,91 @@ fn erf_grad_ref(x: f64) -> f64 {
 
 fn cases32() -> Vec<Case<f32>> {
     vec![
-        ("exp", k32::exp, f64::exp, 1.0, 0.0),
-        ("log", k32::log, f64::ln, 1.0, 0.0),
-        ("log1p", k32::log1p, f64::ln_1p, 2.0, 0.0),
-        ("tanh", k32::tanh, f64::tanh, 2.0, 0.0),
-        ("sigmoid", k32::sigmoid, sigmoid_ref, 3.0, 0.0),
-        ("silu", k32::silu, |x| x * sigmoid_ref(x), 2.0, 2.0),
-        ("softplus", k32::softplus, softplus_ref, 2.0, 0.0),
-        ("erf", k32::erf, erf_precise, 3.0, 0.0),
-        ("gelu", k32::gelu, gelu_f64, 4.0, 2.0),
-        ("gelu_tanh", k32::gelu_tanh, gelu_tanh_ref, 4.0, 2.0),
-        ("tanh'", k32::tanh_grad, |y| 1.0 - y * y, 4.0, 2.0),
-        ("sigmoid'", k32::sigmoid_grad, |y| y * (1.0 - y), 4.0, 2.0),
-        ("silu'", k32::silu_grad, silu_grad_ref, 4.0, 2.0),
-        ("softplus'", k32::softplus_grad, softplus_grad_ref, 4.0, 2.0),
-        ("gelu'", k32::gelu_grad, gelu_grad_ref, 4.0, 2.0),
+        ("exp", both!(k32::exp), f64::exp, 1.0, 0.0),
+        ("log", both!(k32::log), f64::ln, 1.0, 0.0),
+        ("log1p", both!(k32::log1p), f64::ln_1p, 2.0, 0.0),
+        ("tanh", both!(k32::tanh), f64::tanh, 2.0, 0.0),
+        ("sigmoid", both!(k32::sigmoid), sigmoid_ref, 3.0, 0.0),
+        ("silu", both!(k32::silu), |x| x * sigmoid_ref(x), 2.0, 2.0),
+        ("softplus", both!(k32::softplus), softplus_ref, 2.0, 0.0),
+        ("erf", both!(k32::erf), erf_precise, 3.0, 0.0),
+        ("gelu", both!(k32::gelu), gelu_f64, 4.5, 2.0),
+        ("gelu_tanh", both!(k32::gelu_tanh), gelu_tanh_ref, 4.0, 2.0),
+        ("tanh'", both!(k32::tanh_grad), |y| 1.0 - y * y, 4.0, 2.0),
+        (
+            "sigmoid'",
+            both!(k32::sigmoid_grad),
+            |y| y * (1.0 - y),
+            4.0,
+            2.0,
+        ),
+        ("silu'", both!(k32::silu_grad), silu_grad_ref, 4.0, 2.0),
+        (
+            "softplus'",
+            both!(k32::softplus_grad),
+            softplus_grad_ref,
+            4.0,
+            2.0,
+        ),
+        ("gelu'", both!(k32::gelu_grad), gelu_grad_ref, 4.0, 2.0),
         (
             "gelu_tanh'",
-            k32::gelu_tanh_grad,
+            both!(k32::gelu_tanh_grad),
             gelu_tanh_grad_ref,
             4.0,
             2.0,
         ),
-        ("erf'", k32::erf_grad, erf_grad_ref, 4.0, 2.0),
-        ("sin", k32::sin, f64::sin, 2.0, 0.0),
-        ("cos", k32::cos, f64::cos, 2.0, 0.0),
+        ("erf'", both!(k32::erf_grad), erf_grad_ref, 4.0, 2.0),
+        ("sin", both!(k32::sin), f64::sin, 2.0, 0.0),
+        ("cos", both!(k32::cos), f64::cos, 2.0, 0.0),
     ]
 }
 
 fn cases64() -> Vec<Case<f64>> {
     vec![
-        ("exp", k64::exp, f64::exp, 1.0, 0.0),
-        ("log", k64::log, f64::ln, 1.0, 0.0),
-        ("log1p", k64::log1p, f64::ln_1p, 2.0, 0.0),
-        ("tanh", k64::tanh, f64::tanh, 2.0, 0.0),
-        ("sigmoid", k64::sigmoid, sigmoid_ref, 4.0, 0.0),
-        ("silu", k64::silu, |x| x * sigmoid_ref(x), 4.0, 2.0),
-        ("softplus", k64::softplus, softplus_ref, 4.0, 0.0),
-        ("gelu_tanh", k64::gelu_tanh, gelu_tanh_ref, 4.0, 2.0),
-        ("tanh'", k64::tanh_grad, |y| 1.0 - y * y, 4.0, 2.0),
-        ("sigmoid'", k64::sigmoid_grad, |y| y * (1.0 - y), 4.0, 2.0),
-        ("silu'", k64::silu_grad, silu_grad_ref, 4.0, 2.0),
-        ("softplus'", k64::softplus_grad, softplus_grad_ref, 4.0, 2.0),
-        ("gelu'", k64::gelu_grad, gelu_grad_ref, 4.0, 2.0),
+        ("exp", both!(k64::exp), f64::exp, 1.0, 0.0),
+        ("log", both!(k64::log), f64::ln, 1.0, 0.0),
+        ("log1p", both!(k64::log1p), f64::ln_1p, 2.0, 0.0),
+        ("tanh", both!(k64::tanh), f64::tanh, 2.0, 0.0),
+        ("sigmoid", both!(k64::sigmoid), sigmoid_ref, 4.0, 0.0),
+        ("silu", both!(k64::silu), |x| x * sigmoid_ref(x), 4.0, 2.0),
+        ("softplus", both!(k64::softplus), softplus_ref, 4.0, 0.0),
+        ("gelu_tanh", both!(k64::gelu_tanh), gelu_tanh_ref, 4.0, 2.0),
+        ("tanh'", both!(k64::tanh_grad), |y| 1.0 - y * y, 4.0, 2.0),
+        (
+            "sigmoid'",
+            both!(k64::sigmoid_grad),
+            |y| y * (1.0 - y),
+            4.0,
+            2.0,
+        ),
+        ("silu'", both!(k64::silu_grad), silu_grad_ref, 4.0, 2.0),
+        (
+            "softplus'",
+            both!(k64::softplus_grad),
+            softplus_grad_ref,
+            4.0,
+            2.0,
+        ),
+        ("gelu'", both!(k64::gelu_grad), gelu_grad_ref, 4.0, 2.0),
         (
             "gelu_tanh'",
-            k64::gelu_tanh_grad,
+            both!(k64::gelu_tanh_grad),
             gelu_tanh_grad_ref,
             4.0,
             2.0,
         ),
-        ("erf'", k64::erf_grad, erf_grad_ref, 4.0, 2.0),
+        ("erf'", both!(k64::erf_grad), erf_grad_ref, 4.0, 2.0),
     ]
 }
 
 /// The worst case of one kernel at one level: (ulps, the input, the
 /// ratio of the error to its bound), maximised over the ratio.
 fn worst<T: Probe>(level: Level, case: &Case<T>, xs: &[T]) -> (f64, T, f64) {
-    let &(name, f, r, ulps_bound, cond) = case;
+    let &(name, fs, r, ulps_bound, cond) = case;
+    // The form the level's kernels run (fused or not); through a fn
+    // pointer both are IEEE operations, so the values are the level's.
+    let f = fs[level.fma() as usize];
     let mut out = xs.to_vec();
     assert!(run_at(level, MapSlice(&mut out, f)).is_ok(), "level");
     if matches!(name, "sin" | "cos") {
@@ -380,47 +416,52 @@ fn f64_kernels_are_within_their_ulp_bounds_at_every_level() {
 
 #[test]
 fn special_values_follow_ieee_and_pytorch() {
+    special_values::<false>();
+    special_values::<true>();
+}
+
+fn special_values<const F: bool>() {
     let inf = f32::INFINITY;
-    assert_eq!(k32::exp(-inf), 0.0);
-    assert_eq!(k32::exp(inf), inf);
-    assert_eq!(k32::log(0.0), -inf);
-    assert_eq!(k32::log(-0.0), -inf);
-    assert!(k32::log(-1.0).is_nan());
-    assert_eq!(k32::log(inf), inf);
-    assert_eq!(k32::log1p(-1.0), -inf);
-    assert_eq!(k32::tanh(inf), 1.0);
-    assert_eq!(k32::tanh(-inf), -1.0);
-    assert!(k32::tanh(-0.0).is_sign_negative());
-    assert_eq!(k32::sigmoid(-inf), 0.0);
-    assert_eq!(k32::sigmoid(inf), 1.0);
-    assert_eq!(k32::erf(inf), 1.0);
-    assert_eq!(k32::erf(-inf), -1.0);
-    assert_eq!(k32::gelu(inf), inf);
-    assert_eq!(k32::softplus(inf), inf);
-    assert_eq!(k32::softplus(-inf), 0.0);
-    assert_eq!(k32::softplus(25.0), 25.0);
+    assert_eq!(k32::exp::<F>(-inf), 0.0);
+    assert_eq!(k32::exp::<F>(inf), inf);
+    assert_eq!(k32::log::<F>(0.0), -inf);
+    assert_eq!(k32::log::<F>(-0.0), -inf);
+    assert!(k32::log::<F>(-1.0).is_nan());
+    assert_eq!(k32::log::<F>(inf), inf);
+    assert_eq!(k32::log1p::<F>(-1.0), -inf);
+    assert_eq!(k32::tanh::<F>(inf), 1.0);
+    assert_eq!(k32::tanh::<F>(-inf), -1.0);
+    assert!(k32::tanh::<F>(-0.0).is_sign_negative());
+    assert_eq!(k32::sigmoid::<F>(-inf), 0.0);
+    assert_eq!(k32::sigmoid::<F>(inf), 1.0);
+    assert_eq!(k32::erf::<F>(inf), 1.0);
+    assert_eq!(k32::erf::<F>(-inf), -1.0);
+    assert_eq!(k32::gelu::<F>(inf), inf);
+    assert_eq!(k32::softplus::<F>(inf), inf);
+    assert_eq!(k32::softplus::<F>(-inf), 0.0);
+    assert_eq!(k32::softplus::<F>(25.0), 25.0);
     for f in [
-        k32::exp,
-        k32::log,
-        k32::tanh,
-        k32::sigmoid,
-        k32::erf,
-        k32::gelu,
-        k32::silu,
+        k32::exp::<F>,
+        k32::log::<F>,
+        k32::tanh::<F>,
+        k32::sigmoid::<F>,
+        k32::erf::<F>,
+        k32::gelu::<F>,
+        k32::silu::<F>,
     ] {
         assert!(f(f32::NAN).is_nan());
     }
-    assert_eq!(k64::exp(f64::NEG_INFINITY), 0.0);
-    assert_eq!(k64::log(0.0), f64::NEG_INFINITY);
-    assert!(k64::log(-1.0).is_nan());
-    assert_eq!(k64::tanh(f64::INFINITY), 1.0);
+    assert_eq!(k64::exp::<F>(f64::NEG_INFINITY), 0.0);
+    assert_eq!(k64::log::<F>(0.0), f64::NEG_INFINITY);
+    assert!(k64::log::<F>(-1.0).is_nan());
+    assert_eq!(k64::tanh::<F>(f64::INFINITY), 1.0);
     // sin and cos: the vector path keeps -0 and tiny arguments; the rest
     // of the specials are the fix-up's (`trig_outside`).
-    assert_eq!(k32::sin(-0.0).to_bits(), (-0.0f32).to_bits());
-    assert_eq!(k32::sin(0.0).to_bits(), 0.0f32.to_bits());
-    assert_eq!(k32::cos(-0.0), 1.0);
-    assert_eq!(k32::sin(-1e-45), -1e-45);
-    assert_eq!(k32::sin(1e-20), 1e-20);
+    assert_eq!(k32::sin::<F>(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(k32::sin::<F>(0.0).to_bits(), 0.0f32.to_bits());
+    assert_eq!(k32::cos::<F>(-0.0), 1.0);
+    assert_eq!(k32::sin::<F>(-1e-45), -1e-45);
+    assert_eq!(k32::sin::<F>(1e-20), 1e-20);
     for x in [inf, -inf, f32::NAN, 1.1e6, -1e30] {
         assert!(k32::trig_outside(x), "{x}");
     }
@@ -439,14 +480,11 @@ fn special_values_follow_ieee_and_pytorch() {
 fn trig_exhaustive() {
     let level = crate::backend::cpu::simd::level();
     let top = super::trig::TRIG_MAX.to_bits();
-    for (name, f, r) in [
-        (
-            "sin",
-            k32::sin as fn(f32) -> f32,
-            f64::sin as fn(f64) -> f64,
-        ),
-        ("cos", k32::cos, f64::cos),
+    for (name, fs, r) in [
+        ("sin", both!(k32::sin), f64::sin as fn(f64) -> f64),
+        ("cos", both!(k32::cos), f64::cos),
     ] {
+        let f = fs[level.fma() as usize];
         let mut worst = (0.0f64, 0.0f32);
         let mut buf = vec![0.0f32; 1 << 16];
         let mut bits = 0u32;

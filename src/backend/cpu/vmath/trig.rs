@@ -72,7 +72,7 @@ const C: [f64; 4] = [
 /// `sin(x + q pi/2)` for `q = quadrant + shift`, from the reduced `r`:
 /// the sine or cosine polynomial by `q & 1`, negated by `q & 2`.
 #[inline(always)]
-fn eval(x: f32, shift: u64) -> f32 {
+fn eval<const F: bool>(x: f32, shift: u64) -> f32 {
     let x = x as f64;
     let t = x * INV_PIO2 + MAGIC;
     let n = t - MAGIC;
@@ -81,8 +81,8 @@ fn eval(x: f32, shift: u64) -> f32 {
     // `r (1 + z P)`, not `r + r z P`: the product keeps the sign of
     // `r = -0` (P < 0 would turn `r z P` into +0 and the sum with it), and
     // its extra rounding (2^-53) is far below an f32 ulp.
-    let s = r * (1.0 + z * horner(&S, z));
-    let c = 1.0 + z * horner(&C, z);
+    let s = r * (1.0 + z * horner::<_, F, _>(&S, z));
+    let c = 1.0 + z * horner::<_, F, _>(&C, z);
     // `n` in two's complement in the low bits of `t` (|n| < 2^51).
     let q = t.to_bits().wrapping_add(shift);
     let v = if q & 1 == 0 { s } else { c };
@@ -91,14 +91,14 @@ fn eval(x: f32, shift: u64) -> f32 {
 
 /// `sin x` for `|x| <= TRIG_MAX` (see the module docs for the rest).
 #[inline(always)]
-pub(crate) fn sin(x: f32) -> f32 {
-    eval(x, 0)
+pub(crate) fn sin<const F: bool>(x: f32) -> f32 {
+    eval::<F>(x, 0)
 }
 
 /// `cos x` for `|x| <= TRIG_MAX`: `sin(x + pi/2)`, one quadrant on.
 #[inline(always)]
-pub(crate) fn cos(x: f32) -> f32 {
-    eval(x, 1)
+pub(crate) fn cos<const F: bool>(x: f32) -> f32 {
+    eval::<F>(x, 1)
 }
 
 /// Whether [`sin`] and [`cos`] leave `x` to libm: `|x| > TRIG_MAX`,

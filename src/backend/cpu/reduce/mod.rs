@@ -527,8 +527,11 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
         // SAFETY: `run`'s contract, passed on.
         let v = unsafe { Extreme::<L, MAX>::fold(Extreme::<L, MAX>::identity(), p, len, s) };
         let nan = v.is_nan();
-        // SAFETY (both closures): called with `k < len` only: in bounds.
-        let at = |k: usize| unsafe { p.add(k * s).read() }.load();
+        let at = |k: usize| {
+            // SAFETY: called with `k < len` only: element `k * s` is in
+            // bounds (`run`'s contract).
+            unsafe { p.add(k * s).read() }.load()
+        };
         let hit = |k: usize| if nan { at(k).is_nan() } else { at(k) == v };
         const W: usize = 32;
         let mut k = 0;

@@ -31,6 +31,7 @@ pub mod autograd;
 pub mod backend;
 mod borrowed;
 mod creation;
+pub mod data;
 mod device;
 mod display;
 mod dtype;

@@ -160,6 +160,17 @@ pub enum Error {
         /// What happened.
         msg: String,
     },
+    /// A sample could not be loaded (a dataset's error or panic in a loader
+    /// worker, a file that cannot be read).
+    #[error("{op}: sample {index}: {msg}")]
+    Data {
+        /// The operation.
+        op: &'static str,
+        /// The sample's index in its dataset.
+        index: usize,
+        /// What happened (the dataset's own error, a panic's message).
+        msg: String,
+    },
     /// A backend (driver, compiler, library) reported an error.
     #[error("{op}: backend error: {msg}")]
     Backend {
@@ -217,6 +228,7 @@ impl Error {
             | Error::InvalidArgument { op, .. }
             | Error::DeviceUnavailable { op, .. }
             | Error::Autograd { op, .. }
+            | Error::Data { op, .. }
             | Error::Backend { op, .. } => Some(op),
             Error::OutOfMemory { .. } => None,
         }

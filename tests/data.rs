@@ -1,14 +1,23 @@
-//! The data module's datasets and samplers (issue 15, first part): samples
-//! land in caller-given buffers, compositions index correctly, and every
-//! sampler gives the orders PyTorch's does, reproducibly per (seed, epoch).
+//! The data module: samples land in caller-given buffers, compositions
+//! index correctly, every sampler gives the orders PyTorch's does
+//! (reproducibly per seed and epoch), and the loader delivers every sample
+//! once, in order, from a ring allocated once, and stops cleanly on a bad
+//! sample.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use tensorscope::data::{
-    random_split, BatchSampler, ConcatDataset, Dataset, DistributedSampler, RandomSampler, Sampler,
-    SequentialSampler, Subset, TensorDataset, WeightedRandomSampler,
+    random_split, BatchSampler, ConcatDataset, DataLoader, Dataset, DistributedSampler, Field,
+    RandomSampler, Sampler, SequentialSampler, Slot, Subset, TensorDataset, WeightedRandomSampler,
 };
-use tensorscope::{DType, Device, Error, Tensor};
+use tensorscope::{memory, DType, Device, Error, Tensor};
+
+/// The loader tests count the CPU allocator's allocations, which are
+/// process-wide: every test of this file holds this.
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `n` samples: x[i] = [i, i + 0.5] (f32), y[i] = 10 i (i64).
 fn dataset(n: usize) -> TensorDataset {
@@ -36,6 +45,7 @@ fn read(ds: &dyn Dataset, i: usize) -> tensorscope::Result<([f32; 2], i64)> {
 
 #[test]
 fn tensor_dataset_writes_each_field_of_a_sample_into_its_buffer() {
+    let _l = lock();
     let ds = dataset(5);
     assert_eq!(ds.len(), 5);
     assert_eq!(ds.fields()[0].shape, vec![2]);
@@ -58,6 +68,7 @@ fn tensor_dataset_writes_each_field_of_a_sample_into_its_buffer() {
 
 #[test]
 fn bad_datasets_slots_and_indices_are_errors_naming_the_call() {
+    let _l = lock();
     let a = Tensor::zeros(&[3, 2], DType::F32, Device::Cpu).unwrap();
     let b = Tensor::zeros(&[4], DType::I64, Device::Cpu).unwrap();
     let e = TensorDataset::new(vec![a, b]).err().unwrap();
@@ -110,6 +121,7 @@ fn bad_datasets_slots_and_indices_are_errors_naming_the_call() {
 
 #[test]
 fn subsets_concatenations_and_random_splits_index_the_right_samples() {
+    let _l = lock();
     let base = Arc::new(dataset(10));
     let sub = Subset::new(base.clone(), vec![7, 2, 2]).unwrap();
     assert_eq!(sub.len(), 3);
@@ -157,6 +169,7 @@ fn subsets_concatenations_and_random_splits_index_the_right_samples() {
 
 #[test]
 fn samplers_give_permutations_per_epoch_reproducibly() {
+    let _l = lock();
     assert_eq!(SequentialSampler::new(4).indices(3), vec![0, 1, 2, 3]);
     let r = RandomSampler::new(50, 1);
     let (e0, e1) = (r.indices(0), r.indices(1));
@@ -177,6 +190,7 @@ fn samplers_give_permutations_per_epoch_reproducibly() {
 
 #[test]
 fn weighted_sampling_follows_the_weights() {
+    let _l = lock();
     // With replacement: frequencies near 1:3, never the zero weight.
     let w = WeightedRandomSampler::new(vec![1.0, 0.0, 3.0], 40_000, true, 9).unwrap();
     let idx = w.indices(0);
@@ -208,6 +222,7 @@ fn weighted_sampling_follows_the_weights() {
 
 #[test]
 fn distributed_shares_are_disjoint_equal_and_padded_like_pytorch() {
+    let _l = lock();
     // 10 samples over 3 ranks, not shuffled: padded to 12 by repeating the
     // start, rank r takes r, r + 3, ... (PyTorch's DistributedSampler).
     let shares: Vec<Vec<usize>> = (0..3)
@@ -239,6 +254,7 @@ fn distributed_shares_are_disjoint_equal_and_padded_like_pytorch() {
 
 #[test]
 fn batches_keep_or_drop_the_short_last_batch() {
+    let _l = lock();
     let b = BatchSampler::new(SequentialSampler::new(7), 3, false).unwrap();
     assert_eq!(b.batches(0), vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
     assert_eq!(b.len(), 3);
@@ -246,4 +262,248 @@ fn batches_keep_or_drop_the_short_last_batch() {
     assert_eq!(b.batches(0), vec![vec![0, 1, 2], vec![3, 4, 5]]);
     assert_eq!(b.len(), 2);
     assert!(BatchSampler::new(SequentialSampler::new(7), 0, true).is_err());
+}
+
+/// `n` samples of x: f32 [8] (x[i][j] = 8 i + j) and y: i64 [4] (y[i] = i):
+/// a batch of 16 is 512 bytes per field, the allocator's rounding unit, so
+/// the ring's bytes are exact.
+fn big(n: usize) -> Arc<TensorDataset> {
+    let xs: Vec<f32> = (0..n * 8).map(|v| v as f32).collect();
+    let ys: Vec<i64> = (0..n as i64).flat_map(|i| [i; 4]).collect();
+    Arc::new(
+        TensorDataset::new(vec![
+            Tensor::from_slice(&xs, &[n, 8], Device::Cpu).unwrap(),
+            Tensor::from_slice(&ys, &[n, 4], Device::Cpu).unwrap(),
+        ])
+        .unwrap(),
+    )
+}
+
+/// Every batch of an epoch checked against its indices: x row r is sample
+/// indices[r]'s. Returns the indices in delivery order.
+fn drain<D: Dataset + 'static>(loader: &mut DataLoader<D>, epoch: u64) -> Vec<usize> {
+    let mut seen = Vec::new();
+    let mut e = loader.epoch_at(epoch);
+    while let Some(b) = e.next() {
+        let b = b.unwrap();
+        let x = b.field(0).unwrap().to_vec::<f32>().unwrap();
+        let y = b.field(1).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!(x.len(), b.len() * 8);
+        for (r, &i) in b.indices().iter().enumerate() {
+            assert_eq!(
+                x[r * 8 + 3],
+                (8 * i + 3) as f32,
+                "row {r} of {:?}",
+                b.indices()
+            );
+            assert_eq!(y[r * 4], i as i64);
+        }
+        seen.extend_from_slice(b.indices());
+    }
+    seen
+}
+
+#[test]
+fn the_loader_delivers_every_sample_in_order_with_any_workers_and_ring() {
+    let _l = lock();
+    for workers in [0, 1, 3] {
+        for buffers in [1, 2, 3] {
+            let mut l = DataLoader::builder(big(50))
+                .batch_size(16)
+                .num_workers(workers)
+                .buffers(buffers)
+                .build()
+                .unwrap();
+            assert_eq!(l.len(), 4);
+            assert_eq!(
+                drain(&mut l, 0),
+                (0..50).collect::<Vec<_>>(),
+                "{workers} {buffers}"
+            );
+            let mut l = DataLoader::builder(big(50))
+                .batch_size(16)
+                .drop_last(true)
+                .num_workers(workers)
+                .buffers(buffers)
+                .build()
+                .unwrap();
+            assert_eq!(drain(&mut l, 0), (0..48).collect::<Vec<_>>());
+        }
+    }
+    // Shuffled: a permutation per epoch, new each epoch, the same whatever
+    // the worker count.
+    let order = |workers| {
+        let mut l = DataLoader::builder(big(50))
+            .batch_size(16)
+            .shuffle(7)
+            .num_workers(workers)
+            .build()
+            .unwrap();
+        (drain(&mut l, 0), drain(&mut l, 1))
+    };
+    let (a0, a1) = order(0);
+    assert_eq!(order(3), (a0.clone(), a1.clone()));
+    assert_ne!(a0, a1);
+    let mut s = a0.clone();
+    s.sort();
+    assert_eq!(s, (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_ring_is_allocated_once_and_an_epoch_allocates_nothing() {
+    let _l = lock();
+    let ds = big(100);
+    for buffers in [2, 3] {
+        let before = memory::memory_stats(Device::Cpu);
+        let mut l = DataLoader::builder(ds.clone())
+            .batch_size(16)
+            .num_workers(2)
+            .buffers(buffers)
+            .build()
+            .unwrap();
+        let built = memory::memory_stats(Device::Cpu);
+        // Exactly N x batch bytes: 2 fields x 512 bytes per slot.
+        assert_eq!(l.ring_bytes(), buffers * 2 * 512);
+        assert_eq!(
+            built.allocated_bytes.all.current - before.allocated_bytes.all.current,
+            (buffers * 2 * 512) as i64
+        );
+        assert_eq!(
+            built.allocation.all.allocated - before.allocation.all.allocated,
+            (buffers * 2) as u64
+        );
+        for epoch in 0..3 {
+            assert_eq!(drain(&mut l, epoch).len(), 100);
+        }
+        let after = memory::memory_stats(Device::Cpu);
+        assert_eq!(
+            after.allocation.all.allocated, built.allocation.all.allocated,
+            "0 allocations per batch"
+        );
+        drop(l);
+        let gone = memory::memory_stats(Device::Cpu);
+        assert_eq!(
+            gone.allocated_bytes.all.current,
+            before.allocated_bytes.all.current
+        );
+    }
+}
+
+/// Fails (or panics) on one index; fine elsewhere.
+struct Faulty {
+    fields: Vec<Field>,
+    bad: usize,
+    panic: bool,
+}
+
+impl Dataset for Faulty {
+    fn len(&self) -> usize {
+        64
+    }
+    fn fields(&self) -> &[Field] {
+        &self.fields
+    }
+    fn get(&self, index: usize, slot: &mut Slot<'_>) -> tensorscope::Result<()> {
+        if index == self.bad {
+            if self.panic {
+                panic!("corrupt record {index}");
+            }
+            return Err(Error::InvalidArgument {
+                op: "Faulty::get",
+                msg: format!("cannot read /data/part-3.bin for sample {index}"),
+            });
+        }
+        slot.write(0, &[index as f32; 2])
+    }
+}
+
+#[test]
+fn a_failing_sample_is_an_error_naming_it_and_the_loader_stops_cleanly() {
+    let _l = lock();
+    let before = memory::memory_stats(Device::Cpu)
+        .allocated_bytes
+        .all
+        .current;
+    for panic in [false, true] {
+        for workers in [0, 2] {
+            let ds = Arc::new(Faulty {
+                fields: vec![Field::new("x", &[2], DType::F32)],
+                bad: 37,
+                panic,
+            });
+            let mut l = DataLoader::builder(ds)
+                .batch_size(8)
+                .num_workers(workers)
+                .build()
+                .unwrap();
+            for _ in 0..2 {
+                let mut e = l.epoch();
+                let mut ok = 0;
+                let err = loop {
+                    match e.next() {
+                        Some(Ok(b)) => ok += b.len(),
+                        Some(Err(err)) => break err,
+                        None => panic!("the error was lost"),
+                    }
+                };
+                assert_eq!(ok, 32, "the batches before the bad one");
+                assert!(matches!(err, Error::Data { index: 37, .. }), "{err}");
+                let msg = err.to_string();
+                assert!(
+                    msg.contains("DataLoader::next") && msg.contains("sample 37"),
+                    "{msg}"
+                );
+                assert!(
+                    msg.contains(if panic {
+                        "corrupt record 37"
+                    } else {
+                        "part-3.bin"
+                    }),
+                    "{msg}"
+                );
+                assert!(e.next().is_none(), "stopped after the error");
+            }
+            // An epoch dropped half way joins its workers.
+            let mut e = l.epoch();
+            let first = e.next().unwrap().unwrap();
+            assert_eq!(first.len(), 8);
+            drop(first);
+            drop(e);
+        }
+    }
+    assert_eq!(
+        memory::memory_stats(Device::Cpu)
+            .allocated_bytes
+            .all
+            .current,
+        before,
+        "every ring freed"
+    );
+}
+
+#[test]
+fn bad_loader_settings_are_errors() {
+    let _l = lock();
+    let e = DataLoader::builder(big(10))
+        .batch_size(0)
+        .build()
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("DataLoader::build"), "{e}");
+    assert!(DataLoader::builder(big(10)).buffers(0).build().is_err());
+    assert!(DataLoader::builder(big(10))
+        .shuffle(1)
+        .sampler(SequentialSampler::new(10))
+        .build()
+        .is_err());
+    // A batch's field index out of range.
+    let mut l = DataLoader::builder(big(10)).batch_size(4).build().unwrap();
+    let mut e = l.epoch();
+    let b = e.next().unwrap().unwrap();
+    assert!(matches!(b.field(2), Err(Error::IndexOutOfRange { .. })));
+    // `to_owned` copies outlive the batch and its slot's reuse.
+    let kept = b.to_owned().unwrap();
+    drop(b);
+    let _next = e.next().unwrap().unwrap();
+    assert_eq!(kept[1].to_vec::<i64>().unwrap()[..4], [0, 0, 0, 0]);
 }

@@ -303,6 +303,84 @@ fn naive_arg(g: &[f64], max: bool) -> (usize, f64) {
     (best, g[best])
 }
 
+/// [`naive_arg`]'s index for each row of `cols` elements.
+fn rows_arg(v: &[f64], cols: usize, max: bool) -> Vec<i64> {
+    v.chunks(cols).map(|r| naive_arg(r, max).0 as i64).collect()
+}
+
+/// argmax and argmin over the last dim (the CPU kernel's two vectorised
+/// passes per run) against the element-wise definition ([`naive_arg`]): ties, NaN (first wins), `-0`
+/// against `0`, rows of one value, lengths around the 32-element blocks,
+/// every dtype, and rows long enough to be split between threads (the
+/// parts' results merged in order, the extreme value in several parts).
+#[test]
+fn argmax_and_argmin_over_long_rows_match_the_definition() {
+    let dtypes = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+    ];
+    for (rows, cols) in [
+        (5, 1),
+        (4, 31),
+        (4, 32),
+        (4, 33),
+        (3, 100),
+        (300, 700),
+        (2, 300_000),
+    ] {
+        // Values in 0..50 (exact in every dtype), many ties.
+        let mut v: Vec<f64> = (0..rows * cols)
+            .map(|i| ((i * 7919 + i / cols * 13) % 50) as f64)
+            .collect();
+        let is_float = |dt: DType| matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+        for dt in dtypes {
+            let mut w = v.clone();
+            if is_float(dt) && cols > 3 {
+                // Row 0: a NaN late and one early (the early one wins);
+                // row 1: -0 and 0 as the only extremes of an otherwise
+                // negative (max) row.
+                w[cols - 2] = f64::NAN;
+                w[cols / 2] = f64::NAN;
+                for x in &mut w[cols..2 * cols] {
+                    *x = -1.0 - *x;
+                }
+                w[cols + cols / 3] = -0.0;
+                w[cols + cols - 1] = 0.0;
+            }
+            let x = Tensor::from_slice(&w, &[rows, cols], Device::Cpu)
+                .unwrap()
+                .to_dtype(dt)
+                .unwrap();
+            for max in [true, false] {
+                let got = if max {
+                    x.argmax(1, false)
+                } else {
+                    x.argmin(1, false)
+                };
+                let got = got.unwrap().to_vec::<i64>().unwrap();
+                assert_eq!(
+                    got,
+                    rows_arg(&w, cols, max),
+                    "{dt:?} [{rows}, {cols}] max={max}"
+                );
+            }
+        }
+        // The extreme in several places of a long row, and at the end.
+        v[rows * cols - 1] = 1000.0;
+        let x = Tensor::from_slice(&v, &[rows, cols], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let got = x.argmax(1, false).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!(got, rows_arg(&v, cols, true), "[{rows}, {cols}] tail");
+    }
+}
+
 #[test]
 fn argmax_argmin_max_dim_min_dim_match_reference() {
     for dt in [

@@ -34,9 +34,11 @@
 //! ```
 
 mod dataset;
+mod loader;
 mod sampler;
 
 pub use dataset::{random_split, ConcatDataset, Subset, TensorDataset};
+pub use loader::{Batch, DataLoader, DataLoaderBuilder, Epoch};
 pub use sampler::{
     BatchSampler, DistributedSampler, RandomSampler, Sampler, SequentialSampler,
     WeightedRandomSampler,

@@ -22,6 +22,15 @@ pub trait Sampler: Send + Sync {
     }
 }
 
+impl<S: Sampler + ?Sized> Sampler for Box<S> {
+    fn indices(&self, epoch: u64) -> Vec<usize> {
+        (**self).indices(epoch)
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+}
+
 /// `0, 1, ..., n - 1` every epoch.
 #[derive(Clone, Debug)]
 pub struct SequentialSampler {

@@ -1,0 +1,504 @@
+//! [`DataLoader`]: batches assembled in a fixed ring of buffers, by worker
+//! threads that run ahead of the training loop.
+//!
+//! The ring holds `buffers` slots (2: double buffering, 3: triple), each a
+//! tensor of `[batch_size, ...]` per field, allocated once when the loader
+//! is built. A worker takes a free slot, then the next batch number, and
+//! writes each sample of the batch straight into its rows
+//! ([`Dataset::get`] on a [`Slot`] over them); [`Epoch::next`] hands the
+//! batches out in order as borrowed [`Batch`]es, and a dropped batch gives
+//! its slot back. Taking the slot *before* the batch number keeps the
+//! batches in flight a contiguous run from the one the loop waits for, so
+//! the ring cannot fill with later batches while the next one waits for a
+//! slot.
+//!
+//! With `num_workers(0)` the calling thread fills each batch in `next`.
+//! For a CUDA target the ring has a device half too (allocated once), and
+//! each batch is copied into it in `next` (a synchronous copy for now; the
+//! copy stream is still to come).
+
+use super::sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};
+use super::{Dataset, Slot};
+use crate::borrowed::TensorView;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+/// Settings of a [`DataLoader`] (PyTorch's `DataLoader` arguments).
+pub struct DataLoaderBuilder<D: Dataset + 'static> {
+    dataset: Arc<D>,
+    batch_size: usize,
+    sampler: Option<Box<dyn Sampler>>,
+    shuffle: Option<u64>,
+    drop_last: bool,
+    num_workers: usize,
+    buffers: usize,
+    device: Device,
+}
+
+impl<D: Dataset + 'static> DataLoaderBuilder<D> {
+    /// Samples per batch (default 1).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+    /// A new random order each epoch, from `seed` and the epoch.
+    pub fn shuffle(mut self, seed: u64) -> Self {
+        self.shuffle = Some(seed);
+        self
+    }
+    /// The order of the samples (instead of `shuffle`).
+    pub fn sampler(mut self, s: impl Sampler + 'static) -> Self {
+        self.sampler = Some(Box::new(s));
+        self
+    }
+    /// Drop the last batch when it is short (default: keep it).
+    pub fn drop_last(mut self, yes: bool) -> Self {
+        self.drop_last = yes;
+        self
+    }
+    /// Worker threads filling batches ahead (default 0: the caller's thread).
+    pub fn num_workers(mut self, n: usize) -> Self {
+        self.num_workers = n;
+        self
+    }
+    /// Ring slots: 2 for double buffering (the default), 3 for triple.
+    pub fn buffers(mut self, n: usize) -> Self {
+        self.buffers = n;
+        self
+    }
+    /// Where batches are delivered (default: the CPU).
+    pub fn device(mut self, d: Device) -> Self {
+        self.device = d;
+        self
+    }
+
+    /// The loader, its ring allocated: an error for a batch size or ring
+    /// of 0, a sampler and `shuffle` both given, or a sampler of another
+    /// length than the dataset.
+    pub fn build(self) -> Result<DataLoader<D>> {
+        const OP: &str = "DataLoader::build";
+        let bad = |msg: String| Error::InvalidArgument { op: OP, msg };
+        if self.buffers == 0 {
+            return Err(bad("a ring of 0 buffers".into()));
+        }
+        let n = self.dataset.len();
+        let sampler: Box<dyn Sampler> = match (self.sampler, self.shuffle) {
+            (Some(_), Some(_)) => return Err(bad("both a sampler and shuffle".into())),
+            (Some(s), None) => s,
+            (None, Some(seed)) => Box::new(RandomSampler::new(n, seed)),
+            (None, None) => Box::new(SequentialSampler::new(n)),
+        };
+        let batches = BatchSampler::new(sampler, self.batch_size, self.drop_last)
+            .map_err(|e| e.reported_as(OP))
+            .map_err(|_| bad("batch_size 0".into()))?;
+        let alloc = |dev: Device| -> Result<Vec<Vec<Tensor>>> {
+            (0..self.buffers)
+                .map(|_| {
+                    self.dataset
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            let mut shape = vec![self.batch_size];
+                            shape.extend_from_slice(&f.shape);
+                            Tensor::zeros(&shape, f.dtype, dev).map_err(|e| e.reported_as(OP))
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let host = alloc(Device::Cpu)?;
+        let device_ring = if self.device.is_cpu() {
+            Vec::new()
+        } else {
+            alloc(self.device)?
+        };
+        Ok(DataLoader {
+            dataset: self.dataset,
+            batches,
+            host,
+            device_ring,
+            num_workers: self.num_workers,
+            epoch: 0,
+        })
+    }
+}
+
+/// Batches of a [`Dataset`] in a fixed ring of buffers (see the module
+/// docs).
+///
+/// ```
+/// use std::sync::Arc;
+/// use tensorscope::data::{DataLoader, TensorDataset};
+/// use tensorscope::{memory, Device, Tensor};
+/// let x = Tensor::arange(0.0, 20.0, 1.0, tensorscope::DType::F32, Device::Cpu)?.view(&[10, 2])?;
+/// let ds = Arc::new(TensorDataset::new(vec![x])?);
+/// let mut loader = DataLoader::builder(ds).batch_size(4).num_workers(2).build()?;
+/// let before = memory::memory_stats(Device::Cpu).allocation.all.allocated;
+/// let mut rows = 0;
+/// let mut epoch = loader.epoch();
+/// while let Some(batch) = epoch.next() {
+///     let batch = batch?;
+///     rows += batch.len();            // 4, 4, then the short last batch of 2
+///     let _x = batch.field(0)?;       // a view borrowing the batch
+/// }
+/// assert_eq!(rows, 10);
+/// drop(epoch);
+/// // The ring was allocated by `build`: the epoch allocated no tensor memory.
+/// assert_eq!(memory::memory_stats(Device::Cpu).allocation.all.allocated, before);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub struct DataLoader<D: Dataset + 'static> {
+    dataset: Arc<D>,
+    batches: BatchSampler<Box<dyn Sampler>>,
+    /// Ring slots on the host: per slot, one `[batch_size, ...]` per field.
+    host: Vec<Vec<Tensor>>,
+    /// The device half of the ring (empty for a CPU target).
+    device_ring: Vec<Vec<Tensor>>,
+    num_workers: usize,
+    epoch: u64,
+}
+
+impl<D: Dataset + 'static> DataLoader<D> {
+    /// A builder over `dataset`.
+    pub fn builder(dataset: Arc<D>) -> DataLoaderBuilder<D> {
+        DataLoaderBuilder {
+            dataset,
+            batch_size: 1,
+            sampler: None,
+            shuffle: None,
+            drop_last: false,
+            num_workers: 0,
+            buffers: 2,
+            device: Device::Cpu,
+        }
+    }
+
+    /// Batches per epoch.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Whether an epoch has no batch.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Bytes the ring holds (host and device halves together).
+    pub fn ring_bytes(&self) -> usize {
+        self.host
+            .iter()
+            .chain(&self.device_ring)
+            .flatten()
+            .map(|t| t.numel() * t.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// The next epoch's batches (epochs count from 0; each call moves on).
+    pub fn epoch(&mut self) -> Epoch<'_, D> {
+        let e = self.epoch;
+        self.epoch += 1;
+        self.epoch_at(e)
+    }
+
+    /// The batches of epoch `epoch` (a shuffled order depends on it).
+    pub fn epoch_at(&mut self, epoch: u64) -> Epoch<'_, D> {
+        let jobs = Arc::new(self.batches.batches(epoch));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                free: (0..self.host.len()).rev().collect(),
+                next_job: 0,
+                done: BTreeMap::new(),
+                stop: false,
+                live_workers: self.num_workers.min(jobs.len()),
+            }),
+            cv: Condvar::new(),
+        });
+        let workers = (0..self.num_workers.min(jobs.len()))
+            .map(|_| {
+                let (shared, jobs, ds) = (shared.clone(), jobs.clone(), self.dataset.clone());
+                let host: Vec<Vec<Tensor>> = self
+                    .host
+                    .iter()
+                    .map(|s| s.iter().map(Tensor::alias).collect())
+                    .collect();
+                std::thread::spawn(move || {
+                    // Counted out however the worker ends (a panic outside
+                    // the dataset's `get` would be a bug of the ring).
+                    let _exit = scopeguard::guard(shared.clone(), |s| {
+                        s.lock().live_workers -= 1;
+                        s.cv.notify_all();
+                    });
+                    worker(&shared, &jobs, &*ds, &host)
+                })
+            })
+            .collect();
+        Epoch {
+            loader: self,
+            jobs,
+            shared,
+            workers,
+            next: 0,
+            failed: false,
+        }
+    }
+}
+
+/// The ring's bookkeeping, shared by an epoch and its workers.
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+struct State {
+    /// Slots no batch holds.
+    free: Vec<usize>,
+    /// The next batch number to hand to a worker.
+    next_job: usize,
+    /// Filled batches not yet handed out: batch number -> (slot, result).
+    done: BTreeMap<usize, (usize, Result<()>)>,
+    /// Set when the epoch ends early: workers stop taking batches.
+    stop: bool,
+    live_workers: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.cv.wait(g).unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Writes the samples `indices` into the rows of ring slot `slot`.
+fn fill(ds: &dyn Dataset, slot: &[Tensor], indices: &[usize]) -> Result<()> {
+    let fields = ds.fields();
+    for (row, &i) in indices.iter().enumerate() {
+        let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(fields.len());
+        let mut locks = Vec::with_capacity(fields.len());
+        for (t, f) in slot.iter().zip(fields) {
+            let n = f.nbytes();
+            locks.push(crate::storage::lock(&[], &[t.storage()]));
+            let start = t.storage_offset() * f.dtype.size_in_bytes() + row * n;
+            let p = crate::backend::cpu::ptr::<u8>(t.storage());
+            // SAFETY: `t` is a contiguous `[batch_size, ...f.shape]` CPU
+            // tensor of the ring (made by `build`) and `row < batch_size`, so
+            // the `n` bytes at `start` lie inside its storage; the write
+            // lock keeps every other reader and writer out while they are
+            // written; no batch holds this slot (the ring's protocol: a slot
+            // is one worker's until it is done).
+            bufs.push(unsafe { std::slice::from_raw_parts_mut(p.add(start), n) });
+        }
+        let mut slot = Slot::new(fields, &mut bufs)?;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ds.get(i, &mut slot)));
+        drop(locks);
+        let msg = match r {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(p) => format!(
+                "the dataset panicked: {}",
+                p.downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into())
+            ),
+        };
+        return Err(Error::Data {
+            op: "DataLoader::next",
+            index: i,
+            msg,
+        });
+    }
+    Ok(())
+}
+
+/// A worker: take a free slot, then the next batch number; fill; repeat.
+fn worker(shared: &Shared, jobs: &[Vec<usize>], ds: &dyn Dataset, host: &[Vec<Tensor>]) {
+    loop {
+        let mut g = shared.lock();
+        while g.free.is_empty() && !g.stop && g.next_job < jobs.len() {
+            g = shared.wait(g);
+        }
+        if g.stop || g.next_job >= jobs.len() {
+            return;
+        }
+        let slot = g.free.pop().expect("checked non-empty");
+        let job = g.next_job;
+        g.next_job += 1;
+        drop(g);
+        let r = fill(ds, &host[slot], &jobs[job]);
+        let mut g = shared.lock();
+        g.done.insert(job, (slot, r));
+        shared.cv.notify_all();
+    }
+}
+
+/// One epoch's batches, in order: `while let Some(b) = epoch.next()`.
+/// Dropping it early stops and joins the workers.
+pub struct Epoch<'a, D: Dataset + 'static> {
+    loader: &'a mut DataLoader<D>,
+    jobs: Arc<Vec<Vec<usize>>>,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    next: usize,
+    failed: bool,
+}
+
+impl<D: Dataset + 'static> Epoch<'_, D> {
+    /// The next batch, borrowing this epoch until it is dropped; `None` at
+    /// the end of the epoch and after an error. A sample that cannot be
+    /// loaded is an `Err` ([`Error::Data`], naming its index).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Result<Batch<'_>>> {
+        if self.failed || self.next >= self.jobs.len() {
+            return None;
+        }
+        let job = self.next;
+        self.next += 1;
+        let (slot, r) = if self.workers.is_empty() {
+            let slot = self
+                .shared
+                .lock()
+                .free
+                .pop()
+                .expect("a batch holds at most one slot");
+            let ds: &dyn Dataset = &*self.loader.dataset;
+            (slot, fill(ds, &self.loader.host[slot], &self.jobs[job]))
+        } else {
+            let mut g = self.shared.lock();
+            loop {
+                if let Some(d) = g.done.remove(&job) {
+                    break d;
+                }
+                if g.live_workers == 0 {
+                    drop(g);
+                    self.failed = true;
+                    self.stop();
+                    return Some(Err(Error::Data {
+                        op: "DataLoader::next",
+                        index: self.jobs[job].first().copied().unwrap_or(0),
+                        msg: "the loader's workers stopped before this batch".into(),
+                    }));
+                }
+                g = self.shared.wait(g);
+            }
+        };
+        let r = r.and_then(|()| self.copy_to_device(slot, self.jobs[job].len()));
+        if let Err(e) = r {
+            self.failed = true;
+            self.shared.lock().free.push(slot);
+            self.stop();
+            return Some(Err(e));
+        }
+        let fields: Vec<&Tensor> = if self.loader.device_ring.is_empty() {
+            self.loader.host[slot].iter().collect()
+        } else {
+            self.loader.device_ring[slot].iter().collect()
+        };
+        let rows = self.jobs[job].len();
+        let views = fields
+            .into_iter()
+            .map(|t| t.narrow(0, 0, rows))
+            .collect::<Result<Vec<Tensor>>>();
+        match views {
+            Ok(views) => Some(Ok(Batch {
+                views,
+                indices: &self.jobs[job],
+                slot,
+                shared: &self.shared,
+            })),
+            Err(e) => {
+                self.shared.lock().free.push(slot);
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// Copies the first `rows` rows of host slot `slot` into its device half.
+    fn copy_to_device(&mut self, slot: usize, rows: usize) -> Result<()> {
+        if self.loader.device_ring.is_empty() {
+            return Ok(());
+        }
+        for (d, h) in self.loader.device_ring[slot]
+            .iter_mut()
+            .zip(&self.loader.host[slot])
+        {
+            let mut d = d.narrow(0, 0, rows)?;
+            d.copy_(&h.narrow(0, 0, rows)?)?;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.cv.notify_all();
+        for w in self.workers.drain(..) {
+            // A worker's panic is caught inside `fill`; a join error would
+            // mean a bug in the ring, and there is nothing left to undo.
+            let _ = w.join();
+        }
+    }
+}
+
+impl<D: Dataset + 'static> Drop for Epoch<'_, D> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One batch: a view per field (`[rows, ...]`, rows = the batch size but
+/// for a short last batch) into a ring slot, which returns to the ring when
+/// the batch is dropped. The views borrow the batch: the compiler stops
+/// one from outliving it (`to_owned` copies).
+pub struct Batch<'a> {
+    views: Vec<Tensor>,
+    indices: &'a [usize],
+    slot: usize,
+    shared: &'a Shared,
+}
+
+impl Batch<'_> {
+    /// Samples in the batch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether the batch is empty (never, for a batch `next` returned).
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+
+    /// The dataset indices of the batch's samples, in row order.
+    pub fn indices(&self) -> &[usize] {
+        self.indices
+    }
+
+    /// Field `k` of every sample, as a view borrowing the batch.
+    pub fn field(&self, k: usize) -> Result<TensorView<'_>> {
+        let n = self.views.len();
+        let t = self.views.get(k).ok_or(Error::IndexOutOfRange {
+            op: "Batch::field",
+            index: k as i64,
+            dim: 0,
+            size: n,
+        })?;
+        Ok(t.as_view())
+    }
+
+    /// Independent copies of every field, which may outlive the batch.
+    pub fn to_owned(&self) -> Result<Vec<Tensor>> {
+        self.views.iter().map(Tensor::deep_clone).collect()
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.views.clear();
+        self.shared.lock().free.push(self.slot);
+        self.shared.cv.notify_all();
+    }
+}

@@ -507,3 +507,38 @@ fn bad_loader_settings_are_errors() {
     let _next = e.next().unwrap().unwrap();
     assert_eq!(kept[1].to_vec::<i64>().unwrap()[..4], [0, 0, 0, 0]);
 }
+
+/// A tensor autograd saved from a batch sees the slot's next batch once the
+/// ring reuses it: the refill bumps the storage's version, so the backward
+/// is refused instead of computing a gradient from the wrong inputs.
+#[test]
+fn a_reused_slot_invalidates_what_autograd_saved_from_it() {
+    let _l = lock();
+    let mut l = DataLoader::builder(big(32))
+        .batch_size(16)
+        .buffers(1)
+        .build()
+        .unwrap();
+    let w = Tensor::ones(&[8, 1], DType::F32, Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut e = l.epoch();
+    let loss = {
+        let b = e.next().unwrap().unwrap();
+        let x = b.field(0).unwrap();
+        x.matmul(&w).unwrap().sum_all().unwrap()
+    };
+    // Within its batch the backward works ...
+    let loss2 = {
+        let b = e.next().unwrap().unwrap();
+        let x = b.field(0).unwrap();
+        let l2 = x.matmul(&w).unwrap().sum_all().unwrap();
+        l2.backward().unwrap();
+        l2
+    };
+    drop(loss2);
+    // ... after the one slot was refilled for the second batch it is refused.
+    let err = loss.backward().unwrap_err();
+    assert!(matches!(err, Error::Autograd { .. }), "{err}");
+}

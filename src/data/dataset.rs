@@ -221,12 +221,13 @@ pub fn random_split<D: Dataset + ?Sized>(
     lengths: &[usize],
     seed: u64,
 ) -> Result<Vec<Subset<D>>> {
-    let total: usize = lengths.iter().sum();
-    if total != dataset.len() {
+    let total = lengths.iter().try_fold(0usize, |a, &n| a.checked_add(n));
+    if total != Some(dataset.len()) {
         return Err(Error::InvalidArgument {
             op: "random_split",
             msg: format!(
-                "lengths {lengths:?} add up to {total}, the dataset has {} samples",
+                "lengths {lengths:?} add up to {}, the dataset has {} samples",
+                total.map_or("more than usize::MAX".to_string(), |t| t.to_string()),
                 dataset.len()
             ),
         });

@@ -18,7 +18,7 @@
 //! copy stream is still to come).
 
 use super::sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};
-use super::{Dataset, Slot};
+use super::{Dataset, Field, Slot};
 use crate::borrowed::TensorView;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -77,8 +77,9 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
     }
 
     /// The loader, its ring allocated: an error for a batch size or ring
-    /// of 0, a sampler and `shuffle` both given, or a sampler of another
-    /// length than the dataset.
+    /// of 0, or a sampler and `shuffle` both given. (A sampler may visit
+    /// fewer or more indices than the dataset has, as a distributed or
+    /// weighted one does; an index past the end is the dataset's error.)
     pub fn build(self) -> Result<DataLoader<D>> {
         const OP: &str = "DataLoader::build";
         let bad = |msg: String| Error::InvalidArgument { op: OP, msg };
@@ -93,7 +94,6 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
             (None, None) => Box::new(SequentialSampler::new(n)),
         };
         let batches = BatchSampler::new(sampler, self.batch_size, self.drop_last)
-            .map_err(|e| e.reported_as(OP))
             .map_err(|_| bad("batch_size 0".into()))?;
         let alloc = |dev: Device| -> Result<Vec<Vec<Tensor>>> {
             (0..self.buffers)
@@ -117,6 +117,7 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
             alloc(self.device)?
         };
         Ok(DataLoader {
+            fields: Arc::new(self.dataset.fields().to_vec()),
             dataset: self.dataset,
             batches,
             host,
@@ -153,6 +154,9 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
 /// ```
 pub struct DataLoader<D: Dataset + 'static> {
     dataset: Arc<D>,
+    /// The dataset's fields when the ring was sized (what every slot is
+    /// written as, whatever `fields()` says later).
+    fields: Arc<Vec<Field>>,
     batches: BatchSampler<Box<dyn Sampler>>,
     /// Ring slots on the host: per slot, one `[batch_size, ...]` per field.
     host: Vec<Vec<Tensor>>,
@@ -220,6 +224,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
         let workers = (0..self.num_workers.min(jobs.len()))
             .map(|_| {
                 let (shared, jobs, ds) = (shared.clone(), jobs.clone(), self.dataset.clone());
+                let fields = self.fields.clone();
                 let host: Vec<Vec<Tensor>> = self
                     .host
                     .iter()
@@ -232,7 +237,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
                         s.lock().live_workers -= 1;
                         s.cv.notify_all();
                     });
-                    worker(&shared, &jobs, &*ds, &host)
+                    worker(&shared, &jobs, &*ds, &fields, &host)
                 })
             })
             .collect();
@@ -274,9 +279,14 @@ impl Shared {
     }
 }
 
-/// Writes the samples `indices` into the rows of ring slot `slot`.
-fn fill(ds: &dyn Dataset, slot: &[Tensor], indices: &[usize]) -> Result<()> {
-    let fields = ds.fields();
+/// Writes the samples `indices` into the rows of ring slot `slot`, whose
+/// tensors were sized from `fields`. Bumps the slot storages' versions, so
+/// that autograd refuses a backward through a tensor it saved from the
+/// batch this slot held before (an owned handle kept past its batch).
+fn fill(ds: &dyn Dataset, fields: &[Field], slot: &[Tensor], indices: &[usize]) -> Result<()> {
+    for t in slot {
+        t.storage().bump_version();
+    }
     for (row, &i) in indices.iter().enumerate() {
         let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(fields.len());
         let mut locks = Vec::with_capacity(fields.len());
@@ -284,10 +294,15 @@ fn fill(ds: &dyn Dataset, slot: &[Tensor], indices: &[usize]) -> Result<()> {
             let n = f.nbytes();
             locks.push(crate::storage::lock(&[], &[t.storage()]));
             let start = t.storage_offset() * f.dtype.size_in_bytes() + row * n;
+            assert!(
+                start + n <= t.storage().nbytes(),
+                "ring slot sized from the same fields"
+            );
             let p = crate::backend::cpu::ptr::<u8>(t.storage());
             // SAFETY: `t` is a contiguous `[batch_size, ...f.shape]` CPU
-            // tensor of the ring (made by `build`) and `row < batch_size`, so
-            // the `n` bytes at `start` lie inside its storage; the write
+            // tensor of the ring, made by `build` from these `fields`, and
+            // `row < batch_size`, so the `n` bytes at `start` lie inside its
+            // storage (asserted above); the write
             // lock keeps every other reader and writer out while they are
             // written; no batch holds this slot (the ring's protocol: a slot
             // is one worker's until it is done).
@@ -317,7 +332,13 @@ fn fill(ds: &dyn Dataset, slot: &[Tensor], indices: &[usize]) -> Result<()> {
 }
 
 /// A worker: take a free slot, then the next batch number; fill; repeat.
-fn worker(shared: &Shared, jobs: &[Vec<usize>], ds: &dyn Dataset, host: &[Vec<Tensor>]) {
+fn worker(
+    shared: &Shared,
+    jobs: &[Vec<usize>],
+    ds: &dyn Dataset,
+    fields: &[Field],
+    host: &[Vec<Tensor>],
+) {
     loop {
         let mut g = shared.lock();
         while g.free.is_empty() && !g.stop && g.next_job < jobs.len() {
@@ -330,7 +351,18 @@ fn worker(shared: &Shared, jobs: &[Vec<usize>], ds: &dyn Dataset, host: &[Vec<Te
         let job = g.next_job;
         g.next_job += 1;
         drop(g);
-        let r = fill(ds, &host[slot], &jobs[job]);
+        // `fill` catches a panic in `get`; this catches any other, so that
+        // the batch is reported instead of waited for.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fill(ds, fields, &host[slot], &jobs[job])
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::Data {
+                op: "DataLoader::next",
+                index: jobs[job].first().copied().unwrap_or(0),
+                msg: "a loader worker panicked".into(),
+            })
+        });
         let mut g = shared.lock();
         g.done.insert(job, (slot, r));
         shared.cv.notify_all();
@@ -360,14 +392,21 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
         let job = self.next;
         self.next += 1;
         let (slot, r) = if self.workers.is_empty() {
-            let slot = self
-                .shared
-                .lock()
-                .free
-                .pop()
-                .expect("a batch holds at most one slot");
+            // A batch holds at most one slot, and only until it is dropped
+            // (a batch leaked with `mem::forget` keeps its slot).
+            let Some(slot) = self.shared.lock().free.pop() else {
+                self.failed = true;
+                return Some(Err(Error::InvalidArgument {
+                    op: "DataLoader::next",
+                    msg: "no free ring slot: a batch of this epoch was leaked".into(),
+                }));
+            };
             let ds: &dyn Dataset = &*self.loader.dataset;
-            (slot, fill(ds, &self.loader.host[slot], &self.jobs[job]))
+            let fields: &[Field] = &self.loader.fields;
+            (
+                slot,
+                fill(ds, fields, &self.loader.host[slot], &self.jobs[job]),
+            )
         } else {
             let mut g = self.shared.lock();
             loop {
@@ -412,7 +451,9 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
                 shared: &self.shared,
             })),
             Err(e) => {
+                self.failed = true;
                 self.shared.lock().free.push(slot);
+                self.stop();
                 Some(Err(e))
             }
         }
@@ -453,7 +494,11 @@ impl<D: Dataset + 'static> Drop for Epoch<'_, D> {
 /// One batch: a view per field (`[rows, ...]`, rows = the batch size but
 /// for a short last batch) into a ring slot, which returns to the ring when
 /// the batch is dropped. The views borrow the batch: the compiler stops
-/// one from outliving it (`to_owned` copies).
+/// one from outliving it; `to_owned` copies. An owned handle made on
+/// purpose (`alias`, `into_owned`, or a tensor an op's autograd saved)
+/// sees the slot's next batch once the ring reuses it: refilling a slot
+/// bumps its version, so a backward through such a saved tensor is an
+/// error rather than a wrong gradient.
 pub struct Batch<'a> {
     views: Vec<Tensor>,
     indices: &'a [usize],

@@ -118,9 +118,9 @@ pub struct WeightedRandomSampler {
 }
 
 impl WeightedRandomSampler {
-    /// An error for a negative, NaN or infinite weight, for weights that
-    /// are all 0, and, without replacement, for more samples than non-zero
-    /// weights.
+    /// An error for a negative, NaN or infinite weight, for weights whose
+    /// sum overflows, for weights that are all 0, and, without
+    /// replacement, for more samples than non-zero weights.
     pub fn new(
         weights: Vec<f64>,
         num_samples: usize,
@@ -138,6 +138,12 @@ impl WeightedRandomSampler {
         {
             return Err(bad(format!(
                 "weight {i} is {w}: weights must be finite and >= 0"
+            )));
+        }
+        let total: f64 = weights.iter().sum();
+        if !total.is_finite() {
+            return Err(bad(format!(
+                "the weights add up to {total}: scale them down"
             )));
         }
         let positive = weights.iter().filter(|&&w| w > 0.0).count();

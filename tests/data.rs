@@ -542,3 +542,23 @@ fn a_reused_slot_invalidates_what_autograd_saved_from_it() {
     let err = loss.backward().unwrap_err();
     assert!(matches!(err, Error::Autograd { .. }), "{err}");
 }
+
+/// An epoch leaked half way (`mem::forget`, safe Rust) cannot leave its
+/// workers writing the ring: the next epoch stops and waits for them first,
+/// then delivers every sample intact.
+#[test]
+fn a_leaked_epoch_does_not_corrupt_the_next_one() {
+    let _l = lock();
+    let mut l = DataLoader::builder(big(200))
+        .batch_size(16)
+        .num_workers(3)
+        .buffers(3)
+        .build()
+        .unwrap();
+    {
+        let mut e = l.epoch();
+        drop(e.next().unwrap().unwrap());
+        std::mem::forget(e);
+    }
+    assert_eq!(drain(&mut l, 5), (0..200).collect::<Vec<_>>());
+}

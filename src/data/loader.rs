@@ -24,6 +24,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -124,6 +125,7 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
             device_ring,
             num_workers: self.num_workers,
             epoch: 0,
+            last: None,
         })
     }
 }
@@ -164,6 +166,8 @@ pub struct DataLoader<D: Dataset + 'static> {
     device_ring: Vec<Vec<Tensor>>,
     num_workers: usize,
     epoch: u64,
+    /// The latest epoch's bookkeeping (see `epoch_at`).
+    last: Option<Arc<Shared>>,
 }
 
 impl<D: Dataset + 'static> DataLoader<D> {
@@ -220,7 +224,20 @@ impl<D: Dataset + 'static> DataLoader<D> {
                 live_workers: self.num_workers.min(jobs.len()),
             }),
             cv: Condvar::new(),
+            halt: AtomicBool::new(false),
         });
+        // An earlier epoch's workers are gone, even if that epoch was leaked
+        // (`mem::forget`) instead of dropped: they must not write the ring
+        // this epoch fills.
+        if let Some(old) = self.last.replace(shared.clone()) {
+            old.halt.store(true, Ordering::Relaxed);
+            let mut g = old.lock();
+            g.stop = true;
+            old.cv.notify_all();
+            while g.live_workers > 0 {
+                g = old.wait(g);
+            }
+        }
         let workers = (0..self.num_workers.min(jobs.len()))
             .map(|_| {
                 let (shared, jobs, ds) = (shared.clone(), jobs.clone(), self.dataset.clone());
@@ -256,6 +273,10 @@ impl<D: Dataset + 'static> DataLoader<D> {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// `State::stop`, readable without the lock: `fill` checks it before
+    /// each sample, so an epoch that ends early waits for one sample per
+    /// worker, not for whole batches.
+    halt: AtomicBool,
 }
 
 struct State {
@@ -283,11 +304,21 @@ impl Shared {
 /// tensors were sized from `fields`. Bumps the slot storages' versions, so
 /// that autograd refuses a backward through a tensor it saved from the
 /// batch this slot held before (an owned handle kept past its batch).
-fn fill(ds: &dyn Dataset, fields: &[Field], slot: &[Tensor], indices: &[usize]) -> Result<()> {
+fn fill(
+    ds: &dyn Dataset,
+    fields: &[Field],
+    slot: &[Tensor],
+    indices: &[usize],
+    halt: &AtomicBool,
+) -> Result<()> {
     for t in slot {
         t.storage().bump_version();
     }
     for (row, &i) in indices.iter().enumerate() {
+        if halt.load(Ordering::Relaxed) {
+            // Nobody will read this batch: the epoch has ended.
+            return Ok(());
+        }
         let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(fields.len());
         let mut locks = Vec::with_capacity(fields.len());
         for (t, f) in slot.iter().zip(fields) {
@@ -354,7 +385,7 @@ fn worker(
         // `fill` catches a panic in `get`; this catches any other, so that
         // the batch is reported instead of waited for.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            fill(ds, fields, &host[slot], &jobs[job])
+            fill(ds, fields, &host[slot], &jobs[job], &shared.halt)
         }))
         .unwrap_or_else(|_| {
             Err(Error::Data {
@@ -405,7 +436,13 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
             let fields: &[Field] = &self.loader.fields;
             (
                 slot,
-                fill(ds, fields, &self.loader.host[slot], &self.jobs[job]),
+                fill(
+                    ds,
+                    fields,
+                    &self.loader.host[slot],
+                    &self.jobs[job],
+                    &self.shared.halt,
+                ),
             )
         } else {
             let mut g = self.shared.lock();
@@ -475,6 +512,7 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
     }
 
     fn stop(&mut self) {
+        self.shared.halt.store(true, Ordering::Relaxed);
         self.shared.lock().stop = true;
         self.shared.cv.notify_all();
         for w in self.workers.drain(..) {

@@ -2,6 +2,8 @@
 //! contiguous, transposed, step-sliced and expanded inputs, several dtypes,
 //! keepdim on and off, negative and multiple dims; and every error path.
 
+mod common;
+
 use tensorscope::{DType, Device, Error, Tensor};
 
 const CPU: Device = Device::Cpu;
@@ -315,15 +317,6 @@ fn rows_arg(v: &[f64], cols: usize, max: bool) -> Vec<i64> {
 /// parts' results merged in order, the extreme value in several parts).
 #[test]
 fn argmax_and_argmin_over_long_rows_match_the_definition() {
-    let dtypes = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I64,
-        DType::I32,
-        DType::U8,
-    ];
     for (rows, cols) in [
         (5, 1),
         (4, 31),
@@ -338,7 +331,7 @@ fn argmax_and_argmin_over_long_rows_match_the_definition() {
             .map(|i| ((i * 7919 + i / cols * 13) % 50) as f64)
             .collect();
         let is_float = |dt: DType| matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
-        for dt in dtypes {
+        for dt in common::NUMERIC {
             let mut w = v.clone();
             if is_float(dt) && cols > 3 {
                 // Row 0: a NaN late and one early (the early one wins);

@@ -220,7 +220,6 @@ impl<D: Dataset + 'static> DataLoader<D> {
                 free: (0..self.host.len()).rev().collect(),
                 next_job: 0,
                 done: BTreeMap::new(),
-                stop: false,
                 live_workers: self.num_workers.min(jobs.len()),
             }),
             cv: Condvar::new(),
@@ -230,10 +229,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
         // (`mem::forget`) instead of dropped: they must not write the ring
         // this epoch fills.
         if let Some(old) = self.last.replace(shared.clone()) {
-            old.halt.store(true, Ordering::Relaxed);
-            let mut g = old.lock();
-            g.stop = true;
-            old.cv.notify_all();
+            let mut g = old.halt();
             while g.live_workers > 0 {
                 g = old.wait(g);
             }
@@ -273,9 +269,11 @@ impl<D: Dataset + 'static> DataLoader<D> {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
-    /// `State::stop`, readable without the lock: `fill` checks it before
-    /// each sample, so an epoch that ends early waits for one sample per
-    /// worker, not for whole batches.
+    /// Set when the epoch ends early: workers take no more batches, and
+    /// `fill` checks it before each sample, so the end waits for one
+    /// sample per worker, not for whole batches. Set under the state's
+    /// lock (see [`Shared::halt`]), so a worker about to wait sees it or
+    /// gets the notification.
     halt: AtomicBool,
 }
 
@@ -286,14 +284,20 @@ struct State {
     next_job: usize,
     /// Filled batches not yet handed out: batch number -> (slot, result).
     done: BTreeMap<usize, (usize, Result<()>)>,
-    /// Set when the epoch ends early: workers stop taking batches.
-    stop: bool,
     live_workers: usize,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    /// Ends the epoch: sets `halt` under the lock and wakes every waiter;
+    /// returns the lock.
+    fn halt(&self) -> MutexGuard<'_, State> {
+        let g = self.lock();
+        self.halt.store(true, Ordering::Relaxed);
+        self.cv.notify_all();
+        g
     }
     fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         self.cv.wait(g).unwrap_or_else(PoisonError::into_inner)
@@ -372,10 +376,11 @@ fn worker(
 ) {
     loop {
         let mut g = shared.lock();
-        while g.free.is_empty() && !g.stop && g.next_job < jobs.len() {
+        let halted = || shared.halt.load(Ordering::Relaxed);
+        while g.free.is_empty() && !halted() && g.next_job < jobs.len() {
             g = shared.wait(g);
         }
-        if g.stop || g.next_job >= jobs.len() {
+        if halted() || g.next_job >= jobs.len() {
             return;
         }
         let slot = g.free.pop().expect("checked non-empty");
@@ -512,9 +517,7 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
     }
 
     fn stop(&mut self) {
-        self.shared.halt.store(true, Ordering::Relaxed);
-        self.shared.lock().stop = true;
-        self.shared.cv.notify_all();
+        drop(self.shared.halt());
         for w in self.workers.drain(..) {
             // A worker's panic is caught inside `fill`; a join error would
             // mean a bug in the ring, and there is nothing left to undo.

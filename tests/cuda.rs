@@ -23,6 +23,7 @@ on_both!(
     copy_and_cast_round_trips,
     allocator_statistics_are_exact,
     random_fills,
+    copy_non_blocking_writes_into_a_buffer_allocated_once,
 );
 
 // ------------------------------------------------------------- bodies ---
@@ -205,6 +206,66 @@ fn allocator_statistics_are_exact(dev: Device) {
 // --------------------------------------------------------------- random ---
 
 /// Mean and standard deviation (population).
+/// `copy_non_blocking_` from a pinned host buffer (on a GPU; a plain CPU
+/// tensor on the CPU) into a buffer on `dev`: the bytes arrive, nothing is
+/// allocated on `dev` by the copies, a source overwritten after its copy's
+/// stream has finished does not change the result, and anything else falls
+/// back to `copy_` with its errors.
+fn copy_non_blocking_writes_into_a_buffer_allocated_once(dev: Device) {
+    let n = 1 << 20;
+    let v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5).collect();
+    let host = Tensor::from_slice(&v, &[n / 4, 4], Device::Cpu).unwrap();
+    let mut src = if dev.is_cuda() {
+        host.pin_memory().unwrap()
+    } else {
+        host
+    };
+    let mut dst = Tensor::zeros(&[n / 4, 4], DType::F32, dev).unwrap();
+    let allocs = memory::memory_stats(dev).allocation.all.allocated;
+    for round in 0..3 {
+        dst.copy_non_blocking_(&src).unwrap();
+        if dev.is_cuda() {
+            cuda::synchronize(dev).unwrap();
+        }
+        src.fill_(-(round as f64)).unwrap();
+        let want: Vec<f32> = if round == 0 {
+            v.clone()
+        } else {
+            vec![-(round as f32 - 1.0); n]
+        };
+        assert_eq!(dst.to_vec::<f32>().unwrap(), want, "round {round}");
+    }
+    assert_eq!(
+        memory::memory_stats(dev).allocation.all.allocated,
+        allocs,
+        "copies into the buffer allocate nothing on {dev}"
+    );
+    // Rows of a view: a narrowed destination takes a narrowed source.
+    let mut rows = dst.narrow(0, 2, 3).unwrap();
+    let s = Tensor::full(&[3, 4], 7.0, DType::F32, Device::Cpu).unwrap();
+    let s = if dev.is_cuda() {
+        s.pin_memory().unwrap()
+    } else {
+        s
+    };
+    rows.copy_non_blocking_(&s.narrow(0, 0, 3).unwrap())
+        .unwrap();
+    let got = dst.to_vec::<f32>().unwrap();
+    assert_eq!(&got[8..20], &[7.0; 12]);
+    assert_eq!(got[7], -1.0);
+    // Broadcasting and conversion: the `copy_` fallback.
+    let b = Tensor::from_slice(&[1i64, 2, 3, 4], &[4], Device::Cpu).unwrap();
+    dst.copy_non_blocking_(&b).unwrap();
+    assert_eq!(dst.to_vec::<f32>().unwrap()[4..8], [1.0, 2.0, 3.0, 4.0]);
+    let e = dst
+        .copy_non_blocking_(&Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("copy_") && e.to_string().contains("[3]"),
+        "{e}"
+    );
+}
+
 fn moments(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;

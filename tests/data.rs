@@ -4,7 +4,12 @@
 //! once, in order, from a ring allocated once, and stops cleanly on a bad
 //! sample.
 
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorscope::data::{
     random_split, BatchSampler, ConcatDataset, DataLoader, Dataset, DistributedSampler, Field,
@@ -491,6 +496,19 @@ fn bad_loader_settings_are_errors() {
         .unwrap();
     assert!(e.to_string().contains("DataLoader::build"), "{e}");
     assert!(DataLoader::builder(big(10)).buffers(0).build().is_err());
+    for (buffers, prefetch) in [(2, 0), (2, 3)] {
+        let e = DataLoader::builder(big(10))
+            .buffers(buffers)
+            .prefetch(prefetch)
+            .build()
+            .err()
+            .unwrap();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("DataLoader::build") && msg.contains(&format!("prefetch {prefetch}")),
+            "{msg}"
+        );
+    }
     assert!(DataLoader::builder(big(10))
         .shuffle(1)
         .sampler(SequentialSampler::new(10))
@@ -561,4 +579,123 @@ fn a_leaked_epoch_does_not_corrupt_the_next_one() {
         std::mem::forget(e);
     }
     assert_eq!(drain(&mut l, 5), (0..200).collect::<Vec<_>>());
+}
+
+/// `big`'s samples, recording the highest index any worker has started.
+struct Watched {
+    inner: Arc<TensorDataset>,
+    started: AtomicUsize,
+}
+
+impl Dataset for Watched {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn fields(&self) -> &[Field] {
+        self.inner.fields()
+    }
+    fn get(&self, index: usize, slot: &mut Slot<'_>) -> tensorscope::Result<()> {
+        self.started.fetch_max(index, Ordering::SeqCst);
+        self.inner.get(index, slot)
+    }
+}
+
+#[test]
+fn prefetch_bounds_how_far_the_workers_run_ahead() {
+    let _l = lock();
+    for prefetch in [1, 2] {
+        let ds = Arc::new(Watched {
+            inner: big(12),
+            started: AtomicUsize::new(0),
+        });
+        // Batches of one sample, so a batch number is a sample index; a
+        // ring of 3 would let the workers run 2 batches ahead of the held
+        // one if `prefetch` were ignored.
+        let mut l = DataLoader::builder(ds.clone())
+            .num_workers(2)
+            .buffers(3)
+            .prefetch(prefetch)
+            .build()
+            .unwrap();
+        let mut e = l.epoch();
+        let mut reached = 0;
+        let mut k = 0;
+        while let Some(b) = e.next() {
+            let b = b.unwrap();
+            assert_eq!(b.indices(), [k]);
+            // Time for the workers to run as far as they may.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let started = ds.started.load(Ordering::SeqCst);
+            assert!(
+                started <= k + prefetch,
+                "prefetch {prefetch}: sample {started} started while the loop holds {k}"
+            );
+            reached = reached.max(started.saturating_sub(k));
+            k += 1;
+        }
+        assert_eq!(k, 12);
+        assert_eq!(reached, prefetch, "the workers do run {prefetch} ahead");
+    }
+}
+
+#[cfg(feature = "cuda")]
+on_both!(the_ring_lives_on_the_target_device_and_an_epoch_allocates_nothing);
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn the_ring_lives_on_the_cpu_and_an_epoch_allocates_nothing() {
+    the_ring_lives_on_the_target_device_and_an_epoch_allocates_nothing(Device::Cpu)
+}
+
+/// A loader delivering to `dev` (on a GPU: pinned host buffers, copies on
+/// the loader's stream): every sample once in order, the device half of the
+/// ring exactly N x batch bytes allocated by `build`, no allocation on the
+/// device or the host per epoch, and everything back after the drop.
+fn the_ring_lives_on_the_target_device_and_an_epoch_allocates_nothing(dev: Device) {
+    let _l = lock();
+    let ds = big(100);
+    let (cpu0, dev0) = (memory::memory_stats(Device::Cpu), memory::memory_stats(dev));
+    let mut l = DataLoader::builder(ds.clone())
+        .batch_size(16)
+        .num_workers(2)
+        .buffers(3)
+        .pin_memory(true)
+        .device(dev)
+        .build()
+        .unwrap();
+    assert_eq!(l.is_pinned(), dev.is_cuda(), "pinned only for a device");
+    let ring = 3 * 2 * 512;
+    assert_eq!(l.ring_bytes(), if dev.is_cuda() { 2 * ring } else { ring });
+    let (cpu1, dev1) = (memory::memory_stats(Device::Cpu), memory::memory_stats(dev));
+    assert_eq!(
+        dev1.allocated_bytes.all.current - dev0.allocated_bytes.all.current,
+        ring as i64
+    );
+    {
+        let mut e = l.epoch_at(7);
+        let b = e.next().unwrap().unwrap();
+        assert_eq!(b.field(0).unwrap().device(), dev);
+        assert_eq!(b.field(1).unwrap().device(), dev);
+    }
+    for epoch in 0..3 {
+        // Read on the caller's stream, which waits for each batch's copy.
+        assert_eq!(drain(&mut l, epoch), (0..100).collect::<Vec<_>>());
+    }
+    let (cpu2, dev2) = (memory::memory_stats(Device::Cpu), memory::memory_stats(dev));
+    assert_eq!(dev2.allocation.all.allocated, dev1.allocation.all.allocated);
+    // No host tensor either (on a GPU the host half is pinned, outside the
+    // CPU allocator; the reads are copies into vectors).
+    assert_eq!(cpu2.allocation.all.allocated, cpu1.allocation.all.allocated);
+    drop(l);
+    assert_eq!(
+        memory::memory_stats(dev).allocated_bytes.all.current,
+        dev0.allocated_bytes.all.current
+    );
+    assert_eq!(
+        memory::memory_stats(Device::Cpu)
+            .allocated_bytes
+            .all
+            .current,
+        cpu0.allocated_bytes.all.current
+    );
 }

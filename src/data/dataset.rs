@@ -1,7 +1,7 @@
 //! Datasets: [`TensorDataset`] over tensors of equal length, and the
 //! compositions [`Subset`], [`ConcatDataset`] and [`random_split`].
 
-use super::{index_error, Dataset, Field, Slot};
+use super::{check_slot, index_error, Dataset, Field, Slot};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::random::Generator;
@@ -83,16 +83,7 @@ impl Dataset for TensorDataset {
         if index >= self.len {
             return Err(index_error("TensorDataset::get", index, self.len));
         }
-        if slot.fields() != self.fields.as_slice() {
-            return Err(Error::InvalidArgument {
-                op: "TensorDataset::get",
-                msg: format!(
-                    "a slot for fields {:?}, the dataset has {:?}",
-                    slot.fields(),
-                    self.fields
-                ),
-            });
-        }
+        check_slot("TensorDataset::get", slot, &self.fields)?;
         for (k, (t, f)) in self.tensors.iter().zip(&self.fields).enumerate() {
             let n = f.nbytes();
             let start = t.storage_offset() * t.dtype().size_in_bytes() + index * n;

@@ -13,10 +13,17 @@
 //! slot.
 //!
 //! With `num_workers(0)` the calling thread fills each batch in `next`.
-//! For a CUDA target the ring has a device half too (allocated once), and
-//! each batch is copied into it in `next` (a synchronous copy for now; the
-//! copy stream is still to come).
+//! `prefetch(d)` bounds how far the workers run ahead of the loop.
+//!
+//! For a CUDA target the ring has a device half too (allocated once, see
+//! `device_ring.rs`): `next` queues each batch's host-to-device copy on the
+//! loader's own copy stream and makes the caller's current stream wait for
+//! it with an event, so the copy of one batch overlaps the compute of the
+//! one before. With `pin_memory(true)` the host half is page-locked and the
+//! copies are asynchronous (from pageable memory the driver stages them and
+//! `next` waits for each).
 
+use super::device_ring::DeviceRing;
 use super::sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};
 use super::{Dataset, Field, Slot};
 use crate::borrowed::TensorView;
@@ -37,6 +44,8 @@ pub struct DataLoaderBuilder<D: Dataset + 'static> {
     drop_last: bool,
     num_workers: usize,
     buffers: usize,
+    prefetch: Option<usize>,
+    pin_memory: bool,
     device: Device,
 }
 
@@ -71,6 +80,27 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
         self.buffers = n;
         self
     }
+    /// How many batches the workers may load ahead of the loop: batch `j`
+    /// is started only once the loop has asked `next` for batch
+    /// `j - prefetch` (1 to `buffers`; the default, `buffers`, lets the
+    /// ring alone bound it; 1 is classic double buffering: one batch loads
+    /// while the loop works on the one before).
+    /// Lower it to leave the loop more of a small machine's cores. The
+    /// ring's memory does not depend on it. (PyTorch's `prefetch_factor`
+    /// counts per worker; here it counts for the loader.)
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.prefetch = Some(batches);
+        self
+    }
+    /// Page-locked host buffers for a CUDA target (PyTorch's
+    /// `pin_memory=True`), so that each batch's copy to the device runs
+    /// asynchronously on the loader's copy stream. Ignored for a CPU
+    /// target, where nothing is copied (PyTorch pins there too when a GPU
+    /// is present, for copies the loader does not make).
+    pub fn pin_memory(mut self, yes: bool) -> Self {
+        self.pin_memory = yes;
+        self
+    }
     /// Where batches are delivered (default: the CPU).
     pub fn device(mut self, d: Device) -> Self {
         self.device = d;
@@ -78,14 +108,22 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
     }
 
     /// The loader, its ring allocated: an error for a batch size or ring
-    /// of 0, or a sampler and `shuffle` both given. (A sampler may visit
-    /// fewer or more indices than the dataset has, as a distributed or
-    /// weighted one does; an index past the end is the dataset's error.)
+    /// of 0, a prefetch depth outside `1..=buffers`, or a sampler and
+    /// `shuffle` both given. (A sampler may visit fewer or more indices
+    /// than the dataset has, as a distributed or weighted one does; an
+    /// index past the end is the dataset's error.)
     pub fn build(self) -> Result<DataLoader<D>> {
         const OP: &str = "DataLoader::build";
         let bad = |msg: String| Error::InvalidArgument { op: OP, msg };
         if self.buffers == 0 {
             return Err(bad("a ring of 0 buffers".into()));
+        }
+        let prefetch = self.prefetch.unwrap_or(self.buffers);
+        if prefetch == 0 || prefetch > self.buffers {
+            return Err(bad(format!(
+                "prefetch {prefetch} with {} buffers: it must be 1 to the number of buffers",
+                self.buffers
+            )));
         }
         let n = self.dataset.len();
         let sampler: Box<dyn Sampler> = match (self.sampler, self.shuffle) {
@@ -96,26 +134,32 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
         };
         let batches = BatchSampler::new(sampler, self.batch_size, self.drop_last)
             .map_err(|_| bad("batch_size 0".into()))?;
-        let alloc = |dev: Device| -> Result<Vec<Vec<Tensor>>> {
-            (0..self.buffers)
-                .map(|_| {
-                    self.dataset
-                        .fields()
-                        .iter()
-                        .map(|f| {
-                            let mut shape = vec![self.batch_size];
-                            shape.extend_from_slice(&f.shape);
-                            Tensor::zeros(&shape, f.dtype, dev).map_err(|e| e.reported_as(OP))
-                        })
-                        .collect()
-                })
-                .collect()
-        };
-        let host = alloc(Device::Cpu)?;
+        let pinned = self.pin_memory && self.device.is_cuda();
+        let host = (0..self.buffers)
+            .map(|_| {
+                self.dataset
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let mut shape = vec![self.batch_size];
+                        shape.extend_from_slice(&f.shape);
+                        let t = Tensor::zeros(&shape, f.dtype, Device::Cpu)?;
+                        if pinned {
+                            t.pin_memory()
+                        } else {
+                            Ok(t)
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| e.reported_as(OP))?;
         let device_ring = if self.device.is_cpu() {
-            Vec::new()
+            None
         } else {
-            alloc(self.device)?
+            Some(Arc::new(
+                DeviceRing::new(self.device, &host).map_err(|e| e.reported_as(OP))?,
+            ))
         };
         Ok(DataLoader {
             fields: Arc::new(self.dataset.fields().to_vec()),
@@ -123,7 +167,9 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
             batches,
             host,
             device_ring,
+            pinned,
             num_workers: self.num_workers,
+            prefetch,
             epoch: 0,
             last: None,
         })
@@ -162,9 +208,12 @@ pub struct DataLoader<D: Dataset + 'static> {
     batches: BatchSampler<Box<dyn Sampler>>,
     /// Ring slots on the host: per slot, one `[batch_size, ...]` per field.
     host: Vec<Vec<Tensor>>,
-    /// The device half of the ring (empty for a CPU target).
-    device_ring: Vec<Vec<Tensor>>,
+    /// The device half of the ring (a CUDA target).
+    device_ring: Option<Arc<DeviceRing>>,
+    /// Whether the host slots are page-locked.
+    pinned: bool,
     num_workers: usize,
+    prefetch: usize,
     epoch: u64,
     /// The latest epoch's bookkeeping (see `epoch_at`).
     last: Option<Arc<Shared>>,
@@ -181,6 +230,8 @@ impl<D: Dataset + 'static> DataLoader<D> {
             drop_last: false,
             num_workers: 0,
             buffers: 2,
+            prefetch: None,
+            pin_memory: false,
             device: Device::Cpu,
         }
     }
@@ -195,11 +246,21 @@ impl<D: Dataset + 'static> DataLoader<D> {
         self.batches.is_empty()
     }
 
+    /// Whether the ring's host buffers are page-locked (asked with
+    /// `pin_memory(true)`, for a CUDA target).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
     /// Bytes the ring holds (host and device halves together).
     pub fn ring_bytes(&self) -> usize {
+        let device: &[Vec<Tensor>] = match &self.device_ring {
+            Some(r) => r.slots(),
+            None => &[],
+        };
         self.host
             .iter()
-            .chain(&self.device_ring)
+            .chain(device)
             .flatten()
             .map(|t| t.numel() * t.dtype().size_in_bytes())
             .sum()
@@ -219,6 +280,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
             state: Mutex::new(State {
                 free: (0..self.host.len()).rev().collect(),
                 next_job: 0,
+                asked: 0,
                 done: BTreeMap::new(),
                 live_workers: self.num_workers.min(jobs.len()),
             }),
@@ -237,7 +299,9 @@ impl<D: Dataset + 'static> DataLoader<D> {
         let workers = (0..self.num_workers.min(jobs.len()))
             .map(|_| {
                 let (shared, jobs, ds) = (shared.clone(), jobs.clone(), self.dataset.clone());
+                let owned_shared = shared.clone();
                 let fields = self.fields.clone();
+                let (ring, prefetch) = (self.device_ring.clone(), self.prefetch);
                 let host: Vec<Vec<Tensor>> = self
                     .host
                     .iter()
@@ -245,12 +309,27 @@ impl<D: Dataset + 'static> DataLoader<D> {
                     .collect();
                 std::thread::spawn(move || {
                     // Counted out however the worker ends (a panic outside
-                    // the dataset's `get` would be a bug of the ring).
-                    let _exit = scopeguard::guard(shared.clone(), |s| {
-                        s.lock().live_workers -= 1;
-                        s.cv.notify_all();
+                    // the dataset's `get` would be a bug of the ring), and
+                    // only after its handles to the ring and the dataset
+                    // are gone: whoever waits for `live_workers == 0` (a
+                    // leaked epoch's successor) then sees their bytes
+                    // freed.
+                    let owned = scopeguard::guard((host, ring, ds), |owned| {
+                        drop(owned);
+                        shared.lock().live_workers -= 1;
+                        shared.cv.notify_all();
                     });
-                    worker(&shared, &jobs, &*ds, &fields, &host)
+                    let (host, ring, ds) = &*owned;
+                    let ctx = Worker {
+                        shared: &owned_shared,
+                        jobs: &jobs,
+                        ds: &**ds,
+                        fields: &fields,
+                        host,
+                        ring: ring.as_deref(),
+                        prefetch,
+                    };
+                    ctx.run()
                 })
             })
             .collect();
@@ -282,6 +361,9 @@ struct State {
     free: Vec<usize>,
     /// The next batch number to hand to a worker.
     next_job: usize,
+    /// The batch number `next` last asked for (workers start batches up to
+    /// `asked + prefetch`).
+    asked: usize,
     /// Filled batches not yet handed out: batch number -> (slot, result).
     done: BTreeMap<usize, (usize, Result<()>)>,
     live_workers: usize,
@@ -366,42 +448,67 @@ fn fill(
     Ok(())
 }
 
-/// A worker: take a free slot, then the next batch number; fill; repeat.
-fn worker(
-    shared: &Shared,
-    jobs: &[Vec<usize>],
-    ds: &dyn Dataset,
-    fields: &[Field],
-    host: &[Vec<Tensor>],
-) {
-    loop {
-        let mut g = shared.lock();
-        let halted = || shared.halt.load(Ordering::Relaxed);
-        while g.free.is_empty() && !halted() && g.next_job < jobs.len() {
-            g = shared.wait(g);
+/// What a worker thread works with.
+struct Worker<'a> {
+    shared: &'a Shared,
+    jobs: &'a [Vec<usize>],
+    ds: &'a dyn Dataset,
+    fields: &'a [Field],
+    host: &'a [Vec<Tensor>],
+    ring: Option<&'a DeviceRing>,
+    prefetch: usize,
+}
+
+impl Worker<'_> {
+    /// Take a free slot, then the next batch number (within the prefetch
+    /// depth); fill; repeat.
+    fn run(&self) {
+        let (shared, jobs) = (self.shared, self.jobs);
+        loop {
+            let mut g = shared.lock();
+            let halted = || shared.halt.load(Ordering::Relaxed);
+            while (g.free.is_empty() || g.next_job > g.asked + self.prefetch)
+                && !halted()
+                && g.next_job < jobs.len()
+            {
+                g = shared.wait(g);
+            }
+            if halted() || g.next_job >= jobs.len() {
+                return;
+            }
+            let slot = g.free.pop().expect("checked non-empty");
+            let job = g.next_job;
+            g.next_job += 1;
+            drop(g);
+            let r = self.fill_slot(slot, job);
+            let mut g = shared.lock();
+            g.done.insert(job, (slot, r));
+            shared.cv.notify_all();
         }
-        if halted() || g.next_job >= jobs.len() {
-            return;
+    }
+
+    fn fill_slot(&self, slot: usize, job: usize) -> Result<()> {
+        if let Some(ring) = self.ring {
+            ring.host_free(slot)?;
         }
-        let slot = g.free.pop().expect("checked non-empty");
-        let job = g.next_job;
-        g.next_job += 1;
-        drop(g);
         // `fill` catches a panic in `get`; this catches any other, so that
         // the batch is reported instead of waited for.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            fill(ds, fields, &host[slot], &jobs[job], &shared.halt)
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fill(
+                self.ds,
+                self.fields,
+                &self.host[slot],
+                &self.jobs[job],
+                &self.shared.halt,
+            )
         }))
         .unwrap_or_else(|_| {
             Err(Error::Data {
                 op: "DataLoader::next",
-                index: jobs[job].first().copied().unwrap_or(0),
+                index: self.jobs[job].first().copied().unwrap_or(0),
                 msg: "a loader worker panicked".into(),
             })
-        });
-        let mut g = shared.lock();
-        g.done.insert(job, (slot, r));
-        shared.cv.notify_all();
+        })
     }
 }
 
@@ -439,18 +546,24 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
             };
             let ds: &dyn Dataset = &*self.loader.dataset;
             let fields: &[Field] = &self.loader.fields;
-            (
-                slot,
+            let free = match &self.loader.device_ring {
+                Some(ring) => ring.host_free(slot),
+                None => Ok(()),
+            };
+            let r = free.and_then(|()| {
                 fill(
                     ds,
                     fields,
                     &self.loader.host[slot],
                     &self.jobs[job],
                     &self.shared.halt,
-                ),
-            )
+                )
+            });
+            (slot, r)
         } else {
             let mut g = self.shared.lock();
+            g.asked = job;
+            self.shared.cv.notify_all();
             loop {
                 if let Some(d) = g.done.remove(&job) {
                     break d;
@@ -468,29 +581,15 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
                 g = self.shared.wait(g);
             }
         };
-        let r = r.and_then(|()| self.copy_to_device(slot, self.jobs[job].len()));
-        if let Err(e) = r {
-            self.failed = true;
-            self.shared.lock().free.push(slot);
-            self.stop();
-            return Some(Err(e));
-        }
-        let fields: Vec<&Tensor> = if self.loader.device_ring.is_empty() {
-            self.loader.host[slot].iter().collect()
-        } else {
-            self.loader.device_ring[slot].iter().collect()
-        };
         let rows = self.jobs[job].len();
-        let views = fields
-            .into_iter()
-            .map(|t| t.narrow(0, 0, rows))
-            .collect::<Result<Vec<Tensor>>>();
-        match views {
+        let r = r.and_then(|()| self.load(slot, rows));
+        match r {
             Ok(views) => Some(Ok(Batch {
                 views,
                 indices: &self.jobs[job],
                 slot,
                 shared: &self.shared,
+                ring: self.loader.device_ring.as_deref(),
             })),
             Err(e) => {
                 self.failed = true;
@@ -501,19 +600,18 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
         }
     }
 
-    /// Copies the first `rows` rows of host slot `slot` into its device half.
-    fn copy_to_device(&mut self, slot: usize, rows: usize) -> Result<()> {
-        if self.loader.device_ring.is_empty() {
-            return Ok(());
-        }
-        for (d, h) in self.loader.device_ring[slot]
-            .iter_mut()
-            .zip(&self.loader.host[slot])
-        {
-            let mut d = d.narrow(0, 0, rows)?;
-            d.copy_(&h.narrow(0, 0, rows)?)?;
-        }
-        Ok(())
+    /// The first `rows` rows of slot `slot`, filled on the host: copied to
+    /// the device half of the ring for a CUDA target; a view per field.
+    fn load(&self, slot: usize, rows: usize) -> Result<Vec<Tensor>> {
+        let host = &self.loader.host[slot];
+        let fields: &[Tensor] = match self.loader.device_ring.as_deref() {
+            Some(ring) => {
+                ring.load(slot, host, rows)?;
+                ring.slot(slot)
+            }
+            None => host,
+        };
+        fields.iter().map(|t| t.narrow(0, 0, rows)).collect()
     }
 
     fn stop(&mut self) {
@@ -545,6 +643,9 @@ pub struct Batch<'a> {
     indices: &'a [usize],
     slot: usize,
     shared: &'a Shared,
+    /// The device half of the ring (a CUDA target), told when the batch is
+    /// dropped.
+    ring: Option<&'a DeviceRing>,
 }
 
 impl Batch<'_> {
@@ -584,6 +685,9 @@ impl Batch<'_> {
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         self.views.clear();
+        if let Some(ring) = self.ring {
+            ring.release(self.slot);
+        }
         self.shared.lock().free.push(self.slot);
         self.shared.cv.notify_all();
     }

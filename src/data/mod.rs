@@ -11,12 +11,14 @@
 //! itself). PyTorch's `Dataset.__getitem__` returns new tensors that its
 //! collate function then copies again.
 //!
-//! Built so far: the [`Dataset`] trait, [`TensorDataset`], [`Subset`],
-//! [`ConcatDataset`] and [`random_split`]; the samplers
+//! What is here: the [`Dataset`] trait, [`TensorDataset`], the lazy
+//! [`SafetensorsDataset`] (a memory-mapped file, read per sample),
+//! [`Subset`], [`ConcatDataset`] and [`random_split`]; the samplers
 //! ([`SequentialSampler`], [`RandomSampler`], [`WeightedRandomSampler`],
-//! [`DistributedSampler`], [`BatchSampler`]). The loader, its ring, the
-//! lazy safetensors dataset and the worker threads are the rest of issue
-//! 15.
+//! [`DistributedSampler`], [`BatchSampler`]); and the [`DataLoader`]: worker
+//! threads, a prefetch depth, and a ring of batch buffers allocated once,
+//! with a device half filled on its own CUDA stream from pinned host
+//! buffers for a GPU target.
 //!
 //! ```
 //! use tensorscope::data::{Dataset, TensorDataset};
@@ -34,10 +36,13 @@
 //! ```
 
 mod dataset;
+mod device_ring;
+mod lazy;
 mod loader;
 mod sampler;
 
 pub use dataset::{random_split, ConcatDataset, Subset, TensorDataset};
+pub use lazy::SafetensorsDataset;
 pub use loader::{Batch, DataLoader, DataLoaderBuilder, Epoch};
 pub use sampler::{
     BatchSampler, DistributedSampler, RandomSampler, Sampler, SequentialSampler,
@@ -199,6 +204,22 @@ pub trait Dataset: Send + Sync {
     fn slot<'a>(&'a self, bufs: &'a mut [&'a mut [u8]]) -> Result<Slot<'a>> {
         Slot::new(self.fields(), bufs)
     }
+}
+
+/// An error unless `slot` is for exactly `fields` (a slot made for another
+/// dataset's samples).
+pub(crate) fn check_slot(op: &'static str, slot: &Slot<'_>, fields: &[Field]) -> Result<()> {
+    if slot.fields() == fields {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        msg: format!(
+            "a slot for fields {:?}, the dataset has {:?}",
+            slot.fields(),
+            fields
+        ),
+    })
 }
 
 /// The error for an index past a dataset's end.

@@ -39,7 +39,7 @@ mod module;
 mod norm;
 mod rms_norm;
 mod sequential;
-mod state;
+pub(crate) mod state;
 
 pub use activation::{ReLU, Sigmoid, Tanh, GELU};
 pub use dropout::Dropout;

@@ -167,7 +167,8 @@ fn to_st_dtype(d: DType) -> StDtype {
     }
 }
 
-fn from_st_dtype(d: StDtype) -> Option<DType> {
+/// tensorscope's dtype for a safetensors dtype, if it has one.
+pub(crate) fn from_st_dtype(d: StDtype) -> Option<DType> {
     Some(match d {
         StDtype::F32 => DType::F32,
         StDtype::F64 => DType::F64,
@@ -233,12 +234,47 @@ fn tensor_from_bytes(dt: DType, shape: &[usize], b: &[u8]) -> Result<Tensor> {
 /// reads it, and `load_state_dict(strict=True)` accepts it). An `Err`
 /// (naming `save_safetensors`) if the file cannot be written.
 pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
-    let path = path.as_ref();
     let _g = crate::autograd::no_grad_guard();
     let params = model.named_state();
-    let mut bytes = Vec::with_capacity(params.len());
-    for (n, p) in &params {
-        bytes.push((n.clone(), p.dtype(), p.shape().to_vec(), tensor_bytes(p)?));
+    let named: Vec<(&str, &Tensor)> = params.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+    write_file("save_safetensors", &named, path.as_ref())
+}
+
+/// Writes named tensors (of any device, layout and dtype) to a safetensors
+/// file at `path`: PyTorch's `safetensors.torch.save_file(dict, path)`. For
+/// example a dataset for [`SafetensorsDataset`](crate::data::SafetensorsDataset)
+/// to read lazily. An `Err` naming `save_tensors` for two tensors of one
+/// name or a file that cannot be written.
+///
+/// ```
+/// use tensorscope::{nn::save_tensors, DType, Device, Tensor};
+/// let x = Tensor::zeros(&[4, 3], DType::F32, Device::Cpu)?;
+/// let path = std::env::temp_dir().join("tensorscope_doc_save_tensors.safetensors");
+/// save_tensors(&[("x", &x)], &path)?;
+/// assert!(save_tensors(&[("x", &x), ("x", &x)], &path).is_err());
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn save_tensors(tensors: &[(&str, &Tensor)], path: impl AsRef<Path>) -> Result<()> {
+    write_file("save_tensors", tensors, path.as_ref())
+}
+
+fn write_file(op: &'static str, tensors: &[(&str, &Tensor)], path: &Path) -> Result<()> {
+    let mut names = HashSet::new();
+    if let Some((dup, _)) = tensors.iter().find(|(n, _)| !names.insert(*n)) {
+        bail!(Error::InvalidArgument {
+            op,
+            msg: format!("two tensors named {dup:?}"),
+        });
+    }
+    let mut bytes = Vec::with_capacity(tensors.len());
+    for (n, p) in tensors {
+        bytes.push((
+            n.to_string(),
+            p.dtype(),
+            p.shape().to_vec(),
+            tensor_bytes(p)?,
+        ));
     }
     let views = bytes
         .iter()
@@ -246,13 +282,13 @@ pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()
             TensorView::new(to_st_dtype(*d), s.clone(), b)
                 .map(|v| (n.clone(), v))
                 .map_err(|e| Error::Backend {
-                    op: "save_safetensors",
+                    op,
                     msg: format!("{n:?}: {e}"),
                 })
         })
         .collect::<Result<Vec<_>>>()?;
     safetensors::tensor::serialize_to_file(views, None, path).map_err(|e| Error::Backend {
-        op: "save_safetensors",
+        op,
         msg: format!("{}: {e}", path.display()),
     })
 }

@@ -145,6 +145,53 @@ impl Tensor {
         crate::autograd::formulas::cast(self, out, "ToCopyBackward")
     }
 
+    /// Writes `src` into this tensor, without waiting when that is possible:
+    /// PyTorch's `dst.copy_(src, non_blocking=True)`. When this tensor is
+    /// a contiguous CUDA tensor and `src` a contiguous pinned CPU tensor of
+    /// the same shape and dtype, the copy is queued on this device's current
+    /// stream and the call returns at once (work queued there later sees the
+    /// data; `src` must not be written before the copy has run, and its
+    /// block is not reused before then even if it is dropped). Anything
+    /// else is [`copy_`](Tensor::copy_), with its broadcasting, dtype
+    /// conversion and errors (named `copy_`).
+    ///
+    /// This is the copy a hand-written double buffer (or the
+    /// [`DataLoader`](crate::data::DataLoader)'s ring) needs: it writes into
+    /// a buffer allocated once instead of returning a new tensor, as
+    /// [`to_device_non_blocking`](Tensor::to_device_non_blocking) does.
+    ///
+    /// ```
+    /// # use tensorscope::{DType, Device, Tensor};
+    /// let src = Tensor::arange(0.0, 4.0, 1.0, DType::F32, Device::Cpu)?;
+    /// let mut dst = Tensor::zeros(&[4], DType::F32, Device::Cpu)?;
+    /// dst.copy_non_blocking_(&src)?; // CPU to CPU: an ordinary copy
+    /// assert_eq!(dst.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn copy_non_blocking_(&mut self, src: &Tensor) -> Result<&mut Tensor> {
+        let block = src
+            .storage()
+            .block_from(crate::backend::cuda::pinned_tensor::sink());
+        let Some(block) = block.filter(|_| {
+            self.device().is_cuda()
+                && src.is_contiguous()
+                && self.is_contiguous()
+                && src.shape() == self.shape()
+                && src.dtype() == self.dtype()
+        }) else {
+            return self.copy_(src);
+        };
+        self.check_writable("copy_")?;
+        crate::autograd::check_unrecorded_inputs("copy_", &[src])?;
+        {
+            let (s, d) = (Operand::of(src), Operand::of(self));
+            let _l = crate::storage::lock(&[s.storage], &[d.storage]);
+            crate::backend::cuda::pinned_tensor::to_device_async(&s, block, &d)?;
+        }
+        self.storage().bump_version();
+        Ok(self)
+    }
+
     /// Starts a copy of this CUDA tensor into a new pinned CPU tensor and
     /// returns without waiting for it; [`PendingHost::wait`] hands the
     /// tensor out once the bytes have arrived (PyTorch's

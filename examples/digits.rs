@@ -18,7 +18,7 @@ fn dev() -> Device {
     Device::cuda_if_available()
 }
 
-fn model() -> tensorscope::Result<Sequential> {
+pub fn model() -> tensorscope::Result<Sequential> {
     let mut net = Sequential::new();
     net.add(Linear::new(64, 128)?)
         .add(ReLU)
@@ -30,7 +30,7 @@ fn model() -> tensorscope::Result<Sequential> {
 }
 
 /// Rows of `data/digits.csv`: 64 pixels (0..16) then the label.
-fn load() -> (Vec<f32>, Vec<i64>) {
+pub fn load() -> (Vec<f32>, Vec<i64>) {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv"))
         .expect("data/digits.csv");
     let (mut x, mut y) = (Vec::new(), Vec::new());

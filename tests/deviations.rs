@@ -208,3 +208,62 @@ fn activations_keep_their_tails() {
         "{got} vs {want}"
     );
 }
+
+/// Deviation 12: a `DataLoader`'s `prefetch(d)` bounds the batches loaded
+/// ahead of the loop for the whole loader (and the ring bounds it too):
+/// with 2 workers and `prefetch(1)`, no worker starts batch `k + 2` while
+/// the loop holds batch `k`. PyTorch's `prefetch_factor` counts per worker
+/// (2 workers x 1 = 2 batches in flight beyond the one being consumed).
+#[test]
+fn loader_prefetch_counts_for_the_loader_not_per_worker() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tensorscope::data::{DataLoader, Dataset, Field, Slot};
+    struct Watched(Vec<Field>, AtomicUsize);
+    impl Dataset for Watched {
+        fn len(&self) -> usize {
+            8
+        }
+        fn fields(&self) -> &[Field] {
+            &self.0
+        }
+        fn get(&self, i: usize, slot: &mut Slot<'_>) -> tensorscope::Result<()> {
+            self.1.fetch_max(i, Ordering::SeqCst);
+            slot.write(0, &[i as f32])
+        }
+    }
+    let ds = Arc::new(Watched(
+        vec![Field::new("x", &[1], DType::F32)],
+        AtomicUsize::new(0),
+    ));
+    let mut l = DataLoader::builder(ds.clone())
+        .num_workers(2)
+        .buffers(4)
+        .prefetch(1)
+        .build()
+        .unwrap();
+    let mut e = l.epoch();
+    let b = e.next().unwrap().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(b.indices(), [0]);
+    assert_eq!(ds.1.load(Ordering::SeqCst), 1, "one batch ahead, not two");
+}
+
+/// Deviation 13: `pin_memory(true)` pins the loader's host buffers only for
+/// a CUDA target, where the loader copies them to the device; with a CPU
+/// target nothing is copied and the ring stays in the CPU allocator
+/// (`is_pinned()` is false). PyTorch pins every batch whenever a GPU is
+/// present, whatever the user does with it next.
+#[test]
+fn loader_pin_memory_pins_only_for_a_device_target() {
+    use std::sync::Arc;
+    use tensorscope::data::{DataLoader, TensorDataset};
+    let x = Tensor::zeros(&[4, 2], DType::F32, CPU).unwrap();
+    let ds = Arc::new(TensorDataset::new(vec![x]).unwrap());
+    let l = DataLoader::builder(ds)
+        .batch_size(2)
+        .pin_memory(true)
+        .build()
+        .unwrap();
+    assert!(!l.is_pinned());
+}

@@ -17,7 +17,7 @@ from report_ops import cpuinfo
 WHAT = {
     "io": "60 us sleep per sample (I/O), 3 ms step",
     "cpu": "20 us spin per sample (decode), 2 ms step",
-    "fast": "no per-sample cost, no step (the loader's own overhead)",
+    "fast": "no per-sample cost, no step (each loader's own cost: a write into the slot here; in PyTorch the sample's tensors, the collate and the transfer between processes)",
 }
 
 
@@ -55,10 +55,11 @@ def main():
         "timed). Allocations: tensorscope's CPU allocator count over the timed",
         "epochs; PyTorch's ops that allocated under torch.profiler with",
         "num_workers=0 (with workers the same allocations happen in the worker",
-        "processes). Hidden: the share of the loading time hidden behind the",
-        "steps (benches/data.rs says how it is computed).",
+        "processes). Overlap: the time saved against loading and stepping one",
+        "after the other, as a share of the most overlapping can save (the",
+        "shorter of the two; benches/data.rs has the formula).",
         "",
-        "| workload | workers | tensorscope ms/epoch | PyTorch ms/epoch | tensorscope samples/s | PyTorch samples/s | ratio (samples/s) | allocations/batch tensorscope | allocations/batch PyTorch | loading hidden (tensorscope) |",
+        "| workload | workers | tensorscope ms/epoch | PyTorch ms/epoch | tensorscope samples/s | PyTorch samples/s | ratio (samples/s) | allocations/batch tensorscope | allocations/batch PyTorch | overlap, share of the ideal (tensorscope) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     merged = {}

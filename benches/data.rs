@@ -18,9 +18,14 @@
 //! The first epoch is not timed (the twin's starts its workers there); the
 //! figure is the median of the timed epochs. Printed per workload: epoch
 //! time, samples/s, tensor allocations per batch (the CPU allocator's
-//! count), and the share of the loading time hidden behind the step:
+//! count), and the overlap achieved as a share of the ideal: the time
+//! saved against loading and stepping one after the other, over the most
+//! overlapping can save (the shorter of the two),
 //! `(load / workers + steps - epoch) / min(load / workers, steps)`, with
 //! `load` the time measured inside `get` (a sleep overshoots its request).
+//! `fast` measures each loader's own cost per sample and per batch: here a
+//! write into the slot; in PyTorch the sample's tensors, the collate and
+//! the transfer from the worker process.
 //!
 //! `cargo bench --bench data -- --json PATH [--epochs N]`
 
@@ -173,7 +178,7 @@ fn main() -> tensorscope::Result<()> {
             N as f64 / med,
             r.allocations_per_batch,
             r.overlap
-                .map(|o| format!(", {:.0}% of the loading hidden", 100.0 * o))
+                .map(|o| format!(", overlap {:.0}% of the ideal", 100.0 * o))
                 .unwrap_or_default()
         );
         rows.push(r);

@@ -205,7 +205,6 @@ fn allocator_statistics_are_exact(dev: Device) {
 
 // --------------------------------------------------------------- random ---
 
-/// Mean and standard deviation (population).
 /// `copy_non_blocking_` from a pinned host buffer (on a GPU; a plain CPU
 /// tensor on the CPU) into a buffer on `dev`: the bytes arrive, nothing is
 /// allocated on `dev` by the copies, a source overwritten after its copy's
@@ -240,18 +239,23 @@ fn copy_non_blocking_writes_into_a_buffer_allocated_once(dev: Device) {
         allocs,
         "copies into the buffer allocate nothing on {dev}"
     );
-    // Rows of a view: a narrowed destination takes a narrowed source.
+    // Rows of a view: a narrowed destination takes a narrowed source that
+    // starts inside its pinned block (an offset into the block).
     let mut rows = dst.narrow(0, 2, 3).unwrap();
-    let s = Tensor::full(&[3, 4], 7.0, DType::F32, Device::Cpu).unwrap();
+    let s = Tensor::arange(0.0, 16.0, 1.0, DType::F32, Device::Cpu)
+        .unwrap()
+        .view(&[4, 4])
+        .unwrap();
     let s = if dev.is_cuda() {
         s.pin_memory().unwrap()
     } else {
         s
     };
-    rows.copy_non_blocking_(&s.narrow(0, 0, 3).unwrap())
+    rows.copy_non_blocking_(&s.narrow(0, 1, 3).unwrap())
         .unwrap();
     let got = dst.to_vec::<f32>().unwrap();
-    assert_eq!(&got[8..20], &[7.0; 12]);
+    let want: Vec<f32> = (4..16).map(|v| v as f32).collect();
+    assert_eq!(&got[8..20], &want[..]);
     assert_eq!(got[7], -1.0);
     // Broadcasting and conversion: the `copy_` fallback.
     let b = Tensor::from_slice(&[1i64, 2, 3, 4], &[4], Device::Cpu).unwrap();
@@ -266,6 +270,7 @@ fn copy_non_blocking_writes_into_a_buffer_allocated_once(dev: Device) {
     );
 }
 
+/// Mean and standard deviation (population).
 fn moments(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;

@@ -564,6 +564,52 @@ fn a_reused_slot_invalidates_what_autograd_saved_from_it() {
 /// An epoch leaked half way (`mem::forget`, safe Rust) cannot leave its
 /// workers writing the ring: the next epoch stops and waits for them first,
 /// then delivers every sample intact.
+/// Leaks: a batch leaked with workers and a ring of one is an error from
+/// `next`, not a hang; a loader dropped after an epoch was leaked (its
+/// workers waiting for slots) stops them and frees the ring.
+#[test]
+fn leaked_batches_and_epochs_neither_hang_nor_keep_the_ring() {
+    let _l = lock();
+    let mut l = DataLoader::builder(big(64))
+        .batch_size(16)
+        .num_workers(2)
+        .buffers(1)
+        .build()
+        .unwrap();
+    {
+        let mut e = l.epoch();
+        std::mem::forget(e.next().unwrap().unwrap());
+        let err = e.next().unwrap().err().unwrap();
+        assert!(err.to_string().contains("leaked"), "{err}");
+        assert!(e.next().is_none());
+    }
+    let ds = big(64);
+    let before = memory::memory_stats(Device::Cpu)
+        .allocated_bytes
+        .all
+        .current;
+    let mut l = DataLoader::builder(ds.clone())
+        .batch_size(16)
+        .num_workers(2)
+        .buffers(2)
+        .build()
+        .unwrap();
+    {
+        let mut e = l.epoch();
+        drop(e.next().unwrap().unwrap());
+        std::mem::forget(e);
+    }
+    drop(l);
+    assert_eq!(
+        memory::memory_stats(Device::Cpu)
+            .allocated_bytes
+            .all
+            .current,
+        before,
+        "the ring is freed once the leaked epoch's workers are stopped"
+    );
+}
+
 #[test]
 fn a_leaked_epoch_does_not_corrupt_the_next_one() {
     let _l = lock();
@@ -618,23 +664,30 @@ fn prefetch_bounds_how_far_the_workers_run_ahead() {
             .build()
             .unwrap();
         let mut e = l.epoch();
-        let mut reached = 0;
         let mut k = 0;
         while let Some(b) = e.next() {
             let b = b.unwrap();
             assert_eq!(b.indices(), [k]);
-            // Time for the workers to run as far as they may.
+            // The workers do reach `k + prefetch` (waited for, however slow
+            // this machine is), and then go no further while `b` is held.
+            let target = (k + prefetch).min(11);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while ds.started.load(Ordering::SeqCst) < target {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "prefetch {prefetch}: sample {target} never started while the loop holds {k}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             std::thread::sleep(std::time::Duration::from_millis(20));
             let started = ds.started.load(Ordering::SeqCst);
             assert!(
                 started <= k + prefetch,
                 "prefetch {prefetch}: sample {started} started while the loop holds {k}"
             );
-            reached = reached.max(started.saturating_sub(k));
             k += 1;
         }
         assert_eq!(k, 12);
-        assert_eq!(reached, prefetch, "the workers do run {prefetch} ahead");
     }
 }
 

@@ -244,8 +244,16 @@ fn loader_prefetch_counts_for_the_loader_not_per_worker() {
         .unwrap();
     let mut e = l.epoch();
     let b = e.next().unwrap().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(b.indices(), [0]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ds.1.load(Ordering::SeqCst) < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "batch 1 never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(ds.1.load(Ordering::SeqCst), 1, "one batch ahead, not two");
 }
 

@@ -30,6 +30,7 @@ use crate::borrowed::TensorView;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -291,10 +292,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
         // (`mem::forget`) instead of dropped: they must not write the ring
         // this epoch fills.
         if let Some(old) = self.last.replace(shared.clone()) {
-            let mut g = old.halt();
-            while g.live_workers > 0 {
-                g = old.wait(g);
-            }
+            old.halt_and_wait();
         }
         let workers = (0..self.num_workers.min(jobs.len()))
             .map(|_| {
@@ -344,6 +342,17 @@ impl<D: Dataset + 'static> DataLoader<D> {
     }
 }
 
+impl<D: Dataset + 'static> Drop for DataLoader<D> {
+    /// The workers of an epoch leaked with `mem::forget` (a dropped epoch
+    /// has joined its own) would otherwise wait for slots forever, keeping
+    /// the ring and the dataset alive.
+    fn drop(&mut self) {
+        if let Some(last) = self.last.take() {
+            last.halt_and_wait();
+        }
+    }
+}
+
 /// The ring's bookkeeping, shared by an epoch and its workers.
 struct Shared {
     state: Mutex<State>,
@@ -384,6 +393,14 @@ impl Shared {
     fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         self.cv.wait(g).unwrap_or_else(PoisonError::into_inner)
     }
+    /// Ends the epoch and waits until its workers have counted themselves
+    /// out (having dropped their handles to the ring and the dataset).
+    fn halt_and_wait(&self) {
+        let mut g = self.halt();
+        while g.live_workers > 0 {
+            g = self.wait(g);
+        }
+    }
 }
 
 /// Writes the samples `indices` into the rows of ring slot `slot`, whose
@@ -405,8 +422,10 @@ fn fill(
             // Nobody will read this batch: the epoch has ended.
             return Ok(());
         }
+        // (A `Vec`, not an inline `SmallVec`: `Slot` borrows it for as long
+        // as the slices in it live, which only `Vec`'s drop allows.)
         let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(fields.len());
-        let mut locks = Vec::with_capacity(fields.len());
+        let mut locks: SmallVec<[_; 4]> = SmallVec::with_capacity(fields.len());
         for (t, f) in slot.iter().zip(fields) {
             let n = f.nbytes();
             locks.push(crate::storage::lock(&[], &[t.storage()]));
@@ -427,6 +446,11 @@ fn fill(
         }
         let mut slot = Slot::new(fields, &mut bufs)?;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ds.get(i, &mut slot)));
+        if let Ok(Ok(())) = r {
+            // A dataset may write any byte into a bool field; the tensor's
+            // elements must be 0 or 1.
+            slot.normalise_bools();
+        }
         drop(locks);
         let msg = match r {
             Ok(Ok(())) => continue,
@@ -568,6 +592,18 @@ impl<D: Dataset + 'static> Epoch<'_, D> {
                 if let Some(d) = g.done.remove(&job) {
                     break d;
                 }
+                if g.free.is_empty() && g.next_job <= job {
+                    // No worker has this batch and none can get a slot:
+                    // every slot is held by a batch of this epoch that was
+                    // leaked (`mem::forget`), as this call needs none held.
+                    drop(g);
+                    self.failed = true;
+                    self.stop();
+                    return Some(Err(Error::InvalidArgument {
+                        op: "DataLoader::next",
+                        msg: "no free ring slot: a batch of this epoch was leaked".into(),
+                    }));
+                }
                 if g.live_workers == 0 {
                     drop(g);
                     self.failed = true;
@@ -637,7 +673,10 @@ impl<D: Dataset + 'static> Drop for Epoch<'_, D> {
 /// purpose (`alias`, `into_owned`, or a tensor an op's autograd saved)
 /// sees the slot's next batch once the ring reuses it: refilling a slot
 /// bumps its version, so a backward through such a saved tensor is an
-/// error rather than a wrong gradient.
+/// error rather than a wrong gradient. A batch leaked with `mem::forget`
+/// keeps its slot for the rest of the epoch (`next` says so when no slot
+/// is left), and on a GPU the kernels queued on it are not waited for
+/// before a later epoch copies into its slot.
 pub struct Batch<'a> {
     views: Vec<Tensor>,
     indices: &'a [usize],

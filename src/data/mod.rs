@@ -131,7 +131,21 @@ impl<'a> Slot<'a> {
         self.fields
     }
 
-    /// The raw bytes of field `k` (native byte order).
+    /// Makes every byte of each bool field 0 or 1 (nonzero is true), as a
+    /// bool tensor's elements must be: [`bytes_mut`](Self::bytes_mut)
+    /// lets a dataset write any byte.
+    pub(crate) fn normalise_bools(&mut self) {
+        for (f, b) in self.fields.iter().zip(self.bufs.iter_mut()) {
+            if f.dtype == DType::Bool {
+                for v in b.iter_mut() {
+                    *v = u8::from(*v != 0);
+                }
+            }
+        }
+    }
+
+    /// The raw bytes of field `k` (native byte order; for a bool field,
+    /// 0 is false and any other byte true).
     pub fn bytes_mut(&mut self, k: usize) -> Result<&mut [u8]> {
         let n = self.bufs.len();
         self.bufs

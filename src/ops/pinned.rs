@@ -153,7 +153,8 @@ impl Tensor {
     /// data; `src` must not be written before the copy has run, and its
     /// block is not reused before then even if it is dropped). Anything
     /// else is [`copy_`](Tensor::copy_), with its broadcasting, dtype
-    /// conversion and errors (named `copy_`).
+    /// conversion and errors (named `copy_`); a driver error on the
+    /// asynchronous path names `copy_non_blocking_`.
     ///
     /// This is the copy a hand-written double buffer (or the
     /// [`DataLoader`](crate::data::DataLoader)'s ring) needs: it writes into
@@ -186,7 +187,8 @@ impl Tensor {
         {
             let (s, d) = (Operand::of(src), Operand::of(self));
             let _l = crate::storage::lock(&[s.storage], &[d.storage]);
-            crate::backend::cuda::pinned_tensor::to_device_async(&s, block, &d)?;
+            crate::backend::cuda::pinned_tensor::to_device_async(&s, block, &d)
+                .map_err(|e| e.reported_as("copy_non_blocking_"))?;
         }
         self.storage().bump_version();
         Ok(self)

@@ -514,6 +514,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
     if op.is_comparison() {
         return with_dtype!(a.dtype, T => compare::<T>(op, a, b, dst));
     }
+    if matches!(op, BinaryOp::Pow) && super::unary::pow(a, Ok(b), dst) {
+        return;
+    }
     with_numeric_dtype!(a.dtype, T => arith::<T>(op, a, b, dst), _ => {
         // bool arithmetic: maximum is `or`, minimum and mul are `and` (the op layer refuses the rest).
         // SAFETY: dtypes match; the caller holds the locks.
@@ -549,6 +552,9 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
                 BinaryOp::Ge => map1::<T, bool>(a, dst, move |x| x >= s),
             }
         }
+    }
+    if matches!(op, BinaryOp::Pow) && super::unary::pow(a, Err(scalar), dst) {
+        return;
     }
     with_numeric_dtype!(a.dtype, T => go::<T>(op, a, T::wrap_from_f64(scalar), dst), _ => {
         let s = scalar != 0.0;

@@ -568,6 +568,55 @@ pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &O
     })
 }
 
+/// `x^y` in the compute type f32 ([`vmath::float32::pow`](super::vmath::float32::pow)).
+#[derive(Clone, Copy)]
+struct Pow;
+
+impl FloatFn2<f32> for Pow {
+    #[inline(always)]
+    fn apply<const F: bool>(self, x: f32, y: f32) -> f32 {
+        super::vmath::float32::pow::<F>(x, y)
+    }
+}
+
+/// `x^s` for a constant `s`, as [`Pow`].
+#[derive(Clone, Copy)]
+struct PowScalar(f32);
+
+impl FloatFn<f32> for PowScalar {
+    #[inline(always)]
+    fn apply<const F: bool>(self, x: f32) -> f32 {
+        super::vmath::float32::pow::<F>(x, self.0)
+    }
+}
+
+/// `dst = a^b` (`b` a tensor, or the scalar `s` when `b` is `None`) for
+/// f32, f16 and bf16, vectorised (in f32 with f64 lanes inside, see
+/// `vmath::float32::pow`); `false` for any other dtype, which the caller
+/// then computes with libm's `pow` (f64) or integer powers.
+pub(crate) fn pow(a: &Operand, b: Result<&Operand, f64>, dst: &Operand) -> bool {
+    macro_rules! go {
+        ($T:ty) => {
+            // SAFETY: the backend seam checked the devices and holds the
+            // locks; the op layer gives operands of dtype `T` (`a`, `b`,
+            // `dst` alike) with layouts of one shape that fit their storages.
+            unsafe {
+                match b {
+                    Ok(b) => map2_float::<$T>(a, b, dst, Pow),
+                    Err(s) => map_float::<$T, _>(a, dst, PowScalar(s as f32)),
+                }
+            }
+        };
+    }
+    match a.dtype {
+        crate::dtype::DType::F32 => go!(f32),
+        crate::dtype::DType::F16 => go!(half::f16),
+        crate::dtype::DType::BF16 => go!(half::bf16),
+        _ => return false,
+    }
+    true
+}
+
 /// Clamp of a float dtype to `[lo, hi]`, branch-free in the compute type
 /// (the bounds are rounded to `T` first, so it equals clamping in `T`); a
 /// NaN bound is absent, a NaN input stays NaN.

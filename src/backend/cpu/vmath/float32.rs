@@ -176,3 +176,95 @@ pub(crate) fn gelu_grad<const F: bool>(x: f32) -> f32 {
     let pdf = exp::<F>(-0.5 * x * x) * INV_SQRT_2PI;
     0.5 * erf_erfc::<F>(p, lo).1 + x * pdf
 }
+
+/// `ln a` for [`pow`], in f64, for `a` the magnitude of an f32 (so never a
+/// subnormal f64): fdlibm's reduction and 6 terms of the atanh series,
+/// relative error below 2^-39, far more than `pow` needs (2^-33: the
+/// rounding of `y ln a`, up to ~104 before the result leaves f32's range,
+/// must stay below a quarter of an f32 ulp). `ln 0 = -inf`, `ln inf = inf`,
+/// NaN stays NaN.
+#[inline(always)]
+fn pow_ln<const F: bool>(a: f64) -> f64 {
+    const LN2: f64 = std::f64::consts::LN_2;
+    let ix = (a.to_bits() as i64).wrapping_add(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_667f_3bcd);
+    let k = (ix >> 52) - 0x3ff;
+    let m = f64::from_bits(((ix & 0x000f_ffff_ffff_ffff) + 0x3fe6_a09e_667f_3bcd) as u64);
+    let f = m - 1.0;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let r = z * horner::<_, F, _>(
+        &[
+            2.0 / 3.0,
+            2.0 / 5.0,
+            2.0 / 7.0,
+            2.0 / 9.0,
+            2.0 / 11.0,
+            2.0 / 13.0,
+        ],
+        z,
+    );
+    let hfsq = 0.5 * f * f;
+    let y = k as f64 * LN2 + (f - (hfsq - s * (hfsq + r)));
+    let y = if a == 0.0 { f64::NEG_INFINITY } else { y };
+    if a == f64::INFINITY || a.is_nan() {
+        a
+    } else {
+        y
+    }
+}
+
+/// `e^t` for [`pow`], in f64: `t` clamped to [-110, 100] (beyond, the f32
+/// result is 0 or infinite anyway), Cody-Waite reduction, the Taylor
+/// series of `e^r` to degree 8 (truncation below 2^-32), one scaling by
+/// `2^n`. NaN stays NaN.
+#[inline(always)]
+fn pow_exp<const F: bool>(t: f64) -> f64 {
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-01;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    const INV_FACT: [f64; 9] = [
+        1.0,
+        1.0,
+        1.0 / 2.0,
+        1.0 / 6.0,
+        1.0 / 24.0,
+        1.0 / 120.0,
+        1.0 / 720.0,
+        1.0 / 5040.0,
+        1.0 / 40320.0,
+    ];
+    let tc = t.clamp(-110.0, 100.0);
+    let v = tc * std::f64::consts::LOG2_E + MAGIC;
+    let n = v - MAGIC;
+    let r = (tc - n * LN2_HI) - n * LN2_LO;
+    let p = horner::<_, F, _>(&INV_FACT, r);
+    let k = (v.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
+    p * f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+/// `x^y` for f32, branch-free: `e^(y ln|x|)` with `ln` and `e^` in f64
+/// lanes ([`pow_ln`], [`pow_exp`]: polynomials only as long as f32's
+/// precision needs), so the rounding of `y ln|x|` (up to ~104 in
+/// magnitude before the result leaves f32's range) costs nothing, then the sign and the special cases of C's `powf` by
+/// selects: `x^0 = 1` and `1^y = 1` (NaN included), `(-1)^±inf = 1`, a
+/// negative finite `x` to a non-integer `y` is NaN, and a negative `x`
+/// (`-0` and `-inf` included) to an odd integer `y` keeps its sign.
+/// Infinite and zero `x`, and infinite `y`, fall out of `ln` and `e^` as
+/// `powf` has them (`ln 0 = -inf`, `e^inf = inf`, `e^-inf = 0`).
+#[inline(always)]
+pub(crate) fn pow<const F: bool>(x: f32, y: f32) -> f32 {
+    let a = (x as f64).abs();
+    let r = pow_exp::<F>(y as f64 * pow_ln::<F>(a));
+    let y_int = y.trunc() == y; // also true for ±inf
+    let half = y * 0.5;
+    let y_odd = y_int && half.trunc() != half;
+    let r = if x.is_sign_negative() && y_odd { -r } else { r };
+    let r = if x < 0.0 && x.is_finite() && !y_int {
+        f64::NAN
+    } else {
+        r
+    };
+    let r = if a == 1.0 && y.is_infinite() { 1.0 } else { r };
+    let r = if y == 0.0 || x == 1.0 { 1.0 } else { r };
+    r as f32
+}

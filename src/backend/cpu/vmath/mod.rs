@@ -23,6 +23,7 @@
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`, `t^2` kept in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
+//! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes, C's special cases by selects (`float32::pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
 //!
 //! The bounds are the tests' thresholds; the tests print the measured

@@ -524,6 +524,11 @@ fn main() -> R<()> {
         .unwrap_or_default();
     let threads = rayon::current_num_threads();
     tensorscope::manual_seed(0);
+    // Issue 16's overhead check: the same matrix with the memory history on.
+    if std::env::var_os("TENSORSCOPE_BENCH_HISTORY").is_some() {
+        tensorscope::memory::record_history(tensorscope::Device::Cpu, true, 1_000_000)?;
+        eprintln!("memory history: on (1,000,000 entries)");
+    }
     eprintln!(
         "tensorscope {} op matrix (rayon threads: {threads})",
         env!("CARGO_PKG_VERSION")

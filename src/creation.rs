@@ -30,6 +30,7 @@ impl Tensor {
     /// held; never uninitialised memory in Rust's sense, and bool tensors are
     /// zeroed so every byte is a valid bool).
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("empty");
         let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("empty"))?;
         if dtype == DType::Bool {
             t.fill_(0.0)?;
@@ -53,6 +54,7 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context(op);
         crate::ops::check_fill_value(op, dtype, value)?;
         Tensor::full_wrapped(shape, value, dtype, device).map_err(|e| e.in_op(op))
     }
@@ -88,6 +90,7 @@ impl Tensor {
 
     /// A tensor with the elements of `data` (row-major) and `shape`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("from_slice");
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if n != Some(data.len()) {
             bail!(Error::ElementCount {
@@ -115,11 +118,13 @@ impl Tensor {
 
     /// Like [`from_slice`](Tensor::from_slice), taking the vector.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("from_vec");
         Tensor::from_slice(&data, shape, device)
     }
 
     /// `start, start + step, ...` below `end` (PyTorch's `arange`).
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("arange");
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
             bail!(Error::arg(
                 "arange",
@@ -209,6 +214,7 @@ impl Tensor {
 
     /// Standard normal from the global generator.
     pub fn randn(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("randn");
         if !dtype.is_float() {
             bail!(Error::dtype("randn", "a float dtype", dtype));
         }

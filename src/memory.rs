@@ -20,6 +20,33 @@
 pub use crate::alloc::{
     fmt_bytes, round_size, segment_size, MemoryStats, Pool, Stat, StatTriple, MIN_BLOCK, SMALL_SIZE,
 };
+pub use crate::alloc::{Action, BlockSnapshot, BlockState, SegmentSnapshot, TraceEntry};
+pub use measure::{measure, Measurement};
+pub use snapshot::{record_history, record_history_with, snapshot, Snapshot};
+
+mod measure;
+mod snapshot;
+
+/// A label for the memory history: every event the calling thread causes
+/// while the returned guard lives is recorded with it (the innermost label
+/// wins), as [`TraceEntry::scope`]; `save_pickle` shows it in each event's
+/// frame. Costs a string copy; labels nothing while it is dropped.
+///
+/// ```
+/// use tensorscope::{memory, DType, Device, Tensor};
+/// memory::record_history(Device::Cpu, true, 1000)?;
+/// {
+///     let _eval = memory::scope("eval");
+///     let _x = Tensor::ones(&[64], DType::F32, Device::Cpu)?;
+/// }
+/// let snap = memory::snapshot(Device::Cpu)?;
+/// assert!(snap.trace.iter().any(|e| e.scope.as_deref() == Some("eval")));
+/// memory::record_history(Device::Cpu, false, 0)?;
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn scope(label: &str) -> crate::alloc::ContextGuard {
+    crate::alloc::history::scope_context(label)
+}
 
 use crate::alloc::DeviceAllocator;
 use crate::backend::allocator;

@@ -21,6 +21,8 @@
 //! system for the CPU, the driver for CUDA.
 
 use super::free_set::FreeSet;
+use super::history::{Action, History, TraceEntry};
+use super::snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 use super::{MemoryStats, Pool};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -110,6 +112,21 @@ struct Inner {
     /// `active*` statistics are the `allocation*` ones (the same adds and
     /// subtractions in the same order) and are not kept twice.
     active_kept: bool,
+    /// The memory history, while it is recorded.
+    history: Option<History>,
+    /// The peak of allocated bytes in each open measuring window
+    /// ([`CachingAllocator::open_window`]), innermost last.
+    windows: Vec<i64>,
+}
+
+impl Inner {
+    /// Records an event if the history is on.
+    #[inline]
+    fn record(&mut self, action: Action, addr: usize, size: usize, stream: u64) {
+        if let Some(h) = &mut self.history {
+            h.record(action, addr, size, stream, None);
+        }
+    }
 }
 
 /// A caching allocator over a [`SegmentSource`].
@@ -238,6 +255,8 @@ impl Inner {
                 self.stats.segment.sub(pool, 1);
                 self.stats.reserved_bytes.sub(pool, size as i64);
                 self.stats.num_sys_free += 1;
+                let stream = self.blocks[id as usize].stream;
+                self.record(Action::SegmentFree, addr, size, stream);
                 self.retire_block(id);
                 victims.push((addr, size));
             }
@@ -273,6 +292,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
             // No system can serve it, and rounding it would overflow.
             let mut inner = self.lock();
             inner.stats.num_ooms += 1;
+            if let Some(h) = &mut inner.history {
+                h.record(Action::Oom, 0, bytes, stream, None);
+            }
             return Err(Error::OutOfMemory {
                 device: self.source.device(),
                 requested: bytes,
@@ -336,6 +358,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.active.add(pool, 1);
             st.active_bytes.add(pool, size as i64);
         }
+        if !inner.windows.is_empty() {
+            let now = inner.stats.allocated_bytes.all.current;
+            for w in inner.windows.iter_mut() {
+                *w = (*w).max(now);
+            }
+        }
+        inner.record(Action::Alloc, addr, size, stream);
         Ok(Block { addr, size, id })
     }
 
@@ -365,6 +394,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 st.segment.add(pool, 1);
                 st.reserved_bytes.add(pool, seg as i64);
                 st.num_sys_alloc += 1;
+                inner.record(Action::SegmentAlloc, addr, seg, stream);
                 return Ok(inner.new_block(BlockInfo {
                     addr,
                     size: seg,
@@ -380,6 +410,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
             if retried {
                 inner.stats.num_ooms += 1;
                 let info = self.source.mem_info();
+                if let Some(h) = &mut inner.history {
+                    h.record(Action::Oom, 0, bytes, stream, info.map(|i| i.0));
+                }
                 return Err(Error::OutOfMemory {
                     device: self.source.device(),
                     requested: bytes,
@@ -410,6 +443,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
             (b.pool, b.size, b.requested)
         };
         let deferred = !inner.deferred.is_empty() && inner.deferred.remove(&id);
+        if inner.history.is_some() {
+            let stream = inner.blocks[id as usize].stream;
+            if !deferred {
+                inner.record(Action::FreeRequested, block.addr, size, stream);
+            }
+            inner.record(Action::FreeCompleted, block.addr, size, stream);
+        }
         let st = &mut inner.stats;
         if !deferred {
             st.allocation.sub(pool, 1);
@@ -468,6 +508,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocation.sub(pool, 1);
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
+            let stream = inner.blocks[block.id as usize].stream;
+            inner.record(Action::FreeRequested, block.addr, size, stream);
         }
     }
 
@@ -521,6 +563,83 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     pub(crate) fn mem_info(&self) -> Option<(usize, usize)> {
         self.source.mem_info()
+    }
+
+    /// Starts (`Some(max_entries)`) or stops (`None`) recording the history;
+    /// starting again keeps nothing of an earlier recording. Recording
+    /// changes nothing the allocator does.
+    pub(crate) fn set_history(&self, max_entries: Option<usize>, backtraces: bool) {
+        let mut inner = self.lock();
+        let was = inner.history.is_some();
+        inner.history = max_entries.map(|m| History::new(m, backtraces));
+        match (was, inner.history.is_some()) {
+            (false, true) => super::history::recording_started(),
+            (true, false) => super::history::recording_stopped(),
+            _ => {}
+        }
+    }
+
+    /// The segments with their blocks, in address order, and the recorded
+    /// history (empty when it is off), read under one lock.
+    pub(crate) fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>) {
+        let inner = self.lock();
+        let mut segments = Vec::new();
+        for (id, b) in inner.blocks.iter().enumerate() {
+            if !b.live || b.prev != NONE {
+                continue;
+            }
+            let mut blocks = Vec::new();
+            let mut cur = id as u32;
+            while cur != NONE {
+                let c = &inner.blocks[cur as usize];
+                let state = if c.allocated && inner.deferred.contains(&cur) {
+                    BlockState::ActivePendingFree
+                } else if c.allocated {
+                    BlockState::ActiveAllocated
+                } else {
+                    BlockState::Inactive
+                };
+                blocks.push(BlockSnapshot {
+                    address: c.addr,
+                    size: c.size,
+                    requested_size: if c.allocated { c.requested } else { 0 },
+                    state,
+                });
+                cur = c.next;
+            }
+            segments.push(SegmentSnapshot {
+                address: b.addr,
+                total_size: blocks.iter().map(|b| b.size).sum(),
+                stream: b.stream,
+                pool: b.pool,
+                blocks,
+            });
+        }
+        segments.sort_by_key(|s| s.address);
+        let trace = inner
+            .history
+            .as_ref()
+            .map(|h| h.entries.iter().cloned().collect())
+            .unwrap_or_default();
+        (segments, trace)
+    }
+
+    /// Opens a measuring window: from now on its peak follows the allocated
+    /// bytes. Returns its depth, for [`close_window`](Self::close_window).
+    pub(crate) fn open_window(&self) -> usize {
+        let mut inner = self.lock();
+        let now = inner.stats.allocated_bytes.all.current;
+        inner.windows.push(now);
+        inner.windows.len()
+    }
+
+    /// Closes the window `depth` (and any left open inside it) and returns
+    /// its peak of allocated bytes.
+    pub(crate) fn close_window(&self, depth: usize) -> i64 {
+        let mut inner = self.lock();
+        let peak = inner.windows.get(depth - 1).copied().unwrap_or(0);
+        inner.windows.truncate(depth - 1);
+        peak
     }
 }
 

@@ -10,9 +10,13 @@
 
 pub(crate) mod caching;
 mod free_set;
+pub(crate) mod history;
+mod snapshot;
 mod stats;
 
 pub use caching::{round_size, segment_size, Block, MIN_BLOCK, SMALL_SIZE};
+pub use history::{Action, ContextGuard, TraceEntry};
+pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub(crate) use stats::summary;
 pub use stats::{MemoryStats, Pool, Stat, StatTriple};
 
@@ -47,6 +51,14 @@ pub(crate) trait DeviceAllocator: BlockSink {
     fn set_limit(&self, limit: Option<usize>);
     /// `(free, total)` bytes of the device, where known.
     fn mem_info(&self) -> Option<(usize, usize)>;
+    /// Starts (`Some(max_entries)`) or stops (`None`) the memory history.
+    fn set_history(&self, max_entries: Option<usize>, backtraces: bool);
+    /// The segments and the recorded history.
+    fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>);
+    /// Opens a window whose peak of allocated bytes is kept; its depth.
+    fn open_window(&self) -> usize;
+    /// Closes window `depth`; its peak.
+    fn close_window(&self, depth: usize) -> i64;
 }
 
 impl<S: caching::SegmentSource> BlockSink for caching::CachingAllocator<S> {
@@ -83,6 +95,18 @@ impl<S: caching::SegmentSource> DeviceAllocator for caching::CachingAllocator<S>
     }
     fn mem_info(&self) -> Option<(usize, usize)> {
         caching::CachingAllocator::mem_info(self)
+    }
+    fn set_history(&self, max_entries: Option<usize>, backtraces: bool) {
+        caching::CachingAllocator::set_history(self, max_entries, backtraces)
+    }
+    fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>) {
+        caching::CachingAllocator::snapshot(self)
+    }
+    fn open_window(&self) -> usize {
+        caching::CachingAllocator::open_window(self)
+    }
+    fn close_window(&self, depth: usize) -> i64 {
+        caching::CachingAllocator::close_window(self, depth)
     }
 }
 

@@ -358,6 +358,7 @@ impl Tensor {
     /// Backpropagates from this one-element tensor (gradient 1), freeing the
     /// graph's saved tensors as it goes.
     pub fn backward(&self) -> Result<()> {
+        let _op = crate::alloc::history::op_context("backward");
         if self.numel() != 1 {
             bail!(Error::Autograd {
                 op: "backward",
@@ -371,6 +372,7 @@ impl Tensor {
     /// Backpropagates `grad` (of this tensor's shape) from this tensor.
     /// With `retain_graph` the saved tensors are kept for another backward.
     pub fn backward_with(&self, grad: &Tensor, retain_graph: bool) -> Result<()> {
+        let _op = crate::alloc::history::op_context("backward");
         if grad.shape() != self.shape() {
             bail!(Error::shape(
                 "backward",

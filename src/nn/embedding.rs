@@ -174,6 +174,7 @@ impl Embedding {
 
 impl Module for Embedding {
     fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("embedding");
         if idx.dtype() != DType::I64 {
             bail!(Error::dtype("Embedding", "i64 indices", idx.dtype()));
         }

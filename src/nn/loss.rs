@@ -208,6 +208,7 @@ fn cross_entropy_probs(
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let _op = crate::alloc::history::op_context("cross_entropy");
     cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
 }
 

@@ -91,6 +91,7 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("layer_norm");
         let k = self.normalized_shape.len();
         if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
             bail!(Error::shape(

@@ -206,6 +206,7 @@ impl RMSNorm {
 
 impl Module for RMSNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("rms_norm");
         rms_norm_op(
             "RMSNorm",
             x,

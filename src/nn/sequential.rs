@@ -188,10 +188,13 @@ impl Sequential {
     /// next one is produced.
     fn run_owned<'a>(
         &self,
-        layers: impl Iterator<Item = &'a Box<dyn Module>>,
+        layers: impl Iterator<Item = (usize, &'a Box<dyn Module>)>,
         mut cur: Tensor,
     ) -> Result<Tensor> {
-        for layer in layers {
+        for (i, layer) in layers {
+            // The memory history's module path ("2.0": layer 0 of the
+            // `Sequential` at index 2).
+            let _m = crate::alloc::history::module_context(|| i.to_string());
             cur = if layer.can_work_in_place() {
                 self.count(donation_verdict(&cur));
                 layer.forward_owned(cur)?
@@ -212,19 +215,22 @@ impl Default for Sequential {
 
 impl Module for Sequential {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut it = self.layers.iter();
-        let Some(first) = it.next() else {
+        let mut it = self.layers.iter().enumerate();
+        let Some((_, first)) = it.next() else {
             return Ok(x.alias());
         };
         if first.can_work_in_place() {
             self.borrowed.fetch_add(1, Ordering::Relaxed);
         }
-        let cur = first.forward(x)?;
+        let cur = {
+            let _m = crate::alloc::history::module_context(|| "0".into());
+            first.forward(x)?
+        };
         self.run_owned(it, cur)
     }
 
     fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
-        self.run_owned(self.layers.iter(), x)
+        self.run_owned(self.layers.iter().enumerate(), x)
     }
 
     fn can_work_in_place(&self) -> bool {

@@ -169,6 +169,7 @@ impl Tensor {
     }
 
     fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context(op.name());
         self.same_device(op.name(), other)?;
         let dt = self.dtype();
         // The common case: one shape, one dtype, and it is the compute dtype.
@@ -319,6 +320,7 @@ impl Tensor {
     }
 
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context(op.name());
         // Borrow the input when it already has the compute dtype (no new handle).
         let converted = self.unary_input(op)?;
         let src = converted.as_ref().unwrap_or(self);

@@ -126,6 +126,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("index_select");
         let op = "index_select";
         if self.rank() == 0 {
             // PyTorch: a 0-d input takes dim 0 or -1 and a one-value index

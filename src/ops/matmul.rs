@@ -136,6 +136,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("matmul");
         let plan = Plan::new(self, other)?;
         let out = Tensor::alloc(&plan.out_shape, self.dtype(), self.device())?;
         plan.run(self, other, &out)?;

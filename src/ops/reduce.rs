@@ -157,11 +157,13 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("sum");
         self.reduction(Reduction::Sum, dims, keepdim)
     }
 
     /// Mean over `dims` (empty: all); float tensors only. The mean of nothing is NaN.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("mean");
         self.reduction(Reduction::Mean, dims, keepdim)
     }
 
@@ -327,11 +329,13 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("softmax");
         crate::autograd::formulas_more::softmax(self, dim, false, self.softmax_impl(dim, false)?)
     }
 
     /// `x - logsumexp(x)` along `dim`, computed stably. Float tensors only.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("log_softmax");
         crate::autograd::formulas_more::softmax(self, dim, true, self.softmax_impl(dim, true)?)
     }
 }

@@ -323,6 +323,7 @@ impl Tensor {
     /// This tensor if it is already contiguous (a new handle to the same
     /// storage: no copy), otherwise a contiguous copy.
     pub fn contiguous(&self) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("contiguous");
         if self.is_contiguous() {
             // PyTorch returns `self`: the same tensor, autograd identity included.
             Ok(self.alias())
@@ -335,6 +336,7 @@ impl Tensor {
     /// `clone()`; named so because `Tensor` deliberately does not implement
     /// [`Clone`]: a copy of the data is never made implicitly).
     pub fn deep_clone(&self) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("deep_clone");
         let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
         crate::backend::copy(
             &crate::backend::Operand::of(self),
@@ -361,6 +363,7 @@ impl Tensor {
     /// A copy on `device`. When the tensor is already there this returns a new
     /// handle to the same storage, as PyTorch's `to(device)` does.
     pub fn to_device(&self, device: crate::device::Device) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("to_device");
         if device == self.device() {
             return Ok(self.alias());
         }

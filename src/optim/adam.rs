@@ -208,6 +208,7 @@ impl AdamW {
 
 impl Optimizer for Adam {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        let _op = crate::alloc::history::op_context("Adam::step");
         self.step_impl(model, "Adam::step")
     }
     fn lr(&self) -> f64 {

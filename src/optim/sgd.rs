@@ -113,6 +113,7 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        let _op = crate::alloc::history::op_context("SGD::step");
         let _g = crate::autograd::no_grad_guard();
         let c = self.cfg;
         for (name, p) in model.named_parameters_mut() {

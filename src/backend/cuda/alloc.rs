@@ -18,6 +18,8 @@
 use super::device::gpu_of;
 use super::stream::Stream;
 use crate::alloc::caching::{CachingAllocator, SegmentSource};
+use crate::alloc::history::TraceEntry;
+use crate::alloc::SegmentSnapshot;
 use crate::alloc::{Block, BlockSink, DeviceAllocator, MemoryStats};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -280,6 +282,22 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
 
     fn mem_info(&self) -> Option<(usize, usize)> {
         self.caching.mem_info()
+    }
+
+    fn set_history(&self, max_entries: Option<usize>, backtraces: bool) {
+        self.caching.set_history(max_entries, backtraces)
+    }
+
+    fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>) {
+        self.caching.snapshot()
+    }
+
+    fn open_window(&self) -> usize {
+        self.caching.open_window()
+    }
+
+    fn close_window(&self, depth: usize) -> i64 {
+        self.caching.close_window(depth)
     }
 }
 

@@ -8,9 +8,11 @@
 //! python -m torch.cuda._memory_viz trace_plot seeing_memory.pickle -o trace.html
 //! ```
 //!
-//! and prints what `memory::measure` saw of one step, the events per op
-//! and per module, and `memory_summary`. (The library's own HTML picture
-//! and the profiler are still to come.)
+//! and `seeing_memory.html`, the library's own picture of it (one
+//! self-contained file: the allocated memory over the steps stacked by op,
+//! the segments, the largest tensors at the peak), and prints what
+//! `memory::measure` saw of a step, the allocations per op and per
+//! module, and `memory_summary`. (The profiler is still to come.)
 //!
 //! `cargo run --release --example seeing_memory [-- OUT.pickle [STEPS]]`
 
@@ -116,7 +118,13 @@ fn main() -> tensorscope::Result<()> {
         memory::fmt_bytes(memory::memory_allocated(dev))
     );
     snap.save_pickle(&out)?;
-    println!("wrote {out}: python -m torch.cuda._memory_viz stats {out}\n");
+    let html = std::path::Path::new(&out).with_extension("html");
+    snap.save_html(&html)?;
+    println!("wrote {out}: python -m torch.cuda._memory_viz stats {out}");
+    println!(
+        "wrote {}: the timeline by op, the segments, the largest tensors at the peak\n",
+        html.display()
+    );
     println!("{}", memory::memory_summary(dev));
     Ok(())
 }

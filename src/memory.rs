@@ -24,6 +24,7 @@ pub use crate::alloc::{Action, BlockSnapshot, BlockState, SegmentSnapshot, Trace
 pub use measure::{measure, Measurement};
 pub use snapshot::{record_history, record_history_with, snapshot, Snapshot};
 
+mod html;
 mod measure;
 mod snapshot;
 

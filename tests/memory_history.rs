@@ -335,3 +335,67 @@ fn measure_reports_peak_deltas_and_count_and_nests() {
     assert!(outer.peak >= outer.peak_delta);
     drop(kept);
 }
+
+/// The HTML picture: one self-contained file whose plotted peak is
+/// `max_memory_allocated` over the recorded work; rendered by headless
+/// Chromium (its script, run last, marks the body) when one is installed.
+#[test]
+fn the_html_picture_plots_the_peak_and_renders() {
+    let _l = lock();
+    let _off = Off;
+    memory::reset_peak_memory_stats(CPU);
+    memory::record_history(CPU, true, 100_000).unwrap();
+    let mut net = Sequential::new();
+    net.add(Linear::new(64, 256).unwrap())
+        .add(ReLU)
+        .add(Linear::new(256, 10).unwrap());
+    let x = Tensor::randn(&[128, 64], DType::F32, CPU).unwrap();
+    {
+        let _s = memory::scope("step");
+        let y = net.forward(&x).unwrap();
+        y.sum_all().unwrap().backward().unwrap();
+    }
+    let peak = memory::max_memory_allocated(CPU);
+    let snap = memory::snapshot(CPU).unwrap();
+    let path = std::env::temp_dir().join(format!("tensorscope_mem_{}.html", std::process::id()));
+    snap.save_html(&path).unwrap();
+    let html = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        html.contains(&format!("data-peak-bytes=\"{peak}\"")),
+        "peak {peak}"
+    );
+    assert!(
+        !html.contains("http://") || !html.contains("src=\"http"),
+        "nothing fetched"
+    );
+    assert!(!html.contains("<script src"), "no external script");
+    assert!(html.contains("linear") && html.contains("backward"));
+    let e = snap.save_html("/nonexistent-dir/m.html").unwrap_err();
+    assert!(e.to_string().contains("save_html"), "{e}");
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    match browser {
+        None => println!("skipped the browser check: no chromium installed"),
+        Some(b) => {
+            let out = std::process::Command::new(b)
+                .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+                .arg(format!("file://{}", path.display()))
+                .output()
+                .unwrap();
+            let dom = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                dom.contains("data-rendered=\"") && !dom.contains("data-rendered=\"no\""),
+                "the page's script did not run to its end:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(dom.contains(&format!("data-peak-bytes=\"{peak}\"")));
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+}

@@ -21,7 +21,7 @@
 //! system for the CPU, the driver for CUDA.
 
 use super::free_set::FreeSet;
-use super::history::{Action, History, TraceEntry};
+use super::history::{Action, Event, History, TraceEntry};
 use super::snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 use super::{MemoryStats, Pool};
 use crate::device::Device;
@@ -114,17 +114,34 @@ struct Inner {
     active_kept: bool,
     /// The memory history, while it is recorded.
     history: Option<History>,
-    /// The peak of allocated bytes in each open measuring window
-    /// ([`CachingAllocator::open_window`]), innermost last.
-    windows: Vec<i64>,
+    /// The open measuring windows ([`CachingAllocator::open_window`]).
+    windows: Vec<Window>,
+    next_window: u64,
+}
+
+/// A measuring window: the peak of allocated bytes and the allocations
+/// made since it opened.
+#[derive(Clone, Copy)]
+struct Window {
+    id: u64,
+    peak: i64,
+    allocs: u64,
 }
 
 impl Inner {
-    /// Records an event if the history is on.
+    /// Records an event if the history is on: `size` the bytes asked for,
+    /// `block_size` the bytes occupied.
     #[inline]
-    fn record(&mut self, action: Action, addr: usize, size: usize, stream: u64) {
+    fn record(&mut self, action: Action, addr: usize, size: usize, block_size: usize, stream: u64) {
         if let Some(h) = &mut self.history {
-            h.record(action, addr, size, stream, None);
+            h.record(Event {
+                action,
+                addr,
+                size,
+                block_size,
+                stream,
+                device_free: None,
+            });
         }
     }
 }
@@ -156,6 +173,19 @@ pub fn segment_size(size: usize) -> usize {
 }
 
 impl Inner {
+    fn record_oom(&mut self, bytes: usize, stream: u64, device_free: Option<usize>) {
+        if let Some(h) = &mut self.history {
+            h.record(Event {
+                action: Action::Oom,
+                addr: 0,
+                size: bytes,
+                block_size: round_size(bytes.min(MAX_REQUEST)),
+                stream,
+                device_free,
+            });
+        }
+    }
+
     #[inline]
     fn pool_set(&mut self, pool: Pool) -> &mut FreeSet {
         match pool {
@@ -256,7 +286,7 @@ impl Inner {
                 self.stats.reserved_bytes.sub(pool, size as i64);
                 self.stats.num_sys_free += 1;
                 let stream = self.blocks[id as usize].stream;
-                self.record(Action::SegmentFree, addr, size, stream);
+                self.record(Action::SegmentFree, addr, size, size, stream);
                 self.retire_block(id);
                 victims.push((addr, size));
             }
@@ -288,12 +318,24 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// Allocates `bytes` (at least 1) on `stream` (0 for the CPU).
     pub(crate) fn allocate(&self, bytes: usize, stream: u64) -> Result<Block> {
+        self.allocate_with(bytes, stream, true)
+    }
+
+    /// [`allocate`](Self::allocate), with a failure left out of the
+    /// history (`record_oom` false): for a caller that retries after
+    /// freeing what it holds, and records an OOM only if that fails too.
+    pub(crate) fn allocate_with(
+        &self,
+        bytes: usize,
+        stream: u64,
+        record_oom: bool,
+    ) -> Result<Block> {
         if bytes > MAX_REQUEST {
             // No system can serve it, and rounding it would overflow.
             let mut inner = self.lock();
             inner.stats.num_ooms += 1;
-            if let Some(h) = &mut inner.history {
-                h.record(Action::Oom, 0, bytes, stream, None);
+            if record_oom {
+                inner.record_oom(bytes, stream, None);
             }
             return Err(Error::OutOfMemory {
                 device: self.source.device(),
@@ -314,7 +356,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let mut inner = self.lock();
         let id = match inner.take_free(pool, stream, size) {
             Some(id) => id,
-            None => self.new_segment(&mut inner, bytes, size, pool, stream)?,
+            None => self.new_segment(&mut inner, bytes, size, pool, stream, record_oom)?,
         };
         // Split off the remainder if it is worth keeping.
         let remaining = inner.blocks[id as usize].size - size;
@@ -361,10 +403,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if !inner.windows.is_empty() {
             let now = inner.stats.allocated_bytes.all.current;
             for w in inner.windows.iter_mut() {
-                *w = (*w).max(now);
+                w.peak = w.peak.max(now);
+                w.allocs += 1;
             }
         }
-        inner.record(Action::Alloc, addr, size, stream);
+        inner.record(Action::Alloc, addr, bytes, size, stream);
         Ok(Block { addr, size, id })
     }
 
@@ -377,6 +420,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         size: usize,
         pool: Pool,
         stream: u64,
+        record_oom: bool,
     ) -> Result<u32> {
         let seg = segment_size(size);
         let mut retried = false;
@@ -394,7 +438,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 st.segment.add(pool, 1);
                 st.reserved_bytes.add(pool, seg as i64);
                 st.num_sys_alloc += 1;
-                inner.record(Action::SegmentAlloc, addr, seg, stream);
+                inner.record(Action::SegmentAlloc, addr, seg, seg, stream);
                 return Ok(inner.new_block(BlockInfo {
                     addr,
                     size: seg,
@@ -410,8 +454,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             if retried {
                 inner.stats.num_ooms += 1;
                 let info = self.source.mem_info();
-                if let Some(h) = &mut inner.history {
-                    h.record(Action::Oom, 0, bytes, stream, info.map(|i| i.0));
+                if record_oom {
+                    inner.record_oom(bytes, stream, info.map(|i| i.0));
                 }
                 return Err(Error::OutOfMemory {
                     device: self.source.device(),
@@ -443,13 +487,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             (b.pool, b.size, b.requested)
         };
         let deferred = !inner.deferred.is_empty() && inner.deferred.remove(&id);
-        if inner.history.is_some() {
-            let stream = inner.blocks[id as usize].stream;
-            if !deferred {
-                inner.record(Action::FreeRequested, block.addr, size, stream);
-            }
-            inner.record(Action::FreeCompleted, block.addr, size, stream);
-        }
+        let stream = inner.blocks[id as usize].stream;
         let st = &mut inner.stats;
         if !deferred {
             st.allocation.sub(pool, 1);
@@ -489,6 +527,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
             inner.retire_block(next);
         }
         inner.pool_insert(id);
+        // Recorded once the books are whole again.
+        if !deferred {
+            inner.record(Action::FreeRequested, block.addr, requested, size, stream);
+        }
+        inner.record(Action::FreeCompleted, block.addr, requested, size, stream);
     }
 
     /// Ends `block`'s allocation without making it reusable: PyTorch's free
@@ -509,7 +552,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
             let stream = inner.blocks[block.id as usize].stream;
-            inner.record(Action::FreeRequested, block.addr, size, stream);
+            inner.record(Action::FreeRequested, block.addr, requested, size, stream);
         }
     }
 
@@ -625,21 +668,33 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// Opens a measuring window: from now on its peak follows the allocated
-    /// bytes. Returns its depth, for [`close_window`](Self::close_window).
-    pub(crate) fn open_window(&self) -> usize {
+    /// bytes and it counts the allocations. Returns its id, for
+    /// [`close_window`](Self::close_window). Windows of several threads
+    /// may be open at once, and close in any order.
+    pub(crate) fn open_window(&self) -> u64 {
         let mut inner = self.lock();
-        let now = inner.stats.allocated_bytes.all.current;
-        inner.windows.push(now);
-        inner.windows.len()
+        let peak = inner.stats.allocated_bytes.all.current;
+        let id = inner.next_window;
+        inner.next_window += 1;
+        inner.windows.push(Window {
+            id,
+            peak,
+            allocs: 0,
+        });
+        id
     }
 
-    /// Closes the window `depth` (and any left open inside it) and returns
-    /// its peak of allocated bytes.
-    pub(crate) fn close_window(&self, depth: usize) -> i64 {
+    /// Closes window `id`: its peak of allocated bytes and the allocations
+    /// made while it was open (`(0, 0)` for an unknown id).
+    pub(crate) fn close_window(&self, id: u64) -> (i64, u64) {
         let mut inner = self.lock();
-        let peak = inner.windows.get(depth - 1).copied().unwrap_or(0);
-        inner.windows.truncate(depth - 1);
-        peak
+        match inner.windows.iter().position(|w| w.id == id) {
+            Some(k) => {
+                let w = inner.windows.swap_remove(k);
+                (w.peak, w.allocs)
+            }
+            None => (0, 0),
+        }
     }
 }
 

@@ -259,3 +259,62 @@ fn system_refusal_then_recovery() {
     let d = a.allocate(SMALL_SIZE, 0).unwrap();
     a.free(d);
 }
+
+/// The history of a deferred free (a block another stream still uses):
+/// `free_requested` when its allocation ends, the block `active_pending_free`
+/// in a snapshot, then `free_completed` when it is freed; sizes are the
+/// bytes asked for, with the rounded block size beside them; a failure a
+/// caller will retry is not recorded as an OOM.
+#[test]
+fn history_of_a_deferred_free_and_an_unrecorded_failure() {
+    use crate::alloc::history::Action;
+    use crate::alloc::snapshot::BlockState;
+    let a = fake(8 << 20);
+    a.set_history(Some(100), false);
+    let b = a.allocate(1000, 0).unwrap();
+    a.end_allocation(&b);
+    let (segs, trace) = a.snapshot();
+    let actions: Vec<_> = trace.iter().map(|e| e.action).collect();
+    assert_eq!(
+        actions,
+        [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested]
+    );
+    assert_eq!((trace[1].size, trace[1].block_size), (1000, 1024));
+    assert_eq!((trace[2].size, trace[2].block_size), (1000, 1024));
+    assert_eq!(segs.len(), 1);
+    assert_eq!(segs[0].blocks[0].state, BlockState::ActivePendingFree);
+    assert_eq!(segs[0].blocks[0].requested_size, 1000);
+    let addr = b.addr;
+    a.free(b);
+    let (segs, trace) = a.snapshot();
+    let last = trace.last().unwrap();
+    assert_eq!(
+        (last.action, last.addr, last.size),
+        (Action::FreeCompleted, addr, 1000)
+    );
+    assert_eq!(trace.len(), 4, "no second free_requested");
+    assert!(segs[0]
+        .blocks
+        .iter()
+        .all(|b| b.state == BlockState::Inactive));
+    // Too big for the fake space: not recorded when the caller retries,
+    // recorded otherwise.
+    assert!(a.allocate_with(64 << 20, 0, false).is_err());
+    assert!(a.snapshot().1.iter().all(|e| e.action != Action::Oom));
+    assert!(a.allocate(64 << 20, 0).is_err());
+    let (_, trace) = a.snapshot();
+    let oom = trace.last().unwrap();
+    assert_eq!((oom.action, oom.size), (Action::Oom, 64 << 20));
+    // Released segments are recorded and leave the snapshot.
+    a.empty_cache();
+    let (segs, trace) = a.snapshot();
+    assert!(segs.is_empty());
+    assert_eq!(
+        trace
+            .iter()
+            .filter(|e| e.action == Action::SegmentFree)
+            .count(),
+        1
+    );
+    a.set_history(None, false);
+}

@@ -9,10 +9,12 @@
 //! reads it. While no allocator records, the guards do nothing but read
 //! one atomic counter, so ops pay nothing measurable.
 
+use std::backtrace::Backtrace;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// What happened (the `action` of PyTorch's trace entries).
@@ -47,14 +49,18 @@ impl Action {
 }
 
 /// One recorded event.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct TraceEntry {
     /// What happened.
     pub action: Action,
     /// The block's or segment's address (0 for an OOM).
     pub addr: usize,
-    /// Its size in bytes (the request, for an OOM).
+    /// The bytes asked for (as PyTorch records them): a tensor's bytes for
+    /// an allocation or a free, a segment's size, an OOM's request.
     pub size: usize,
+    /// The bytes it occupies: the block's rounded size (what
+    /// `memory_allocated` counts), a segment's size.
+    pub block_size: usize,
     /// The stream (0 on the CPU and for the default stream).
     pub stream: u64,
     /// Microseconds since the process's first recorded event or context.
@@ -66,8 +72,10 @@ pub struct TraceEntry {
     pub module: Option<String>,
     /// The innermost user scope label ([`scope_context`]), if any.
     pub scope: Option<String>,
-    /// A Rust backtrace, when asked for.
-    pub backtrace: Option<String>,
+    /// A Rust backtrace, when asked for: captured with the event, its
+    /// symbols looked up only when it is printed (not under the
+    /// allocator's lock).
+    pub backtrace: Option<Arc<Backtrace>>,
     /// For an OOM: the device's free bytes, where known.
     pub device_free: Option<usize>,
 }
@@ -92,47 +100,54 @@ impl History {
         }
     }
 
-    /// Appends an event with the calling thread's context.
-    pub(crate) fn record(
-        &mut self,
-        action: Action,
-        addr: usize,
-        size: usize,
-        stream: u64,
-        device_free: Option<usize>,
-    ) {
+    /// Appends an event with the calling thread's context. Never panics
+    /// (it runs under the allocator's lock, in the middle of its books).
+    pub(crate) fn record(&mut self, e: Event) {
         // A thread being torn down (a tensor dropped by a thread-local's
-        // destructor) has no context left: record the event without one.
+        // destructor) has no context left, and a context being changed
+        // right now is skipped: record the event without one.
         let (op, module, scope) = CONTEXT
-            .try_with(|c| {
-                let c = c.borrow();
-                (
+            .try_with(|c| match c.try_borrow() {
+                Ok(c) => (
                     c.op,
                     (!c.modules.is_empty()).then(|| c.modules.join(".")),
                     c.scopes.last().cloned(),
-                )
+                ),
+                Err(_) => (None, None, None),
             })
             .unwrap_or_default();
         let backtrace = self
             .backtraces
-            .then(|| std::backtrace::Backtrace::force_capture().to_string());
+            .then(|| Arc::new(Backtrace::force_capture()));
         if self.entries.len() == self.max {
             self.entries.pop_front();
             self.dropped += 1;
         }
         self.entries.push_back(TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            block_size: e.block_size,
+            stream: e.stream,
             time_us: now_us(),
             op,
             module,
             scope,
             backtrace,
-            device_free,
+            device_free: e.device_free,
         });
     }
+}
+
+/// What the allocator reports of an event (the context is added by
+/// [`History::record`]).
+pub(crate) struct Event {
+    pub(crate) action: Action,
+    pub(crate) addr: usize,
+    pub(crate) size: usize,
+    pub(crate) block_size: usize,
+    pub(crate) stream: u64,
+    pub(crate) device_free: Option<usize>,
 }
 
 /// Microseconds since the first call in this process.
@@ -169,17 +184,31 @@ thread_local! {
     static CONTEXT: RefCell<Context> = RefCell::new(Context::default());
 }
 
-/// Restores the context it changed when dropped.
+/// Restores the context it changed when dropped. It stays on the thread
+/// whose context it changed (not `Send`); guards dropped out of order
+/// still restore each level they added.
 #[must_use = "the context lasts while the guard lives"]
 pub struct ContextGuard {
     undo: Undo,
+    _thread: PhantomData<*const ()>,
 }
 
 enum Undo {
     Nothing,
     Op(Option<&'static str>),
-    Module,
-    Scope,
+    /// The module path's length before the push.
+    Module(usize),
+    /// The scope stack's length before the push.
+    Scope(usize),
+}
+
+impl ContextGuard {
+    fn new(undo: Undo) -> ContextGuard {
+        ContextGuard {
+            undo,
+            _thread: PhantomData,
+        }
+    }
 }
 
 impl Drop for ContextGuard {
@@ -194,12 +223,8 @@ impl Drop for ContextGuard {
             match undo {
                 Undo::Nothing => {}
                 Undo::Op(prev) => c.op = prev,
-                Undo::Module => {
-                    c.modules.pop();
-                }
-                Undo::Scope => {
-                    c.scopes.pop();
-                }
+                Undo::Module(len) => c.modules.truncate(len),
+                Undo::Scope(len) => c.scopes.truncate(len),
             }
         });
     }
@@ -211,21 +236,15 @@ impl Drop for ContextGuard {
 #[inline]
 pub(crate) fn op_context(name: &'static str) -> ContextGuard {
     if !recording() {
-        return ContextGuard {
-            undo: Undo::Nothing,
-        };
+        return ContextGuard::new(Undo::Nothing);
     }
     CONTEXT.with(|c| {
         let mut c = c.borrow_mut();
         if c.op.is_some() {
-            return ContextGuard {
-                undo: Undo::Nothing,
-            };
+            return ContextGuard::new(Undo::Nothing);
         }
         c.op = Some(name);
-        ContextGuard {
-            undo: Undo::Op(None),
-        }
+        ContextGuard::new(Undo::Op(None))
     })
 }
 
@@ -233,17 +252,25 @@ pub(crate) fn op_context(name: &'static str) -> ContextGuard {
 #[inline]
 pub(crate) fn module_context(name: impl FnOnce() -> String) -> ContextGuard {
     if !recording() {
-        return ContextGuard {
-            undo: Undo::Nothing,
-        };
+        return ContextGuard::new(Undo::Nothing);
     }
-    CONTEXT.with(|c| c.borrow_mut().modules.push(name()));
-    ContextGuard { undo: Undo::Module }
+    let name = name(); // before the borrow: `name` may do anything
+    CONTEXT.with(|c| {
+        let mut c = c.borrow_mut();
+        let len = c.modules.len();
+        c.modules.push(name);
+        ContextGuard::new(Undo::Module(len))
+    })
 }
 
 /// Labels the calling thread's events `label` until the guard drops
 /// (always kept, so that recording started inside the scope sees it).
 pub(crate) fn scope_context(label: &str) -> ContextGuard {
-    CONTEXT.with(|c| c.borrow_mut().scopes.push(label.to_string()));
-    ContextGuard { undo: Undo::Scope }
+    let label = label.to_string();
+    CONTEXT.with(|c| {
+        let mut c = c.borrow_mut();
+        let len = c.scopes.len();
+        c.scopes.push(label);
+        ContextGuard::new(Undo::Scope(len))
+    })
 }

@@ -55,10 +55,11 @@ pub(crate) trait DeviceAllocator: BlockSink {
     fn set_history(&self, max_entries: Option<usize>, backtraces: bool);
     /// The segments and the recorded history.
     fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>);
-    /// Opens a window whose peak of allocated bytes is kept; its depth.
-    fn open_window(&self) -> usize;
-    /// Closes window `depth`; its peak.
-    fn close_window(&self, depth: usize) -> i64;
+    /// Opens a window whose peak of allocated bytes and allocation count
+    /// are kept; its id.
+    fn open_window(&self) -> u64;
+    /// Closes window `id`: its peak and allocation count.
+    fn close_window(&self, id: u64) -> (i64, u64);
 }
 
 impl<S: caching::SegmentSource> BlockSink for caching::CachingAllocator<S> {
@@ -102,11 +103,11 @@ impl<S: caching::SegmentSource> DeviceAllocator for caching::CachingAllocator<S>
     fn snapshot(&self) -> (Vec<SegmentSnapshot>, Vec<TraceEntry>) {
         caching::CachingAllocator::snapshot(self)
     }
-    fn open_window(&self) -> usize {
+    fn open_window(&self) -> u64 {
         caching::CachingAllocator::open_window(self)
     }
-    fn close_window(&self, depth: usize) -> i64 {
-        caching::CachingAllocator::close_window(self, depth)
+    fn close_window(&self, id: u64) -> (i64, u64) {
+        caching::CachingAllocator::close_window(self, id)
     }
 }
 

@@ -30,8 +30,9 @@ struct Live {
     entry: Option<usize>,
 }
 
-/// The history replayed: the allocated bytes per category after each
-/// event, the peak and what was alive then.
+/// The history replayed in occupied (rounded) bytes, as
+/// `memory_allocated` counts them: the allocated bytes per category after
+/// each event, the peak and what was alive then.
 struct Replay {
     categories: Vec<String>,
     /// (time_us, bytes per category) after sampled events.
@@ -53,8 +54,8 @@ fn replay(snap: &Snapshot) -> Replay {
     let mut net: i64 = 0;
     for e in trace {
         match e.action {
-            Action::Alloc => net += e.size as i64,
-            Action::FreeRequested => net -= e.size as i64,
+            Action::Alloc => net += e.block_size as i64,
+            Action::FreeRequested => net -= e.block_size as i64,
             _ => {}
         }
     }
@@ -74,8 +75,8 @@ fn replay(snap: &Snapshot) -> Replay {
     let (mut peak, mut peak_at) = (baseline, None);
     for (i, e) in trace.iter().enumerate() {
         match e.action {
-            Action::Alloc => total += e.size,
-            Action::FreeRequested => total = total.saturating_sub(e.size),
+            Action::Alloc => total += e.block_size,
+            Action::FreeRequested => total = total.saturating_sub(e.block_size),
             _ => continue,
         }
         if total > peak {
@@ -97,11 +98,11 @@ fn replay(snap: &Snapshot) -> Replay {
                 if per.len() < names.len() {
                     per.resize(names.len(), 0);
                 }
-                per[c] += e.size;
+                per[c] += e.block_size;
                 live.insert(
                     e.addr,
                     Live {
-                        size: e.size,
+                        size: e.block_size,
                         category: c,
                         entry: Some(i),
                     },
@@ -109,7 +110,7 @@ fn replay(snap: &Snapshot) -> Replay {
             }
             Action::FreeRequested => match live.remove(&e.addr) {
                 Some(l) => per[l.category] = per[l.category].saturating_sub(l.size),
-                None => per[0] = per[0].saturating_sub(e.size),
+                None => per[0] = per[0].saturating_sub(e.block_size),
             },
             _ => {}
         }

@@ -25,9 +25,10 @@ pub struct Measurement {
 
 /// Runs `f` and reports what it did to `device`'s memory: its peak, the
 /// allocated and reserved bytes it left, and how many allocations it
-/// made. Measures nest; the device's peak statistic
-/// (`max_memory_allocated`) is not reset. Allocations by other threads
-/// during `f` count too: measure in one thread at a time. An `Err` for a
+/// made. Measures nest, and several threads may measure at once; the
+/// device's peak statistic (`max_memory_allocated`) is not reset.
+/// Allocations by other threads during `f` count too (the allocator is the
+/// device's): measure where nothing else allocates for exact figures. An `Err` for a
 /// device that cannot be used; `f`'s own result is returned beside the
 /// measurement.
 ///
@@ -45,14 +46,14 @@ pub struct Measurement {
 pub fn measure<R>(device: Device, f: impl FnOnce() -> R) -> Result<(R, Measurement)> {
     let a = allocator(device).map_err(|e| e.reported_as("memory::measure"))?;
     let before = a.stats();
-    let depth = a.open_window();
+    let id = a.open_window();
     // The window closes even if `f` panics.
     let guard = scopeguard::guard((), |()| {
-        a.close_window(depth);
+        a.close_window(id);
     });
     let r = f();
     scopeguard::ScopeGuard::into_inner(guard);
-    let peak = a.close_window(depth);
+    let (peak, allocations) = a.close_window(id);
     let after = a.stats();
     let start = before.allocated_bytes.all.current;
     Ok((
@@ -62,7 +63,7 @@ pub fn measure<R>(device: Device, f: impl FnOnce() -> R) -> Result<(R, Measureme
             peak_delta: (peak - start).max(0) as usize,
             allocated_delta: after.allocated_bytes.all.current - start,
             reserved_delta: after.reserved_bytes.all.current - before.reserved_bytes.all.current,
-            allocations: after.allocation.all.allocated - before.allocation.all.allocated,
+            allocations,
         },
     ))
 }

@@ -229,7 +229,7 @@ fn entry_value(e: &TraceEntry) -> Value {
         frames.push(frame(e.op.unwrap_or("<no op>"), &place, 0));
     }
     if let Some(bt) = &e.backtrace {
-        frames.extend(backtrace_frames(bt));
+        frames.extend(backtrace_frames(&bt.to_string()));
     }
     let mut items = vec![
         ("action", s(e.action.name())),

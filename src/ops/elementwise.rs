@@ -225,6 +225,7 @@ impl Tensor {
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context(op.name());
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
         // Borrow the operand when it already has the compute dtype (no new handle).
         let ca;
@@ -385,6 +386,7 @@ impl Tensor {
     /// `where(cond, a, b)`: elements of `a` where `cond` is true, of `b`
     /// elsewhere; all three broadcast together; `a` and `b` promote.
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("where");
         if cond.dtype() != DType::Bool {
             bail!(Error::dtype("where", "bool (the condition)", cond.dtype()));
         }
@@ -445,6 +447,7 @@ impl Tensor {
 
     /// Out-of-place [`masked_fill_`](Tensor::masked_fill_).
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("masked_fill");
         super::check_fill_value("masked_fill", self.dtype(), value)?;
         if crate::autograd::needs_grad(&[self]) {
             // Differentiable form: the gradient flows where the mask is false.

@@ -233,6 +233,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("gather");
         let op = "gather";
         check_index_dtype(op, index)?;
         self.same_device(op, index)?;

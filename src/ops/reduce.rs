@@ -169,18 +169,21 @@ impl Tensor {
 
     /// Product over `dims` (empty: all). Bool and integer tensors multiply into i64.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("prod");
         self.reduction(Reduction::Prod, dims, keepdim)
     }
 
     /// Largest value over `dims` (empty: all), like `torch.amax`. NaN
     /// propagates; an empty reduction is an error.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("max");
         self.reduction(Reduction::Max, dims, keepdim)
     }
 
     /// Smallest value over `dims` (empty: all), like `torch.amin`. NaN
     /// propagates; an empty reduction is an error.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("min");
         self.reduction(Reduction::Min, dims, keepdim)
     }
 
@@ -196,6 +199,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let _op = crate::alloc::history::op_context("max_dim");
         let (v, i) = self.arg_reduction("max_dim", true, dim, keepdim, true)?;
         let v = crate::autograd::formulas_more::select_dim(
             self,
@@ -223,6 +227,7 @@ impl Tensor {
     /// Index (i64) of the largest value along `dim`; the first one on ties,
     /// the first NaN if any.
     pub fn argmax(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("argmax");
         Ok(self.arg_reduction("argmax", true, dim, keepdim, false)?.1)
     }
 
@@ -277,11 +282,13 @@ impl Tensor {
 
     /// Sum of every element, as a rank-0 tensor.
     pub fn sum_all(&self) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("sum_all");
         self.sum(&[], false)
     }
 
     /// Mean of every element, as a rank-0 tensor (float tensors only).
     pub fn mean_all(&self) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("mean_all");
         self.mean(&[], false)
     }
 

@@ -32,6 +32,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("cat");
         cat_impl("cat", tensors, dim)
     }
 
@@ -49,6 +50,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("stack");
         let op = "stack";
         let Some(first) = tensors.first() else {
             bail!(Error::arg(op, "expected a non-empty list of tensors"));

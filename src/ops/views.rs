@@ -53,6 +53,7 @@ impl Tensor {
     /// A view with a new shape when the strides allow one, otherwise a
     /// contiguous copy with that shape (PyTorch's `reshape`).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("reshape");
         let to = resolve_shape("reshape", self.shape(), shape)?;
         let out = match self.layout().view(&to) {
             Some(l) => self.with_layout(l),
@@ -349,6 +350,7 @@ impl Tensor {
     /// table: "new storage unless same dtype"), when the dtype already matches
     /// this returns a new handle to the same storage and copies nothing.
     pub fn to_dtype(&self, dtype: crate::dtype::DType) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("to_dtype");
         if dtype == self.dtype() {
             return Ok(self.alias());
         }

@@ -221,6 +221,7 @@ impl Optimizer for Adam {
 
 impl Optimizer for AdamW {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        let _op = crate::alloc::history::op_context("AdamW::step");
         self.0.step_impl(model, "AdamW::step")
     }
     fn lr(&self) -> f64 {

@@ -247,11 +247,13 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
         if self.n_pending.load(Ordering::Relaxed) > 0 {
             self.process_pending(false);
         }
-        match self.caching.allocate(bytes, stream) {
-            // Blocks still waiting for other streams may be what is missing:
-            // wait for them and try once more (the failed attempt stays
+        // With blocks still waiting for other streams, a failure is not yet
+        // an OOM for the history: those blocks may be what is missing.
+        let pending = self.n_pending.load(Ordering::Relaxed) > 0;
+        match self.caching.allocate_with(bytes, stream, !pending) {
+            // Wait for them and try once more (the failed attempt stays
             // counted in `num_ooms`).
-            Err(Error::OutOfMemory { .. }) if self.n_pending.load(Ordering::Relaxed) > 0 => {
+            Err(Error::OutOfMemory { .. }) if pending => {
                 self.process_pending(true);
                 self.caching.allocate(bytes, stream)
             }
@@ -292,12 +294,12 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
         self.caching.snapshot()
     }
 
-    fn open_window(&self) -> usize {
+    fn open_window(&self) -> u64 {
         self.caching.open_window()
     }
 
-    fn close_window(&self, depth: usize) -> i64 {
-        self.caching.close_window(depth)
+    fn close_window(&self, id: u64) -> (i64, u64) {
+        self.caching.close_window(id)
     }
 }
 

@@ -12,7 +12,8 @@
 //! self-contained file: the allocated memory over the steps stacked by op,
 //! the segments, the largest tensors at the peak), and prints what
 //! `memory::measure` saw of a step, the allocations per op and per
-//! module, and `memory_summary`. (The profiler is still to come.)
+//! module, the profiler's table of one more step (its Chrome trace in
+//! `seeing_memory.trace.json`, for Perfetto), and `memory_summary`.
 //!
 //! `cargo run --release --example seeing_memory [-- OUT.pickle [STEPS]]`
 
@@ -25,6 +26,7 @@ use std::collections::BTreeMap;
 use tensorscope::memory::{self, Action};
 use tensorscope::nn::{cross_entropy, Module};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::profiler::{self, ProfileOptions, SortBy};
 use tensorscope::{Device, Tensor};
 
 const BATCH: usize = 64;
@@ -77,6 +79,16 @@ fn main() -> tensorscope::Result<()> {
         }
     }
     bar.finish();
+    // One more step under the profiler (torch.profiler with record_shapes
+    // and profile_memory): the table and a Chrome trace.
+    let (loss, prof) = profiler::profile(
+        ProfileOptions {
+            record_shapes: true,
+            profile_memory: true,
+        },
+        || step(&mut net),
+    )?;
+    loss?;
     let m = last.1;
     println!(
         "step {steps}: peak +{} over the start, {} allocations, {} bytes left allocated (the step frees all it made)",
@@ -125,6 +137,13 @@ fn main() -> tensorscope::Result<()> {
         "wrote {}: the timeline by op, the segments, the largest tensors at the peak\n",
         html.display()
     );
+    let trace = std::path::Path::new(&out).with_extension("trace.json");
+    prof.export_chrome_trace(&trace)?;
+    println!(
+        "one more step under the profiler, by self memory (Chrome trace: {}):",
+        trace.display()
+    );
+    println!("{}", prof.table(SortBy::SelfMemory, 12));
     println!("{}", memory::memory_summary(dev));
     Ok(())
 }

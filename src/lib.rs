@@ -42,6 +42,7 @@ pub mod memory;
 pub mod nn;
 mod ops;
 pub mod optim;
+pub mod profiler;
 pub mod random;
 pub mod scope;
 mod static_checks;

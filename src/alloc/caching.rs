@@ -408,6 +408,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
             }
         }
         inner.record(Action::Alloc, addr, bytes, size, stream);
+        if super::ops_trace::active() {
+            let now = inner.stats.allocated_bytes.all.current;
+            super::ops_trace::note_memory(self.source.device(), size as i64, now);
+        }
         Ok(Block { addr, size, id })
     }
 
@@ -493,6 +497,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocation.sub(pool, 1);
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
+            if super::ops_trace::active() {
+                let now = st.allocated_bytes.all.current;
+                super::ops_trace::note_memory(self.source.device(), -(size as i64), now);
+            }
         }
         if inner.active_kept {
             let st = &mut inner.stats;
@@ -551,6 +559,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
             st.allocation.sub(pool, 1);
             st.allocated_bytes.sub(pool, size as i64);
             st.requested_bytes.sub(pool, requested as i64);
+            if super::ops_trace::active() {
+                let now = st.allocated_bytes.all.current;
+                super::ops_trace::note_memory(self.source.device(), -(size as i64), now);
+            }
             let stream = inner.blocks[block.id as usize].stream;
             inner.record(Action::FreeRequested, block.addr, requested, size, stream);
         }

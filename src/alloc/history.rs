@@ -190,6 +190,8 @@ thread_local! {
 #[must_use = "the context lasts while the guard lives"]
 pub struct ContextGuard {
     undo: Undo,
+    /// An op the profiler collects: ended when the guard drops.
+    profiled: bool,
     _thread: PhantomData<*const ()>,
 }
 
@@ -206,6 +208,7 @@ impl ContextGuard {
     fn new(undo: Undo) -> ContextGuard {
         ContextGuard {
             undo,
+            profiled: false,
             _thread: PhantomData,
         }
     }
@@ -213,6 +216,9 @@ impl ContextGuard {
 
 impl Drop for ContextGuard {
     fn drop(&mut self) {
+        if self.profiled {
+            super::ops_trace::exit();
+        }
         let undo = std::mem::replace(&mut self.undo, Undo::Nothing);
         if matches!(undo, Undo::Nothing) {
             return;
@@ -233,19 +239,36 @@ impl Drop for ContextGuard {
 /// Marks the calling thread as running public op `name` until the guard
 /// drops. The outermost op wins: an op that calls another (`linear` calls
 /// `matmul`) is recorded as the one the user called.
+///
+/// The profiler (when this thread profiles) collects every op, nested ones
+/// included; [`op_context_with`] gives it the input shapes.
 #[inline]
 pub(crate) fn op_context(name: &'static str) -> ContextGuard {
-    if !recording() {
-        return ContextGuard::new(Undo::Nothing);
-    }
-    CONTEXT.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.op.is_some() {
-            return ContextGuard::new(Undo::Nothing);
-        }
-        c.op = Some(name);
-        ContextGuard::new(Undo::Op(None))
-    })
+    op_context_with(name, Vec::new)
+}
+
+/// [`op_context`], with the op's input shapes for the profiler's
+/// `record_shapes` (`shapes` runs only then).
+#[inline]
+pub(crate) fn op_context_with(
+    name: &'static str,
+    shapes: impl FnOnce() -> Vec<Vec<usize>>,
+) -> ContextGuard {
+    let profiled = super::ops_trace::active() && super::ops_trace::enter(name, shapes);
+    let mut g = if !recording() {
+        ContextGuard::new(Undo::Nothing)
+    } else {
+        CONTEXT.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.op.is_some() {
+                return ContextGuard::new(Undo::Nothing);
+            }
+            c.op = Some(name);
+            ContextGuard::new(Undo::Op(None))
+        })
+    };
+    g.profiled = profiled;
+    g
 }
 
 /// Appends `name` to the calling thread's module path until the guard drops.

@@ -11,6 +11,7 @@
 pub(crate) mod caching;
 mod free_set;
 pub(crate) mod history;
+pub(crate) mod ops_trace;
 mod snapshot;
 mod stats;
 

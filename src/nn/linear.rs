@@ -81,7 +81,7 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("linear");
+        let _op = crate::alloc::history::op_context_with("linear", || vec![x.shape().to_vec()]);
         if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
             bail!(Error::shape(
                 "Linear",

@@ -208,7 +208,9 @@ fn cross_entropy_probs(
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let _op = crate::alloc::history::op_context("cross_entropy");
+    let _op = crate::alloc::history::op_context_with("cross_entropy", || {
+        vec![logits.shape().to_vec(), targets.shape().to_vec()]
+    });
     cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
 }
 

@@ -169,7 +169,9 @@ impl Tensor {
     }
 
     fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context(op.name());
+        let _op = crate::alloc::history::op_context_with(op.name(), || {
+            vec![self.shape().to_vec(), other.shape().to_vec()]
+        });
         self.same_device(op.name(), other)?;
         let dt = self.dtype();
         // The common case: one shape, one dtype, and it is the compute dtype.
@@ -225,7 +227,7 @@ impl Tensor {
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context(op.name());
+        let _op = crate::alloc::history::op_context_with(op.name(), || vec![self.shape().to_vec()]);
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
         // Borrow the operand when it already has the compute dtype (no new handle).
         let ca;
@@ -321,7 +323,7 @@ impl Tensor {
     }
 
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context(op.name());
+        let _op = crate::alloc::history::op_context_with(op.name(), || vec![self.shape().to_vec()]);
         // Borrow the input when it already has the compute dtype (no new handle).
         let converted = self.unary_input(op)?;
         let src = converted.as_ref().unwrap_or(self);

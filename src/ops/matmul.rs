@@ -136,7 +136,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("matmul");
+        let _op = crate::alloc::history::op_context_with("matmul", || {
+            vec![self.shape().to_vec(), other.shape().to_vec()]
+        });
         let plan = Plan::new(self, other)?;
         let out = Tensor::alloc(&plan.out_shape, self.dtype(), self.device())?;
         plan.run(self, other, &out)?;

@@ -157,7 +157,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("sum");
+        let _op = crate::alloc::history::op_context_with("sum", || vec![self.shape().to_vec()]);
         self.reduction(Reduction::Sum, dims, keepdim)
     }
 
@@ -336,7 +336,7 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("softmax");
+        let _op = crate::alloc::history::op_context_with("softmax", || vec![self.shape().to_vec()]);
         crate::autograd::formulas_more::softmax(self, dim, false, self.softmax_impl(dim, false)?)
     }
 

@@ -1,0 +1,184 @@
+//! The profiler (issue 16, item 4): op calls with their nesting, self and
+//! total time, input shapes and memory; `key_averages` and `table` as
+//! PyTorch's; a Chrome trace that is valid JSON with the ops as complete
+//! events and the allocated bytes as counters; bad use is an `Err`.
+
+use std::sync::{Mutex, MutexGuard};
+use tensorscope::nn::{cross_entropy, Linear, Module, ReLU, Sequential};
+use tensorscope::profiler::{self, ProfileOptions, SortBy};
+use tensorscope::{DType, Device, Tensor};
+
+const CPU: Device = Device::Cpu;
+const ALL: ProfileOptions = ProfileOptions {
+    record_shapes: true,
+    profile_memory: true,
+};
+
+/// The CPU allocator is process-wide: every test here holds this.
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn ops_are_counted_timed_and_charged_their_memory() {
+    let _l = lock();
+    let x = Tensor::ones(&[32, 64], DType::F32, CPU).unwrap();
+    let (kept, prof) = profiler::profile(ALL, || {
+        let mut last = None;
+        for _ in 0..3 {
+            last = Some(x.exp().unwrap()); // 8 KiB each, the previous one freed
+        }
+        let m = x.matmul(&x.t().unwrap()).unwrap(); // [32, 32]: 4 KiB
+        (last, m)
+    })
+    .unwrap();
+    let avg = prof.key_averages();
+    let exp = avg.iter().find(|r| r.name == "exp").unwrap();
+    assert_eq!(exp.calls, 3);
+    // Each exp allocates its 8 KiB result (the previous one is freed by
+    // the loop, outside the op).
+    assert_eq!(exp.self_memory, 3 * 8192);
+    let mm = avg.iter().find(|r| r.name == "matmul").unwrap();
+    assert_eq!((mm.calls, mm.self_memory), (1, 4096));
+    // Shapes of the matmul call.
+    let e = prof.events.iter().find(|e| e.name == "matmul").unwrap();
+    assert_eq!(e.shapes, vec![vec![32, 64], vec![64, 32]]);
+    assert!(e.self_duration_us <= e.duration_us);
+    // The events are in start order, and each lies in the profile's span.
+    assert!(prof
+        .events
+        .windows(2)
+        .all(|w| w[0].start_us <= w[1].start_us));
+    // The memory track ends at the bytes still allocated.
+    let last = prof.memory.last().unwrap();
+    assert_eq!(last.device, CPU);
+    assert_eq!(
+        last.allocated as usize,
+        tensorscope::memory::memory_allocated(CPU)
+    );
+    drop(kept);
+}
+
+#[test]
+fn nested_ops_are_children_with_self_and_total_apart() {
+    let _l = lock();
+    let mut net = Sequential::new();
+    net.add(Linear::new(16, 32).unwrap())
+        .add(ReLU)
+        .add(Linear::new(32, 4).unwrap());
+    let x = Tensor::randn(&[8, 16], DType::F32, CPU).unwrap();
+    let y = Tensor::from_slice(&[0i64, 1, 2, 3, 0, 1, 2, 3], &[8], CPU).unwrap();
+    let ((), prof) = profiler::profile(ALL, || {
+        let loss = cross_entropy(&net.forward(&x).unwrap(), &y).unwrap();
+        loss.backward().unwrap();
+    })
+    .unwrap();
+    let names: Vec<&str> = prof
+        .events
+        .iter()
+        .filter(|e| e.depth == 0)
+        .map(|e| e.name)
+        .collect();
+    assert!(
+        names.contains(&"linear") && names.contains(&"backward"),
+        "{names:?}"
+    );
+    let linear = prof.events.iter().find(|e| e.name == "linear").unwrap();
+    assert_eq!(linear.shapes, vec![vec![8, 16]]);
+    // An op's total memory includes its children's; self its own only.
+    for e in &prof.events {
+        let children: Vec<_> = prof
+            .events
+            .iter()
+            .filter(|c| {
+                c.depth == e.depth + 1
+                    && c.start_us >= e.start_us
+                    && c.start_us + c.duration_us <= e.start_us + e.duration_us
+            })
+            .collect();
+        let child_total: i64 = children.iter().map(|c| c.total_memory).sum();
+        if !children.is_empty()
+            && prof
+                .events
+                .iter()
+                .filter(|o| o.depth == e.depth + 1)
+                .count()
+                == children.len()
+        {
+            assert_eq!(e.total_memory, e.self_memory + child_total, "{}", e.name);
+        }
+        assert!(e.self_duration_us <= e.duration_us);
+    }
+    let table = prof.table(SortBy::TotalTime, 5);
+    assert!(
+        table.contains("Name") && table.contains("Self CPU Mem") && table.contains("# of Calls")
+    );
+    assert_eq!(
+        table.lines().filter(|l| !l.starts_with('-')).count(),
+        1 + 5 + 1,
+        "{table}"
+    );
+}
+
+#[test]
+fn the_chrome_trace_is_valid_json_with_ops_and_memory_counters() {
+    let _l = lock();
+    let ((), prof) = profiler::profile(ALL, || {
+        let a = Tensor::ones(&[128], DType::F32, CPU).unwrap();
+        let _b = a.add(&a).unwrap();
+    })
+    .unwrap();
+    let path = std::env::temp_dir().join(format!("tensorscope_trace_{}.json", std::process::id()));
+    prof.export_chrome_trace(&path).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let ops: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
+    assert_eq!(ops.len(), prof.events.len());
+    assert!(ops.iter().any(|e| e["name"] == "ones") && ops.iter().any(|e| e["name"] == "add"));
+    for e in &ops {
+        assert!(e["ts"].is_u64() && e["dur"].is_u64() && e["pid"].is_u64() && e["tid"].is_u64());
+    }
+    assert_eq!(counters.len(), prof.memory.len());
+    assert!(counters
+        .iter()
+        .all(|c| c["args"]["bytes"].is_i64() || c["args"]["bytes"].is_u64()));
+    let e = prof
+        .export_chrome_trace("/nonexistent-dir/t.json")
+        .unwrap_err();
+    assert!(e.to_string().contains("export_chrome_trace"), "{e}");
+}
+
+#[test]
+fn profiles_do_not_nest_and_options_are_honoured() {
+    let _l = lock();
+    let (inner, _) = profiler::profile(ProfileOptions::default(), || {
+        profiler::profile(ProfileOptions::default(), || ()).map(|_| ())
+    })
+    .unwrap();
+    let e = inner.unwrap_err();
+    assert!(e.to_string().contains("profiler::profile"), "{e}");
+    // Without shapes or memory: times only.
+    let ((), prof) = profiler::profile(ProfileOptions::default(), || {
+        let a = Tensor::ones(&[16], DType::F32, CPU).unwrap();
+        drop(a.exp().unwrap());
+    })
+    .unwrap();
+    assert!(prof.memory.is_empty());
+    assert!(prof
+        .events
+        .iter()
+        .all(|e| e.shapes.is_empty() && e.self_memory == 0));
+    assert!(prof.events.iter().any(|e| e.name == "exp"));
+    // Another thread's ops are not in this thread's profile.
+    let ((), prof) = profiler::profile(ALL, || {
+        std::thread::spawn(|| drop(Tensor::ones(&[16], DType::F32, CPU).unwrap()))
+            .join()
+            .unwrap();
+    })
+    .unwrap();
+    assert!(prof.events.is_empty());
+}

@@ -275,3 +275,21 @@ fn loader_pin_memory_pins_only_for_a_device_target() {
         .unwrap();
     assert!(!l.is_pinned());
 }
+
+/// Deviation 14: `hardsigmoid`'s f64 gradient is `1/6` in f64 inside
+/// (-3, 3). PyTorch 2.15's CPU backward multiplies by `1/6` rounded to f32
+/// (0.1666666716337204), so its f64 gradients differ in the 8th digit.
+#[test]
+fn hardsigmoid_f64_gradient_is_a_sixth_in_f64() {
+    let x = Tensor::from_slice(&[0.5f64], &[1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    x.hardsigmoid()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(v(&x.grad().unwrap()), vec![1.0 / 6.0]);
+}

@@ -25,7 +25,10 @@ mod common;
 #[cfg(feature = "cuda")]
 use common::devices::on_both;
 use common::Params;
-use tensorscope::nn::{bce_with_logits, cross_entropy, mse_loss, LayerNorm, Module};
+use tensorscope::nn::{
+    bce_with_logits, binary_cross_entropy, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss,
+    nll_loss, smooth_l1_loss, LayerNorm, Module,
+};
 use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use tensorscope::{DType, Device, Result, Tensor};
 
@@ -269,6 +272,17 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "cross_entropy" => cross_entropy(a, b())?,
         "mse_loss" => mse_loss(a, b())?,
         "bce_with_logits" => bce_with_logits(a, b())?,
+        "leaky_relu" => a.leaky_relu(0.1)?,
+        "elu" => a.elu(0.7)?,
+        "mish" => a.mish()?,
+        "hardswish" => a.hardswish()?,
+        "hardsigmoid" => a.hardsigmoid()?,
+        "l1_loss" => l1_loss(a, b())?,
+        "smooth_l1_loss" => smooth_l1_loss(a, b(), c.f("beta"))?,
+        "huber_loss" => huber_loss(a, b(), c.f("delta"))?,
+        "nll_loss" => nll_loss(a, b())?,
+        "kl_div" => kl_div(a, b())?,
+        "binary_cross_entropy" => binary_cross_entropy(a, b())?,
         "index_select" => a.index_select(c.f("dim") as isize, b())?,
         "gather" => a.gather(c.f("dim") as isize, b())?,
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,

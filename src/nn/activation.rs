@@ -1,4 +1,4 @@
-//! Elementwise activations: `ReLU`, `GELU` (exact, erf form), `Sigmoid`, `Tanh`.
+//! Elementwise activations: `ReLU`, `GELU` (exact, erf form), `Sigmoid`, `Tanh`, `SiLU`, `Softplus` (in place when they may), and `LeakyReLU`, `ELU`, `Mish`, `Hardswish`.
 //!
 //! They have no parameters, preserve the shape and can work in place: given
 //! an owned input (see [`Sequential`](super::Sequential)) that is the only
@@ -59,4 +59,64 @@ activation!(
 activation!(
     /// `tanh(x)`.
     Tanh, tanh, tanh_
+);
+activation!(
+    /// `x * sigmoid(x)` (SiLU, swish).
+    SiLU, silu, silu_
+);
+activation!(
+    /// `ln(1 + e^x)` (beta 1, threshold 20: PyTorch's defaults).
+    Softplus, softplus, softplus_
+);
+
+/// An activation without an in-place kernel: `forward_owned` is `forward`.
+macro_rules! composite_activation {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty = $default:expr),* } => |$s:ident, $x:ident| $body:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name {
+            $(
+                #[doc = concat!("PyTorch's `", stringify!($field), "` (default ", stringify!($default), ").")]
+                pub $field: $ty,
+            )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $default),* }
+            }
+        }
+
+        impl Module for $name {
+            fn forward(&self, $x: &Tensor) -> Result<Tensor> {
+                let $s = self;
+                $body
+            }
+
+            fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+                Vec::new()
+            }
+
+            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+                Vec::new()
+            }
+        }
+    };
+}
+
+composite_activation!(
+    /// `x` above 0, `negative_slope * x` below ([`Tensor::leaky_relu`]).
+    LeakyReLU { negative_slope: f64 = 0.01 } => |s, x| x.leaky_relu(s.negative_slope)
+);
+composite_activation!(
+    /// `x` above 0, `alpha (e^x - 1)` below ([`Tensor::elu`]).
+    ELU { alpha: f64 = 1.0 } => |s, x| x.elu(s.alpha)
+);
+composite_activation!(
+    /// `x tanh(softplus(x))` ([`Tensor::mish`]).
+    Mish {} => |_s, x| x.mish()
+);
+composite_activation!(
+    /// `x relu6(x + 3) / 6` ([`Tensor::hardswish`]).
+    Hardswish {} => |_s, x| x.hardswish()
 );

@@ -472,3 +472,154 @@ pub fn bce_with_logits_with(
     };
     reduce(loss, opts.reduction)
 }
+
+/// Mean absolute error: `mean(|pred - target|)` (`F.l1_loss`). Shapes must
+/// be equal.
+///
+/// ```
+/// use tensorscope::nn::l1_loss;
+/// use tensorscope::{Device, Tensor};
+/// let p = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu)?;
+/// let t = Tensor::from_slice(&[0.0f32, 4.0], &[2], Device::Cpu)?;
+/// assert_eq!(l1_loss(&p, &t)?.item::<f32>()?, 1.5);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn l1_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    l1_loss_with(pred, target, Reduction::Mean)
+}
+
+/// [`l1_loss`] with a [`Reduction`].
+pub fn l1_loss_with(pred: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let _op = crate::alloc::history::op_context("l1_loss");
+    same_shape("l1_loss", pred, target)?;
+    reduce(pred.sub(target)?.abs()?, reduction)
+}
+
+/// `|d| < limit ? 0.5 d^2 / scale : (|d| - 0.5 limit) * slope`, the shared
+/// body of smooth L1 (`scale = limit = beta`, `slope = 1`) and Huber
+/// (`scale = 1`, `limit = slope = delta`).
+fn quadratic_then_linear(
+    op: &'static str,
+    pred: &Tensor,
+    target: &Tensor,
+    limit: f64,
+    scale: f64,
+    slope: f64,
+) -> Result<Tensor> {
+    same_shape(op, pred, target)?;
+    if limit.is_nan() || limit < 0.0 {
+        bail!(Error::arg(op, format!("needs a bound >= 0, got {limit}")));
+    }
+    let d = pred.sub(target)?;
+    let ad = d.abs()?;
+    if limit == 0.0 {
+        // PyTorch's smooth L1 with beta 0 is the L1 loss (no division by 0).
+        return ad.mul_scalar(slope);
+    }
+    let quad = d.square()?.mul_scalar(0.5 / scale)?;
+    let lin = ad.sub_scalar(0.5 * limit)?.mul_scalar(slope)?;
+    Tensor::where_cond(&ad.lt_scalar(limit)?, &quad, &lin)
+}
+
+/// Smooth L1 (`F.smooth_l1_loss(pred, target, beta=beta)`): quadratic
+/// below `beta`, linear above, averaged. PyTorch's default `beta` is 1; 0
+/// gives the L1 loss; a negative `beta` is an `Err`.
+pub fn smooth_l1_loss(pred: &Tensor, target: &Tensor, beta: f64) -> Result<Tensor> {
+    let _op = crate::alloc::history::op_context("smooth_l1_loss");
+    quadratic_then_linear("smooth_l1_loss", pred, target, beta, beta, 1.0)?.mean_all()
+}
+
+/// Huber (`F.huber_loss(pred, target, delta=delta)`): `0.5 d^2` below
+/// `delta`, `delta (|d| - 0.5 delta)` above, averaged. PyTorch's default
+/// `delta` is 1; a negative one is an `Err`.
+pub fn huber_loss(pred: &Tensor, target: &Tensor, delta: f64) -> Result<Tensor> {
+    let _op = crate::alloc::history::op_context("huber_loss");
+    quadratic_then_linear("huber_loss", pred, target, delta, 1.0, delta)?.mean_all()
+}
+
+/// Negative log-likelihood (`F.nll_loss`): `-mean(log_probs[i, target[i]])`
+/// for `log_probs` `[N, C]` (a `log_softmax` output) and class indices
+/// `target` `[N]` (i64 or i32). Every target must be a class: no index is
+/// ignored (as [`cross_entropy`]'s default here; PyTorch ignores -100).
+pub fn nll_loss(log_probs: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let op = "nll_loss";
+    let _op = crate::alloc::history::op_context(op);
+    if log_probs.rank() != 2 || target.rank() != 1 || target.shape()[0] != log_probs.shape()[0] {
+        bail!(Error::shape(
+            op,
+            log_probs.shape(),
+            target.shape(),
+            "needs log_probs [N, C] and target [N]"
+        ));
+    }
+    if !matches!(target.dtype(), DType::I64 | DType::I32) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "the target must hold class indices (i64 or i32), got {}",
+                target.dtype()
+            )
+        ));
+    }
+    log_probs
+        .gather(1, &target.unsqueeze(1)?)
+        .map_err(|e| e.reported_as(op))?
+        .mean_all()?
+        .neg()
+}
+
+/// Kullback-Leibler divergence (`F.kl_div(input, target)`, PyTorch's
+/// default `reduction="mean"`, `log_target=False`): `input` holds log
+/// probabilities, `target` probabilities; the pointwise loss is
+/// `target (ln target - input)`, 0 where `target` is 0. PyTorch's
+/// `batchmean` is [`kl_div_with`]'s `Sum` divided by the batch size.
+pub fn kl_div(input: &Tensor, target: &Tensor) -> Result<Tensor> {
+    kl_div_with(input, target, Reduction::Mean)
+}
+
+/// [`kl_div`] with a [`Reduction`].
+pub fn kl_div_with(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let op = "kl_div";
+    let _op = crate::alloc::history::op_context(op);
+    same_shape(op, input, target)?;
+    // `t ln t` is taken at `max(t, tiny)`: 0 where `t` is 0, and no `ln 0`
+    // on any branch (whose infinity would poison the gradient).
+    let pos = target.gt_scalar(0.0)?;
+    let safe = target.clamp(Some(f64::MIN_POSITIVE), None)?;
+    let tlogt = Tensor::where_cond(&pos, &target.mul(&safe.log()?)?, &target.mul_scalar(0.0)?)?;
+    reduce(tlogt.sub(&target.mul(input)?)?, reduction)
+}
+
+/// Binary cross-entropy on probabilities (`F.binary_cross_entropy`):
+/// `-mean(t ln p + (1 - t) ln(1 - p))`, each log clamped at -100 as in
+/// PyTorch. Shapes must be equal; a `pred` outside [0, 1] is an `Err`
+/// (checked on the values: a device synchronisation on a GPU). Prefer
+/// [`bce_with_logits`] on logits: it is exact where this saturates.
+pub fn binary_cross_entropy(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let op = "binary_cross_entropy";
+    let _op = crate::alloc::history::op_context(op);
+    same_shape(op, pred, target)?;
+    if pred.numel() > 0 {
+        let (lo, hi) = (
+            pred.detach()
+                .min_all()?
+                .to_dtype(DType::F64)?
+                .item::<f64>()?,
+            pred.detach()
+                .max_all()?
+                .to_dtype(DType::F64)?
+                .item::<f64>()?,
+        );
+        if !(lo >= 0.0 && hi <= 1.0) {
+            bail!(Error::arg(
+                op,
+                format!("every prediction must be in [0, 1], found values in [{lo}, {hi}]")
+            ));
+        }
+    }
+    let lp = pred.log()?.clamp(Some(-100.0), None)?;
+    let l1p = pred.rsub_scalar(1.0)?.log()?.clamp(Some(-100.0), None)?;
+    let pos = target.mul(&lp)?;
+    let neg = target.rsub_scalar(1.0)?.mul(&l1p)?;
+    pos.add(&neg)?.mean_all()?.neg()
+}

@@ -41,13 +41,14 @@ mod rms_norm;
 mod sequential;
 pub(crate) mod state;
 
-pub use activation::{ReLU, Sigmoid, Tanh, GELU};
+pub use activation::{Hardswish, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
 pub use linear::Linear;
 pub use loss::{
-    bce_with_logits, bce_with_logits_with, cross_entropy, cross_entropy_with, mse_loss,
-    mse_loss_with, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
+    bce_with_logits, bce_with_logits_with, binary_cross_entropy, cross_entropy, cross_entropy_with,
+    huber_loss, kl_div, kl_div_with, l1_loss, l1_loss_with, mse_loss, mse_loss_with, nll_loss,
+    smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
 pub use module::Module;
 pub use norm::{BatchNorm1d, BatchNormOptions, LayerNorm};

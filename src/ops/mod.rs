@@ -1,6 +1,7 @@
 //! The op layer: validation, dtype promotion and output allocation, then a
 //! call into [`crate::backend`]. One file per family.
 
+mod activations;
 mod elementwise;
 mod index;
 mod matmul;

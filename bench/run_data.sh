@@ -28,16 +28,7 @@ echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc
 LOAD_BEFORE=$(cat /proc/loadavg)
 echo "== load before: $LOAD_BEFORE"
 
-PY=python3
-if ! python3 -c "import torch" 2>/dev/null; then
-    PY=bench/.venv/bin/python
-    if ! "$PY" -c "import torch" 2>/dev/null; then
-        echo "== installing torch==$PYTORCH_VERSION from PyPI into bench/.venv"
-        python3 -m venv bench/.venv
-        "$PY" -m pip install --quiet "torch==$PYTORCH_VERSION" numpy
-    fi
-fi
-echo "== $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+source bench/torch_python.sh
 
 cargo bench --bench data --no-run
 for r in $(seq 1 "$ROUNDS"); do

@@ -40,16 +40,7 @@ BUSY=$(ps -eo pcpu,etime,comm --sort=-pcpu | head -6)
 echo "== load before: $LOAD_BEFORE"
 echo "$BUSY"
 
-PY=python3
-if ! python3 -c "import torch, numpy" 2>/dev/null; then
-    PY=bench/.venv/bin/python
-    if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-        echo "== installing torch==$PYTORCH_VERSION and numpy from PyPI into bench/.venv"
-        python3 -m venv bench/.venv
-        "$PY" -m pip install --quiet "torch==$PYTORCH_VERSION" numpy
-    fi
-fi
-echo "== $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+source bench/torch_python.sh
 
 FEATURES=()
 echo "== building (${FEATURES[*]:-no extra features})"

@@ -283,6 +283,31 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "nll_loss" => nll_loss(a, b())?,
         "kl_div" => kl_div(a, b())?,
         "binary_cross_entropy" => binary_cross_entropy(a, b())?,
+        "lerp" => a.lerp(b(), c.f("weight"))?,
+        "mm" => a.mm(b())?,
+        "bmm" => a.bmm(b())?,
+        "addmm" => a.addmm(b(), &x[2], c.f("beta"), c.f("alpha"))?,
+        "outer" => a.outer(b())?,
+        "dot" => a.dot(b())?,
+        "tril" => a.tril(c.f("k") as i64)?,
+        "triu" => a.triu(c.f("k") as i64)?,
+        "flip" => a.flip(&c.dims())?,
+        "roll" => {
+            let shifts: Vec<i64> = c
+                .param("shifts")
+                .split(',')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let dims: Vec<isize> = match c.param("dims") {
+                "none" => Vec::new(),
+                _ => c.dims(),
+            };
+            a.roll(&shifts, &dims)?
+        }
+        "logical_and" => a.logical_and(b())?,
+        "logical_or" => a.logical_or(b())?,
+        "logical_xor" => a.logical_xor(b())?,
+        "logical_not" => a.logical_not()?,
         "index_select" => a.index_select(c.f("dim") as isize, b())?,
         "gather" => a.gather(c.f("dim") as isize, b())?,
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,

@@ -2,6 +2,7 @@
 //! call into [`crate::backend`]. One file per family.
 
 mod activations;
+mod breadth;
 mod elementwise;
 mod index;
 mod matmul;

@@ -1,0 +1,284 @@
+//! Ops a PyTorch user reaches for first (issue 17, item 5), written with
+//! the ops below them so they run on every device and autograd
+//! differentiates them: `isnan`, `isinf`, `isfinite`, `nan_to_num`, the
+//! `logical_*` ops, `lerp`, `outer`, `dot`, `mm`, `bmm`, `addmm`, `tril`,
+//! `triu`, `flip` and `roll`.
+
+use crate::alloc::history::op_context;
+use crate::dtype::DType;
+use crate::error::{bail, Error, Result};
+use crate::layout::normalize_dim;
+use crate::tensor::Tensor;
+
+fn rank_is(op: &'static str, t: &Tensor, rank: usize, what: &str) -> Result<()> {
+    if t.rank() != rank {
+        bail!(Error::arg(
+            op,
+            format!("{what} must have rank {rank}, got shape {:?}", t.shape())
+        ));
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// `true` where the element is NaN (never for integers and bool).
+    pub fn isnan(&self) -> Result<Tensor> {
+        let _op = op_context("isnan");
+        if self.dtype().is_float() {
+            self.ne(self)
+        } else {
+            Tensor::zeros(self.shape(), DType::Bool, self.device())
+        }
+    }
+
+    /// `true` where the element is +inf or -inf (never for integers).
+    pub fn isinf(&self) -> Result<Tensor> {
+        let _op = op_context("isinf");
+        if self.dtype().is_float() {
+            self.abs()?.eq_scalar(f64::INFINITY)
+        } else {
+            Tensor::zeros(self.shape(), DType::Bool, self.device())
+        }
+    }
+
+    /// `true` where the element is neither infinite nor NaN (always for
+    /// integers).
+    pub fn isfinite(&self) -> Result<Tensor> {
+        let _op = op_context("isfinite");
+        if self.dtype().is_float() {
+            self.abs()?.lt_scalar(f64::INFINITY)
+        } else {
+            Tensor::ones(self.shape(), DType::Bool, self.device())
+        }
+    }
+
+    /// NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf`
+    /// (`torch.nan_to_num`; `None` for the infinities is the dtype's
+    /// largest and lowest finite value). Integers are returned unchanged
+    /// (a new handle).
+    pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
+        let _op = op_context("nan_to_num");
+        let dt = self.dtype();
+        if !dt.is_float() {
+            return Ok(self.alias());
+        }
+        let (lo, hi) = match dt {
+            DType::F64 => (f64::MIN, f64::MAX),
+            DType::F16 => (-65504.0, 65504.0),
+            DType::BF16 => (
+                f64::from(crate::bf16::MIN.to_f32()),
+                f64::from(crate::bf16::MAX.to_f32()),
+            ),
+            _ => (f64::from(f32::MIN), f64::from(f32::MAX)),
+        };
+        let fill = |v: f64| Tensor::full(&[], v, dt, self.device());
+        let x = Tensor::where_cond(&self.isnan()?, &fill(nan)?, self)?;
+        let x = Tensor::where_cond(
+            &x.eq_scalar(f64::INFINITY)?,
+            &fill(posinf.unwrap_or(hi))?,
+            &x,
+        )?;
+        Tensor::where_cond(
+            &x.eq_scalar(f64::NEG_INFINITY)?,
+            &fill(neginf.unwrap_or(lo))?,
+            &x,
+        )
+    }
+
+    /// `true` where the element is zero (false), as bool.
+    pub fn logical_not(&self) -> Result<Tensor> {
+        let _op = op_context("logical_not");
+        self.eq_scalar(0.0)
+    }
+
+    /// Elementwise `self != 0 and other != 0`, broadcast, as bool.
+    pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("logical_and");
+        self.ne_scalar(0.0)?.mul(&other.ne_scalar(0.0)?)
+    }
+
+    /// Elementwise `self != 0 or other != 0`, broadcast, as bool.
+    pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("logical_or");
+        self.ne_scalar(0.0)?.maximum(&other.ne_scalar(0.0)?)
+    }
+
+    /// Elementwise `(self != 0) != (other != 0)`, broadcast, as bool.
+    pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("logical_xor");
+        self.ne_scalar(0.0)?.ne(&other.ne_scalar(0.0)?)
+    }
+
+    /// `self + weight (end - self)` (`torch.lerp` with a scalar weight).
+    pub fn lerp(&self, end: &Tensor, weight: f64) -> Result<Tensor> {
+        let _op = op_context("lerp");
+        self.add(&end.sub(self)?.mul_scalar(weight)?)
+    }
+
+    /// The outer product of two vectors: `[n] x [m] -> [n, m]`.
+    pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("outer");
+        rank_is("outer", self, 1, "the first vector")?;
+        rank_is("outer", other, 1, "the second vector")?;
+        self.unsqueeze(1)?.mul(&other.unsqueeze(0)?)
+    }
+
+    /// The dot product of two vectors of one length and dtype (a rank-0
+    /// tensor).
+    pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
+        let op = "dot";
+        let _op = op_context(op);
+        rank_is(op, self, 1, "the first vector")?;
+        rank_is(op, other, 1, "the second vector")?;
+        if self.shape() != other.shape() || self.dtype() != other.dtype() {
+            bail!(Error::shape(
+                op,
+                self.shape(),
+                other.shape(),
+                format!(
+                    "needs two vectors of one length and dtype ({} and {})",
+                    self.dtype(),
+                    other.dtype()
+                )
+            ));
+        }
+        self.mul(other)?.sum_all()
+    }
+
+    /// Matrix product of two matrices (rank 2 each, no broadcasting).
+    pub fn mm(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("mm");
+        rank_is("mm", self, 2, "the first matrix")?;
+        rank_is("mm", other, 2, "the second matrix")?;
+        self.matmul(other).map_err(|e| e.reported_as("mm"))
+    }
+
+    /// Batched matrix product of `[b, n, k]` and `[b, k, m]` (no
+    /// broadcasting).
+    pub fn bmm(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = op_context("bmm");
+        rank_is("bmm", self, 3, "the first batch")?;
+        rank_is("bmm", other, 3, "the second batch")?;
+        if self.shape()[0] != other.shape()[0] {
+            bail!(Error::shape(
+                "bmm",
+                self.shape(),
+                other.shape(),
+                "the batch sizes must be equal"
+            ));
+        }
+        self.matmul(other).map_err(|e| e.reported_as("bmm"))
+    }
+
+    /// `beta self + alpha (m1 @ m2)` (`torch.addmm`; `self` broadcasts to
+    /// the product's shape).
+    pub fn addmm(&self, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        let _op = op_context("addmm");
+        let prod = m1.mm(m2).map_err(|e| e.reported_as("addmm"))?;
+        self.mul_scalar(beta)?
+            .add(&prod.mul_scalar(alpha)?)
+            .map_err(|e| e.reported_as("addmm"))
+    }
+
+    /// The elements on and below diagonal `k` of the last two dimensions
+    /// (`torch.tril`), zeros elsewhere.
+    pub fn tril(&self, k: i64) -> Result<Tensor> {
+        let _op = op_context("tril");
+        self.triangle("tril", k, true)
+    }
+
+    /// The elements on and above diagonal `k` of the last two dimensions
+    /// (`torch.triu`), zeros elsewhere.
+    pub fn triu(&self, k: i64) -> Result<Tensor> {
+        let _op = op_context("triu");
+        self.triangle("triu", k, false)
+    }
+
+    fn triangle(&self, op: &'static str, k: i64, lower: bool) -> Result<Tensor> {
+        if self.rank() < 2 {
+            bail!(Error::arg(
+                op,
+                format!("needs at least 2 dimensions, got shape {:?}", self.shape())
+            ));
+        }
+        let (r, c) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
+        let dev = self.device();
+        let rows = Tensor::arange(0.0, r as f64, 1.0, DType::I64, dev)?.unsqueeze(1)?;
+        let cols = Tensor::arange(0.0, c as f64, 1.0, DType::I64, dev)?.unsqueeze(0)?;
+        // j - i against k.
+        let d = cols.sub(&rows)?;
+        let keep = if lower {
+            d.le_scalar(k as f64)?
+        } else {
+            d.ge_scalar(k as f64)?
+        };
+        let zero = Tensor::zeros(&[], self.dtype(), dev)?;
+        Tensor::where_cond(&keep, self, &zero)
+    }
+
+    /// The elements in reverse order along each of `dims` (`torch.flip`; a
+    /// copy).
+    pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
+        let op = "flip";
+        let _op = op_context(op);
+        let mut out = self.alias();
+        let mut seen = vec![false; self.rank()];
+        for &d in dims {
+            let d = normalize_dim(op, d, self.rank())?;
+            if std::mem::replace(&mut seen[d], true) {
+                bail!(Error::arg(op, format!("dim {d} appears twice in {dims:?}")));
+            }
+            let n = self.shape()[d];
+            let idx = Tensor::arange(n as f64 - 1.0, -1.0, -1.0, DType::I64, self.device())?;
+            out = out.index_select(d as isize, &idx)?;
+        }
+        if dims.is_empty() {
+            out = out.deep_clone()?;
+        }
+        Ok(out)
+    }
+
+    /// The elements shifted by `shifts[i]` along `dims[i]`, wrapping round
+    /// (`torch.roll`; a copy). With no dims, the flattened tensor rolls by
+    /// `shifts[0]` and keeps its shape.
+    pub fn roll(&self, shifts: &[i64], dims: &[isize]) -> Result<Tensor> {
+        let op = "roll";
+        let _op = op_context(op);
+        if dims.is_empty() {
+            let [s] = shifts else {
+                bail!(Error::arg(
+                    op,
+                    format!("without dims it takes one shift, got {shifts:?}")
+                ));
+            };
+            let flat = self.reshape(&[-1])?.roll(&[*s], &[0])?;
+            let shape: Vec<isize> = self.shape().iter().map(|&v| v as isize).collect();
+            return flat.reshape(&shape);
+        }
+        if shifts.len() != dims.len() {
+            bail!(Error::arg(
+                op,
+                format!("{} shifts for {} dims", shifts.len(), dims.len())
+            ));
+        }
+        let mut out = self.alias();
+        for (&s, &d) in shifts.iter().zip(dims) {
+            let d = normalize_dim(op, d, self.rank())?;
+            let n = self.shape()[d];
+            if n == 0 {
+                continue;
+            }
+            let s = s.rem_euclid(n as i64) as usize;
+            if s == 0 {
+                continue;
+            }
+            let tail = out.narrow(d as isize, n - s, s)?;
+            let head = out.narrow(d as isize, 0, n - s)?;
+            out = Tensor::cat(&[&tail, &head], d as isize)?;
+        }
+        if out.shares_storage(self) {
+            out = out.deep_clone()?;
+        }
+        Ok(out)
+    }
+}

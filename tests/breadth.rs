@@ -1,0 +1,91 @@
+//! Issue 17 item 5, first part: the special-value tests and `nan_to_num`
+//! (values PyTorch 2.15 gives, by hand: the differential fixtures hold no
+//! NaN or infinite inputs), and the errors of the shape-checked products
+//! and the index ops. Values and gradients of the rest are in the
+//! differential suite.
+
+use tensorscope::{DType, Device, Tensor};
+
+const CPU: Device = Device::Cpu;
+
+#[test]
+fn special_values_are_found_and_replaced() {
+    let x = Tensor::from_slice(
+        &[1.0f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0],
+        &[5],
+        CPU,
+    )
+    .unwrap();
+    let b = |t: Tensor| t.to_vec::<bool>().unwrap();
+    assert_eq!(b(x.isnan().unwrap()), [false, true, false, false, false]);
+    assert_eq!(b(x.isinf().unwrap()), [false, false, true, true, false]);
+    assert_eq!(b(x.isfinite().unwrap()), [true, false, false, false, true]);
+    // torch.nan_to_num(x): 0, f32's max and lowest.
+    let r = x
+        .nan_to_num(0.0, None, None)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(r, [1.0, 0.0, f32::MAX, f32::MIN, -0.0]);
+    let r = x
+        .nan_to_num(7.0, Some(1.0), Some(-2.0))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(r, [1.0, 7.0, 1.0, -2.0, -0.0]);
+    // bf16 saturates to its own largest value.
+    let h = x
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .nan_to_num(0.0, None, None)
+        .unwrap();
+    let hv = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(hv[2], tensorscope::bf16::MAX.to_f32());
+    // Integers: no NaN, no infinity, all finite, unchanged.
+    let i = Tensor::from_slice(&[3i64, -4], &[2], CPU).unwrap();
+    assert_eq!(b(i.isnan().unwrap()), [false, false]);
+    assert_eq!(b(i.isinf().unwrap()), [false, false]);
+    assert_eq!(b(i.isfinite().unwrap()), [true, true]);
+    assert_eq!(
+        i.nan_to_num(0.0, None, None)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        [3, -4]
+    );
+}
+
+#[test]
+fn bad_shapes_and_dims_are_errors_naming_the_op() {
+    let m = Tensor::zeros(&[2, 3], DType::F32, CPU).unwrap();
+    let v = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    let b3 = Tensor::zeros(&[2, 3, 4], DType::F32, CPU).unwrap();
+    let b3x = Tensor::zeros(&[3, 4, 5], DType::F32, CPU).unwrap();
+    for (op, e) in [
+        ("mm", m.mm(&v).unwrap_err()),
+        ("mm", m.mm(&m).unwrap_err()),
+        ("bmm", m.bmm(&m).unwrap_err()),
+        ("bmm", b3.bmm(&b3x).unwrap_err()),
+        ("outer", m.outer(&v).unwrap_err()),
+        ("dot", v.dot(&m).unwrap_err()),
+        (
+            "dot",
+            v.dot(&Tensor::zeros(&[4], DType::F32, CPU).unwrap())
+                .unwrap_err(),
+        ),
+        ("addmm", m.addmm(&m, &m, 1.0, 1.0).unwrap_err()),
+        ("tril", v.tril(0).unwrap_err()),
+        ("triu", v.triu(0).unwrap_err()),
+        ("flip", m.flip(&[2]).unwrap_err()),
+        ("flip", m.flip(&[0, -2]).unwrap_err()),
+        ("roll", m.roll(&[1, 2], &[0]).unwrap_err()),
+        ("roll", m.roll(&[1, 2], &[]).unwrap_err()),
+    ] {
+        let s = e.to_string();
+        assert!(s.contains(op), "{op}: {s}");
+    }
+    assert!(m.mm(&m).unwrap_err().to_string().contains("[2, 3]"));
+    // An empty flip is a copy, not a view of the input.
+    let f = m.flip(&[]).unwrap();
+    assert!(!f.shares_storage(&m));
+}

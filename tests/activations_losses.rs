@@ -119,3 +119,46 @@ fn edge_values_follow_pytorch() {
     let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], CPU).unwrap();
     assert_eq!(kl_div(&input, &t).unwrap().item::<f32>().unwrap(), 1.0);
 }
+
+fn grad_at(x: f64, f: impl Fn(&Tensor) -> tensorscope::Result<Tensor>) -> f64 {
+    let t = Tensor::from_slice(&[x], &[1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    f(&t).unwrap().sum_all().unwrap().backward().unwrap();
+    t.grad().unwrap().to_vec::<f64>().unwrap()[0]
+}
+
+/// Gradients where a composite's pieces meet, as PyTorch 2.15's kernels
+/// give them: ELU at 0 is alpha; hardswish at -3 and 3 is -0.5 and 1.5;
+/// KL's target gradient where the target is 0 is 0; BCE at p = 0 and 1 is
+/// finite (deviation 15 says how it differs).
+#[test]
+fn gradients_at_the_joins_are_pytorchs() {
+    assert_eq!(grad_at(0.0, |x| x.elu(0.7)), 0.7);
+    assert_eq!(grad_at(3.0, |x| x.hardswish()), 1.5);
+    assert_eq!(grad_at(-3.0, |x| x.hardswish()), -0.5);
+    assert_eq!(grad_at(-3.5, |x| x.hardswish()), 0.0);
+    let input = Tensor::from_slice(&[-1.0f32, -2.0], &[2], CPU).unwrap();
+    let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    kl_div(&input, &t).unwrap().backward().unwrap();
+    let g = t.grad().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(g[0], 0.0);
+    assert!(g[1].is_finite());
+    for p in [0.0, 1.0] {
+        let g = grad_at(p, |x| {
+            let y = Tensor::from_slice(&[0.5f64], &[1], CPU)?;
+            binary_cross_entropy(x, &y)
+        });
+        assert!(g.is_finite(), "p = {p}: {g}");
+    }
+    // huber's delta must be positive.
+    let a = Tensor::zeros(&[2], DType::F32, CPU).unwrap();
+    assert!(huber_loss(&a, &a, 0.0)
+        .unwrap_err()
+        .to_string()
+        .contains("huber_loss"));
+}

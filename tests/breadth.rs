@@ -89,3 +89,63 @@ fn bad_shapes_and_dims_are_errors_naming_the_op() {
     let f = m.flip(&[]).unwrap();
     assert!(!f.shares_storage(&m));
 }
+
+#[test]
+fn products_and_lerp_follow_pytorch_at_their_edges() {
+    // addmm with beta 0 does not read self (NaN stays out).
+    let nan = Tensor::full(&[2, 2], f64::NAN, DType::F32, CPU).unwrap();
+    let a = Tensor::ones(&[2, 3], DType::F32, CPU).unwrap();
+    let b = Tensor::ones(&[3, 2], DType::F32, CPU).unwrap();
+    assert_eq!(
+        nan.addmm(&a, &b, 0.0, 2.0)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        [6.0; 4]
+    );
+    // self must be the product's dtype and broadcast to its shape.
+    let big = Tensor::zeros(&[3, 2, 2], DType::F32, CPU).unwrap();
+    assert!(big
+        .addmm(&a, &b, 1.0, 1.0)
+        .unwrap_err()
+        .to_string()
+        .contains("addmm"));
+    let f64s = Tensor::zeros(&[2, 2], DType::F64, CPU).unwrap();
+    assert!(f64s
+        .addmm(&a, &b, 1.0, 1.0)
+        .unwrap_err()
+        .to_string()
+        .contains("addmm"));
+    // lerp at weight 1 is `end` exactly; mixed dtypes are refused.
+    let s = Tensor::from_slice(&[1e8f32], &[1], CPU).unwrap();
+    let e = Tensor::from_slice(&[1.0f32], &[1], CPU).unwrap();
+    assert_eq!(s.lerp(&e, 1.0).unwrap().to_vec::<f32>().unwrap(), [1.0]);
+    let e64 = Tensor::from_slice(&[1.0f64], &[1], CPU).unwrap();
+    assert!(s.lerp(&e64, 0.5).unwrap_err().to_string().contains("lerp"));
+    // dot: one product-sum (no f16 overflow of a product), bool refused.
+    let h = Tensor::from_slice(&[300.0f32, 300.0], &[2], CPU)
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    let h2 = Tensor::from_slice(&[300.0f32, -300.0], &[2], CPU)
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    let d = h
+        .dot(&h2)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    assert_eq!(d, 0.0);
+    let t = Tensor::ones(&[2], DType::Bool, CPU).unwrap();
+    assert!(t.dot(&t).unwrap_err().to_string().contains("dot"));
+    // nan_to_num of integers is a copy; logical ops name themselves.
+    let i = Tensor::from_slice(&[1i64, 2], &[2], CPU).unwrap();
+    assert!(!i.nan_to_num(0.0, None, None).unwrap().shares_storage(&i));
+    let e = i
+        .logical_and(&Tensor::zeros(&[3], DType::I64, CPU).unwrap())
+        .unwrap_err();
+    assert!(e.to_string().contains("logical_and"), "{e}");
+}

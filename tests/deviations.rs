@@ -293,3 +293,20 @@ fn hardsigmoid_f64_gradient_is_a_sixth_in_f64() {
         .unwrap();
     assert_eq!(v(&x.grad().unwrap()), vec![1.0 / 6.0]);
 }
+
+/// Deviation 15: `binary_cross_entropy`'s gradient at a prediction of
+/// exactly 0 or 1 comes from the other term alone (the saturated log is a
+/// constant -100 there): 0.5 at p = 0 for target 0.5. PyTorch divides
+/// `p - t` by `max(p (1 - p), 1e-12)`: -0.5e12 there.
+#[test]
+fn bce_gradient_at_a_saturated_prediction_is_finite_and_small() {
+    use tensorscope::nn::binary_cross_entropy;
+    let p = Tensor::from_slice(&[0.0f64], &[1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let t = Tensor::from_slice(&[0.5f64], &[1], CPU).unwrap();
+    binary_cross_entropy(&p, &t).unwrap().backward().unwrap();
+    // d/dp of -(1 - t) ln(1 - p) at p = 0: (1 - t) / (1 - p) = 0.5.
+    assert_eq!(v(&p.grad().unwrap()), vec![0.5]);
+}

@@ -531,9 +531,16 @@ pub fn smooth_l1_loss(pred: &Tensor, target: &Tensor, beta: f64) -> Result<Tenso
 
 /// Huber (`F.huber_loss(pred, target, delta=delta)`): `0.5 d^2` below
 /// `delta`, `delta (|d| - 0.5 delta)` above, averaged. PyTorch's default
-/// `delta` is 1; a negative one is an `Err`.
+/// `delta` is 1; a `delta` that is not positive is an `Err` (as in
+/// PyTorch).
 pub fn huber_loss(pred: &Tensor, target: &Tensor, delta: f64) -> Result<Tensor> {
     let _op = crate::alloc::history::op_context("huber_loss");
+    if delta.is_nan() || delta <= 0.0 {
+        bail!(Error::arg(
+            "huber_loss",
+            format!("needs delta > 0, got {delta}")
+        ));
+    }
     quadratic_then_linear("huber_loss", pred, target, delta, 1.0, delta)?.mean_all()
 }
 
@@ -582,19 +589,25 @@ pub fn kl_div_with(input: &Tensor, target: &Tensor, reduction: Reduction) -> Res
     let op = "kl_div";
     let _op = crate::alloc::history::op_context(op);
     same_shape(op, input, target)?;
-    // `t ln t` is taken at `max(t, tiny)`: 0 where `t` is 0, and no `ln 0`
-    // on any branch (whose infinity would poison the gradient).
+    // Where `t` is 0 the loss and both gradients are 0 (PyTorch's), and
+    // `ln` sees 1 there: no branch holds an infinity that a gradient could
+    // multiply by 0.
     let pos = target.gt_scalar(0.0)?;
-    let safe = target.clamp(Some(f64::MIN_POSITIVE), None)?;
-    let tlogt = Tensor::where_cond(&pos, &target.mul(&safe.log()?)?, &target.mul_scalar(0.0)?)?;
-    reduce(tlogt.sub(&target.mul(input)?)?, reduction)
+    let one = Tensor::ones(&[], target.dtype(), target.device())?;
+    let safe = Tensor::where_cond(&pos, target, &one)?;
+    let point = target.mul(&safe.log()?.sub(input)?)?;
+    let zero = Tensor::zeros(&[], point.dtype(), point.device())?;
+    reduce(Tensor::where_cond(&pos, &point, &zero)?, reduction)
 }
 
 /// Binary cross-entropy on probabilities (`F.binary_cross_entropy`):
 /// `-mean(t ln p + (1 - t) ln(1 - p))`, each log clamped at -100 as in
 /// PyTorch. Shapes must be equal; a `pred` outside [0, 1] is an `Err`
-/// (checked on the values: a device synchronisation on a GPU). Prefer
-/// [`bce_with_logits`] on logits: it is exact where this saturates.
+/// (checked on the values: a device synchronisation on a GPU). At `p`
+/// exactly 0 or 1 the gradient stays finite: the saturated log's term
+/// contributes 0 (PyTorch divides by `max(p (1 - p), 1e-12)` instead:
+/// deviation 15). Prefer [`bce_with_logits`] on logits: it is exact where
+/// this saturates.
 pub fn binary_cross_entropy(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     let op = "binary_cross_entropy";
     let _op = crate::alloc::history::op_context(op);
@@ -617,8 +630,19 @@ pub fn binary_cross_entropy(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
             ));
         }
     }
-    let lp = pred.log()?.clamp(Some(-100.0), None)?;
-    let l1p = pred.rsub_scalar(1.0)?.log()?.clamp(Some(-100.0), None)?;
+    // Each log at 1 where its argument is 0 (then -100): no infinity on a
+    // branch whose gradient is multiplied by 0.
+    let clamped_log = |v: &Tensor| -> Result<Tensor> {
+        let pos = v.gt_scalar(0.0)?;
+        let one = Tensor::ones(&[], v.dtype(), v.device())?;
+        let low = Tensor::full(&[], -100.0, v.dtype(), v.device())?;
+        let l = Tensor::where_cond(&pos, v, &one)?
+            .log()?
+            .clamp(Some(-100.0), None)?;
+        Tensor::where_cond(&pos, &l, &low)
+    };
+    let lp = clamped_log(pred)?;
+    let l1p = clamped_log(&pred.rsub_scalar(1.0)?)?;
     let pos = target.mul(&lp)?;
     let neg = target.rsub_scalar(1.0)?.mul(&l1p)?;
     pos.add(&neg)?.mean_all()?.neg()

@@ -45,16 +45,18 @@ impl Tensor {
 
     /// `x` where `x > 0`, `alpha (e^x - 1)` elsewhere
     /// (`torch.nn.functional.elu`; PyTorch's default alpha is 1). The
-    /// exponential sees `min(x, 0)`, so no branch overflows.
+    /// exponential sees `x` where `x <= 0` and 0 elsewhere, so no branch
+    /// overflows, and the gradient at 0 is `alpha`, as PyTorch's.
     pub fn elu(&self, alpha: f64) -> Result<Tensor> {
         let _op = op_context("elu");
         in_float("elu", self, |x| {
-            let neg = x
-                .clamp(None, Some(0.0))?
+            let pos = x.gt_scalar(0.0)?;
+            let zero = Tensor::zeros(&[], x.dtype(), x.device())?;
+            let neg = Tensor::where_cond(&pos, &zero, x)?
                 .exp()?
                 .sub_scalar(1.0)?
                 .mul_scalar(alpha)?;
-            Tensor::where_cond(&x.gt_scalar(0.0)?, x, &neg)
+            Tensor::where_cond(&pos, x, &neg)
         })
     }
 
@@ -64,10 +66,17 @@ impl Tensor {
         in_float("mish", self, |x| x.mul(&x.softplus()?.tanh()?))
     }
 
-    /// `x relu6(x + 3) / 6` (`torch.nn.functional.hardswish`).
+    /// `x relu6(x + 3) / 6` (`torch.nn.functional.hardswish`): 0 below -3,
+    /// `x (x + 3) / 6` on [-3, 3], `x` above, so that the gradient at the
+    /// ends (-0.5 and 1.5) is PyTorch's.
     pub fn hardswish(&self) -> Result<Tensor> {
         let _op = op_context("hardswish");
-        in_float("hardswish", self, |x| x.mul(&x.hardsigmoid()?))
+        in_float("hardswish", self, |x| {
+            let zero = Tensor::zeros(&[], x.dtype(), x.device())?;
+            let mid = x.mul(&x.add_scalar(3.0)?)?.div_scalar(6.0)?;
+            let upper = Tensor::where_cond(&x.le_scalar(3.0)?, &mid, x)?;
+            Tensor::where_cond(&x.lt_scalar(-3.0)?, &zero, &upper)
+        })
     }
 
     /// `relu6(x + 3) / 6` (`torch.nn.functional.hardsigmoid`).

@@ -60,7 +60,7 @@ impl Tensor {
         let _op = op_context("nan_to_num");
         let dt = self.dtype();
         if !dt.is_float() {
-            return Ok(self.alias());
+            return self.deep_clone(); // a copy, as PyTorch's
         }
         let (lo, hi) = match dt {
             DType::F64 => (f64::MIN, f64::MAX),
@@ -94,25 +94,51 @@ impl Tensor {
     /// Elementwise `self != 0 and other != 0`, broadcast, as bool.
     pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
         let _op = op_context("logical_and");
-        self.ne_scalar(0.0)?.mul(&other.ne_scalar(0.0)?)
+        self.ne_scalar(0.0)?
+            .mul(&other.ne_scalar(0.0)?)
+            .map_err(|e| e.reported_as("logical_and"))
     }
 
     /// Elementwise `self != 0 or other != 0`, broadcast, as bool.
     pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
         let _op = op_context("logical_or");
-        self.ne_scalar(0.0)?.maximum(&other.ne_scalar(0.0)?)
+        self.ne_scalar(0.0)?
+            .maximum(&other.ne_scalar(0.0)?)
+            .map_err(|e| e.reported_as("logical_or"))
     }
 
     /// Elementwise `(self != 0) != (other != 0)`, broadcast, as bool.
     pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
         let _op = op_context("logical_xor");
-        self.ne_scalar(0.0)?.ne(&other.ne_scalar(0.0)?)
+        self.ne_scalar(0.0)?
+            .ne(&other.ne_scalar(0.0)?)
+            .map_err(|e| e.reported_as("logical_xor"))
     }
 
-    /// `self + weight (end - self)` (`torch.lerp` with a scalar weight).
+    /// `self + weight (end - self)` (`torch.lerp` with a scalar weight;
+    /// for `|weight| >= 0.5`, `end - (end - self)(1 - weight)`, as PyTorch
+    /// computes it, so that weight 1 gives `end` exactly). Both tensors
+    /// must be of one float dtype; they broadcast.
     pub fn lerp(&self, end: &Tensor, weight: f64) -> Result<Tensor> {
-        let _op = op_context("lerp");
-        self.add(&end.sub(self)?.mul_scalar(weight)?)
+        let op = "lerp";
+        let _op = op_context(op);
+        if !self.dtype().is_float() || self.dtype() != end.dtype() {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "needs two tensors of one float dtype, got {} and {}",
+                    self.dtype(),
+                    end.dtype()
+                )
+            ));
+        }
+        let diff = end.sub(self).map_err(|e| e.reported_as(op))?;
+        if weight.abs() < 0.5 {
+            self.add(&diff.mul_scalar(weight)?)
+        } else {
+            end.sub(&diff.mul_scalar(1.0 - weight)?)
+        }
+        .map_err(|e| e.reported_as(op))
     }
 
     /// The outer product of two vectors: `[n] x [m] -> [n, m]`.
@@ -130,7 +156,10 @@ impl Tensor {
         let _op = op_context(op);
         rank_is(op, self, 1, "the first vector")?;
         rank_is(op, other, 1, "the second vector")?;
-        if self.shape() != other.shape() || self.dtype() != other.dtype() {
+        if self.shape() != other.shape()
+            || self.dtype() != other.dtype()
+            || self.dtype() == DType::Bool
+        {
             bail!(Error::shape(
                 op,
                 self.shape(),
@@ -142,7 +171,17 @@ impl Tensor {
                 )
             ));
         }
-        self.mul(other)?.sum_all()
+        // One product-sum (as PyTorch's): no rounding of each product, an
+        // integer dot keeps its dtype, and half types sum in f32 (the f16
+        // matmul path can overflow on a product: [300, 300] . [300, -300]).
+        let dt = self.dtype();
+        if matches!(dt, DType::F16 | DType::BF16) {
+            return self
+                .to_dtype(DType::F32)?
+                .matmul(&other.to_dtype(DType::F32)?)?
+                .to_dtype(dt);
+        }
+        self.matmul(other).map_err(|e| e.reported_as(op))
     }
 
     /// Matrix product of two matrices (rank 2 each, no broadcasting).
@@ -170,14 +209,40 @@ impl Tensor {
         self.matmul(other).map_err(|e| e.reported_as("bmm"))
     }
 
-    /// `beta self + alpha (m1 @ m2)` (`torch.addmm`; `self` broadcasts to
-    /// the product's shape).
+    /// `beta self + alpha (m1 @ m2)` (`torch.addmm`): `self` of the
+    /// product's dtype, broadcasting to its shape `[n, m]`; with `beta` 0
+    /// `self` is not read (its NaNs do not propagate), as in PyTorch.
     pub fn addmm(&self, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
-        let _op = op_context("addmm");
-        let prod = m1.mm(m2).map_err(|e| e.reported_as("addmm"))?;
+        let op = "addmm";
+        let _op = op_context(op);
+        let prod = m1.mm(m2).map_err(|e| e.reported_as(op))?;
+        if self.dtype() != prod.dtype() {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "self is {} but the matrices are {}",
+                    self.dtype(),
+                    prod.dtype()
+                )
+            ));
+        }
+        let fits = crate::layout::broadcast_shapes(op, self.shape(), prod.shape())
+            .is_ok_and(|s| s.as_slice() == prod.shape());
+        if !fits {
+            bail!(Error::shape(
+                op,
+                self.shape(),
+                prod.shape(),
+                "self must broadcast to the product's shape"
+            ));
+        }
+        let scaled = prod.mul_scalar(alpha)?;
+        if beta == 0.0 {
+            return Ok(scaled);
+        }
         self.mul_scalar(beta)?
-            .add(&prod.mul_scalar(alpha)?)
-            .map_err(|e| e.reported_as("addmm"))
+            .add(&scaled)
+            .map_err(|e| e.reported_as(op))
     }
 
     /// The elements on and below diagonal `k` of the last two dimensions

@@ -48,6 +48,11 @@ pub struct ProfileOptions {
 /// One op call.
 #[derive(Clone, Debug)]
 pub struct OpEvent {
+    /// Its number: calls are numbered in the order they started, from 0
+    /// (its index in [`Profile::events`]).
+    pub id: u64,
+    /// The op that called it ([`id`](Self::id)), `None` at depth 0.
+    pub parent: Option<u64>,
     /// The public op (`"matmul"`, `"linear"`, `"backward"`, ...).
     pub name: &'static str,
     /// Microseconds since the process's first recorded event.
@@ -154,6 +159,8 @@ impl Profile {
             events: ops
                 .into_iter()
                 .map(|o| OpEvent {
+                    id: o.id,
+                    parent: o.parent,
                     name: o.name,
                     start_us: o.start_us,
                     duration_us: o.dur_us,

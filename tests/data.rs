@@ -561,9 +561,6 @@ fn a_reused_slot_invalidates_what_autograd_saved_from_it() {
     assert!(matches!(err, Error::Autograd { .. }), "{err}");
 }
 
-/// An epoch leaked half way (`mem::forget`, safe Rust) cannot leave its
-/// workers writing the ring: the next epoch stops and waits for them first,
-/// then delivers every sample intact.
 /// Leaks: a batch leaked with workers and a ring of one is an error from
 /// `next`, not a hang; a loader dropped after an epoch was leaked (its
 /// workers waiting for slots) stops them and frees the ring.
@@ -610,6 +607,9 @@ fn leaked_batches_and_epochs_neither_hang_nor_keep_the_ring() {
     );
 }
 
+/// An epoch leaked half way (`mem::forget`, safe Rust) cannot leave its
+/// workers writing the ring: the next epoch stops and waits for them first,
+/// then delivers every sample intact.
 #[test]
 fn a_leaked_epoch_does_not_corrupt_the_next_one() {
     let _l = lock();

@@ -16,6 +16,10 @@ use crate::device::Device;
 /// One op call, as collected.
 #[derive(Clone, Debug)]
 pub(crate) struct RawOp {
+    /// Its number in the session (calls in start order).
+    pub(crate) id: u64,
+    /// The op that called it, if any.
+    pub(crate) parent: Option<u64>,
     pub(crate) name: &'static str,
     pub(crate) start_us: u64,
     pub(crate) dur_us: u64,
@@ -42,6 +46,7 @@ struct Session {
     open: Vec<RawOp>,
     done: Vec<RawOp>,
     samples: Vec<RawSample>,
+    next_id: u64,
 }
 
 thread_local! {
@@ -69,6 +74,7 @@ pub(crate) fn start(record_shapes: bool, profile_memory: bool) -> bool {
             open: Vec::new(),
             done: Vec::new(),
             samples: Vec::new(),
+            next_id: 0,
         });
         PROFILING.fetch_add(1, Ordering::Relaxed);
         true
@@ -87,7 +93,7 @@ pub(crate) fn stop() -> (Vec<RawOp>, Vec<RawSample>) {
         op.dur_us = now_us().saturating_sub(op.start_us);
         s.done.push(op);
     }
-    s.done.sort_by_key(|o| (o.start_us, o.depth));
+    s.done.sort_by_key(|o| o.id);
     (s.done, s.samples)
 }
 
@@ -107,7 +113,12 @@ pub(crate) fn enter(name: &'static str, shapes: impl FnOnce() -> Vec<Vec<usize>>
             Vec::new()
         };
         let depth = s.open.len() as u32;
+        let parent = s.open.last().map(|p| p.id);
+        let id = s.next_id;
+        s.next_id += 1;
         s.open.push(RawOp {
+            id,
+            parent,
             name,
             start_us: now_us(),
             dur_us: 0,

@@ -178,7 +178,8 @@ pub(crate) fn gelu_grad<const F: bool>(x: f32) -> f32 {
 }
 
 /// `ln a` for [`pow`], in f64, for `a` the magnitude of an f32 (so never a
-/// subnormal f64): fdlibm's reduction and 6 terms of the atanh series,
+/// subnormal f64): fdlibm's reduction (`float64::log_reduce`, shared with
+/// the f64 `log`) and 6 terms of the atanh series,
 /// relative error below 2^-39, far more than `pow` needs (2^-33: the
 /// rounding of `y ln a`, up to ~104 before the result leaves f32's range,
 /// must stay below a quarter of an f32 ulp). `ln 0 = -inf`, `ln inf = inf`,
@@ -186,11 +187,8 @@ pub(crate) fn gelu_grad<const F: bool>(x: f32) -> f32 {
 #[inline(always)]
 fn pow_ln<const F: bool>(a: f64) -> f64 {
     const LN2: f64 = std::f64::consts::LN_2;
-    let ix = (a.to_bits() as i64).wrapping_add(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_667f_3bcd);
-    let k = (ix >> 52) - 0x3ff;
-    let m = f64::from_bits(((ix & 0x000f_ffff_ffff_ffff) + 0x3fe6_a09e_667f_3bcd) as u64);
-    let f = m - 1.0;
-    let s = f / (2.0 + f);
+    // `a` is an f32's magnitude: never subnormal in f64.
+    let (k, f, s) = super::float64::log_reduce(a);
     let z = s * s;
     let r = z * horner::<_, F, _>(
         &[

@@ -53,16 +53,26 @@ pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
     }
 }
 
+/// fdlibm's reduction of a positive normal `x` for `ln`: `x = 2^k m` with
+/// `sqrt(1/2) <= m < sqrt 2`; returns `(k, f = m - 1, s = f / (2 + f))`,
+/// so that `ln m = 2 atanh s`. (Meaningless for 0, subnormals, infinities
+/// and NaN: the callers select those.)
+#[inline(always)]
+pub(crate) fn log_reduce(x: f64) -> (i64, f64, f64) {
+    let ix = (x.to_bits() as i64).wrapping_add(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_667f_3bcd);
+    let k = (ix >> 52) - 0x3ff;
+    let m = f64::from_bits(((ix & 0x000f_ffff_ffff_ffff) + 0x3fe6_a09e_667f_3bcd) as u64);
+    let f = m - 1.0;
+    (k, f, f / (2.0 + f))
+}
+
 /// `ln x`, as `super::float32::log` with 11 terms of the atanh series.
 #[inline(always)]
 pub(crate) fn log<const F: bool>(x: f64) -> f64 {
     let sub = x < f64::MIN_POSITIVE;
     let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
-    let ix = (xs.to_bits() as i64).wrapping_add(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_667f_3bcd);
-    let k = (ix >> 52) - 0x3ff - if sub { 54 } else { 0 };
-    let m = f64::from_bits(((ix & 0x000f_ffff_ffff_ffff) + 0x3fe6_a09e_667f_3bcd) as u64);
-    let f = m - 1.0;
-    let s = f / (2.0 + f);
+    let (k, f, s) = log_reduce(xs);
+    let k = k - if sub { 54 } else { 0 };
     let z = s * s;
     let r = z * horner::<_, F, _>(
         &[

@@ -41,6 +41,7 @@ fn main() -> tensorscope::Result<()> {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
+    println!("seeing memory on {dev}: {steps} steps of the digits MLP with the history on");
     let (xs, ys) = digits::load();
     let x = Tensor::from_vec(xs[..BATCH * 64].to_vec(), &[BATCH, 64], dev)?;
     let y = Tensor::from_vec(ys[..BATCH].to_vec(), &[BATCH], dev)?;
@@ -85,6 +86,8 @@ fn main() -> tensorscope::Result<()> {
         ProfileOptions {
             record_shapes: true,
             profile_memory: true,
+            // On a GPU, each op's time on it too (CUDA events).
+            device_time: dev.is_cuda().then_some(dev),
         },
         || step(&mut net),
     )?;

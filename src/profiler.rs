@@ -8,7 +8,8 @@
 //! ```
 //! use tensorscope::profiler::{self, ProfileOptions, SortBy};
 //! use tensorscope::{DType, Device, Tensor};
-//! let (y, prof) = profiler::profile(ProfileOptions { record_shapes: true, profile_memory: true }, || {
+//! let opts = ProfileOptions { record_shapes: true, profile_memory: true, device_time: None };
+//! let (y, prof) = profiler::profile(opts, || {
 //!     let x = Tensor::ones(&[64, 32], DType::F32, Device::Cpu)?;
 //!     x.matmul(&x.t()?)?.relu()
 //! })?;
@@ -23,15 +24,24 @@
 //! What is timed is the calling thread's host time inside each op (the CPU
 //! pool's threads work inside the op that forked them, so their time is
 //! the op's). Other threads (loader workers) are not profiled. On CUDA the
-//! time is the host side (launches and synchronous copies); timing the
-//! device with events is still to come.
+//! host time is the launches (and synchronous copies); with
+//! [`ProfileOptions::device_time`] each op is also timed on the GPU, as
+//! PyTorch's event-based profiler (`use_cuda=True`) did: a timing event
+//! is recorded on the device's current stream as the op starts and as it
+//! ends, and the span between them is the op's device time
+//! ([`OpEvent::device_us`]). While the stream has work queued, that span
+//! is the op's kernels alone; on an idle stream it also holds the gap in
+//! which the GPU waited for the host to launch them (PyTorch's CUPTI-based
+//! profiler times kernels only: deviation 16 in docs/deviations.md).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::alloc::fmt_bytes;
-use crate::alloc::ops_trace::{self, RawOp, RawSample};
+use crate::alloc::history::{self, now_us, ContextGuard};
+use crate::alloc::ops_trace::{self, DeviceClock, RawOp};
+use crate::backend::cuda;
 use crate::device::Device;
 use crate::error::{Error, Result};
 
@@ -43,6 +53,11 @@ pub struct ProfileOptions {
     /// The memory each op allocates and frees, and the allocated bytes
     /// over time (PyTorch's `profile_memory`).
     pub profile_memory: bool,
+    /// `Some(Device::Cuda(i))`: also time each op on that GPU, with CUDA
+    /// events on its current stream (PyTorch's `ProfilerActivity.CUDA`);
+    /// [`profile`] then waits for the GPU before it returns. `Some(Cpu)`
+    /// is an `Err`: CPU ops are timed on the host already.
+    pub device_time: Option<Device>,
 }
 
 /// One op call.
@@ -71,6 +86,16 @@ pub struct OpEvent {
     pub total_memory: i64,
     /// Allocations made by the op itself.
     pub allocations: u64,
+    /// With [`ProfileOptions::device_time`]: microseconds of the device's
+    /// stream between the op's start and end (module docs), nested ops
+    /// included. `None` without it, or if an event could not be read.
+    pub device_us: Option<f64>,
+    /// Its device time outside the ops it called.
+    pub self_device_us: Option<f64>,
+    /// When the op's device time began, in the microseconds of
+    /// [`start_us`](Self::start_us) (aligned at the moment profiling
+    /// began, so to within the launch of the first event).
+    pub device_start_us: Option<f64>,
 }
 
 /// A device's allocated bytes after an allocation or a free.
@@ -112,6 +137,10 @@ pub struct OpAverage {
     pub self_memory: i64,
     /// Total memory, all calls.
     pub total_memory: i64,
+    /// Self device time, all calls (microseconds; 0 without device times).
+    pub self_device_us: f64,
+    /// Total device time, all calls; an op nested in itself counts once.
+    pub total_device_us: f64,
 }
 
 /// A row of [`Profile::key_averages`]: the op, and its shapes when grouped
@@ -131,13 +160,67 @@ pub enum SortBy {
     TotalMemory,
     /// Number of calls (`count`).
     Calls,
+    /// Self device time (`self_cuda_time_total`).
+    SelfDeviceTime,
+    /// Total device time (`cuda_time_total`).
+    DeviceTime,
+}
+
+/// A named range of the profile, as PyTorch's `record_function`: while
+/// the guard lives, the ops the thread runs are its children, and it is an
+/// [`OpEvent`] named `name` with its own times (and device time). Nothing
+/// happens when the thread is not profiling. The guard stays on its thread.
+///
+/// ```
+/// use tensorscope::profiler::{self, ProfileOptions};
+/// use tensorscope::{DType, Device, Tensor};
+/// let ((), prof) = profiler::profile(ProfileOptions::default(), || {
+///     let _step = profiler::record_function("step");
+///     let x = Tensor::ones(&[8], DType::F32, Device::Cpu).unwrap();
+///     drop(x.exp().unwrap());
+/// })?;
+/// let step = prof.events.iter().find(|e| e.name == "step").unwrap();
+/// assert!(prof.events.iter().any(|e| e.name == "exp" && e.parent == Some(step.id)));
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+#[must_use = "the range ends when the guard drops"]
+pub struct RecordFunction {
+    _range: ContextGuard,
+}
+
+impl std::fmt::Debug for RecordFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordFunction")
+    }
+}
+
+/// Opens a [`RecordFunction`] range named `name`.
+pub fn record_function(name: &'static str) -> RecordFunction {
+    RecordFunction {
+        _range: history::profiler_range(name),
+    }
 }
 
 /// Runs `f` with the profiler on for the calling thread and returns its
 /// result with what was collected. An `Err` if this thread is already
-/// profiling (profiles do not nest).
+/// profiling (profiles do not nest), or if
+/// [`device_time`](ProfileOptions::device_time) names the CPU or a GPU
+/// that cannot be timed.
 pub fn profile<R>(options: ProfileOptions, f: impl FnOnce() -> R) -> Result<(R, Profile)> {
-    if !ops_trace::start(options.record_shapes, options.profile_memory) {
+    let clock: Option<Box<dyn DeviceClock>> = match options.device_time {
+        None => None,
+        Some(Device::Cpu) => {
+            return Err(Error::InvalidArgument {
+                op: "profiler::profile",
+                msg: "device_time times a CUDA device's stream, and cpu was given \
+                      (CPU ops are timed on the host already: use device_time: None)"
+                    .into(),
+            })
+        }
+        Some(d @ Device::Cuda(_)) => Some(cuda::event_clock(d)?),
+    };
+    let device_base_us = now_us();
+    if !ops_trace::start(options.record_shapes, options.profile_memory, clock) {
         return Err(Error::InvalidArgument {
             op: "profiler::profile",
             msg: "this thread is already profiling".into(),
@@ -149,16 +232,42 @@ pub fn profile<R>(options: ProfileOptions, f: impl FnOnce() -> R) -> Result<(R, 
     });
     let r = f();
     scopeguard::ScopeGuard::into_inner(guard);
-    let (ops, samples) = ops_trace::stop();
-    Ok((r, Profile::from_raw(ops, samples)))
+    let collected = ops_trace::stop();
+    Ok((r, Profile::from_raw(collected, device_base_us)))
 }
 
 impl Profile {
-    fn from_raw(ops: Vec<RawOp>, samples: Vec<RawSample>) -> Profile {
+    fn from_raw(c: ops_trace::Collected, device_base_us: u64) -> Profile {
+        let ops_trace::Collected {
+            ops,
+            samples,
+            mut clock,
+        } = c;
+        let marks = clock.as_mut().map(|c| c.resolve()).unwrap_or_default();
+        let at = |m: Option<u32>| m.and_then(|m| marks.get(m as usize).copied().flatten());
+        // Each op's device span, then its children's sum by parent id (ops
+        // are in id order: an op's index is its id).
+        let spans: Vec<Option<(f64, f64)>> = ops
+            .iter()
+            .map(|o: &RawOp| {
+                let (a, b) = (at(o.device_marks.0)?, at(o.device_marks.1)?);
+                Some((a, (b - a).max(0.0)))
+            })
+            .collect();
+        let mut child_device = vec![0.0f64; ops.len()];
+        for (o, span) in ops.iter().zip(&spans) {
+            if let (Some(p), Some((_, d))) = (o.parent, span) {
+                if let Some(c) = child_device.get_mut(p as usize) {
+                    *c += d;
+                }
+            }
+        }
         Profile {
             events: ops
                 .into_iter()
-                .map(|o| OpEvent {
+                .zip(spans)
+                .zip(child_device)
+                .map(|((o, span), child_dev)| OpEvent {
                     id: o.id,
                     parent: o.parent,
                     name: o.name,
@@ -170,6 +279,9 @@ impl Profile {
                     self_memory: o.self_bytes,
                     total_memory: o.total_bytes,
                     allocations: o.allocs,
+                    device_us: span.map(|(_, d)| d),
+                    self_device_us: span.map(|(_, d)| (d - child_dev).max(0.0)),
+                    device_start_us: span.map(|(a, _)| device_base_us as f64 + a),
                 })
                 .collect(),
             memory: samples
@@ -216,6 +328,8 @@ impl Profile {
                     total_us: 0,
                     self_memory: 0,
                     total_memory: 0,
+                    self_device_us: 0.0,
+                    total_device_us: 0.0,
                 });
                 rows.len() - 1
             });
@@ -223,16 +337,19 @@ impl Profile {
             r.calls += 1;
             r.self_us += e.self_duration_us;
             r.self_memory += e.self_memory;
+            r.self_device_us += e.self_device_us.unwrap_or(0.0);
             if !nested_in_itself {
                 r.total_us += e.duration_us;
                 r.total_memory += e.total_memory;
+                r.total_device_us += e.device_us.unwrap_or(0.0);
             }
         }
         rows
     }
 
     /// [`key_averages`](Self::key_averages) as a table in the layout of
-    /// PyTorch's `key_averages().table(sort_by=.., row_limit=..)`.
+    /// PyTorch's `key_averages().table(sort_by=.., row_limit=..)`; with
+    /// device times, PyTorch's CUDA columns too.
     pub fn table(&self, sort_by: SortBy, row_limit: usize) -> String {
         let mut rows = self.key_averages();
         let key = |r: &OpAverage| -> i128 {
@@ -242,8 +359,12 @@ impl Profile {
                 SortBy::SelfMemory => r.self_memory as i128,
                 SortBy::TotalMemory => r.total_memory as i128,
                 SortBy::Calls => r.calls as i128,
+                SortBy::SelfDeviceTime => (r.self_device_us * 1e3) as i128,
+                SortBy::DeviceTime => (r.total_device_us * 1e3) as i128,
             }
         };
+        let device = self.events.iter().any(|e| e.device_us.is_some());
+        let device_total: f64 = rows.iter().map(|r| r.self_device_us).sum::<f64>();
         rows.sort_by_key(|r| std::cmp::Reverse(key(r)));
         let self_total: u64 = rows.iter().map(|r| r.self_us).sum::<u64>().max(1);
         let us = |v: u64| {
@@ -261,32 +382,50 @@ impl Profile {
                 s
             }
         };
-        let header = [
+        let dev_us = |v: f64| {
+            if v >= 1000.0 {
+                format!("{:.3}ms", v / 1e3)
+            } else {
+                format!("{v:.3}us")
+            }
+        };
+        let mut header = vec![
             "Name",
             "Self CPU %",
             "Self CPU",
             "CPU total %",
             "CPU total",
             "CPU time avg",
-            "CPU Mem",
-            "Self CPU Mem",
-            "# of Calls",
         ];
-        let body: Vec<[String; 9]> = rows
+        if device {
+            header.extend(["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]);
+        }
+        header.extend(["CPU Mem", "Self CPU Mem", "# of Calls"]);
+        let body: Vec<Vec<String>> = rows
             .iter()
             .take(row_limit)
             .map(|r| {
-                [
+                let mut row = vec![
                     r.name.to_string(),
                     format!("{:.2}%", 100.0 * r.self_us as f64 / self_total as f64),
                     us(r.self_us),
                     format!("{:.2}%", 100.0 * r.total_us as f64 / self_total as f64),
                     us(r.total_us),
                     us(r.total_us / r.calls.max(1)),
-                    mem(r.total_memory),
-                    mem(r.self_memory),
-                    r.calls.to_string(),
-                ]
+                ];
+                if device {
+                    row.extend([
+                        dev_us(r.self_device_us),
+                        format!(
+                            "{:.2}%",
+                            100.0 * r.self_device_us / device_total.max(f64::MIN_POSITIVE)
+                        ),
+                        dev_us(r.total_device_us),
+                        dev_us(r.total_device_us / r.calls.max(1) as f64),
+                    ]);
+                }
+                row.extend([mem(r.total_memory), mem(r.self_memory), r.calls.to_string()]);
+                row
             })
             .collect();
         let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -318,13 +457,19 @@ impl Profile {
             out.push('\n');
         };
         let _ = writeln!(out, "{rule}");
-        line(&header.map(String::from), &mut out);
+        line(
+            &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            &mut out,
+        );
         let _ = writeln!(out, "{rule}");
         for row in &body {
             line(row, &mut out);
         }
         let _ = writeln!(out, "{rule}");
         let _ = writeln!(out, "Self CPU time total: {}", us(self_total));
+        if device {
+            let _ = writeln!(out, "Self CUDA time total: {}", dev_us(device_total));
+        }
         out
     }
 
@@ -354,6 +499,21 @@ impl Profile {
                 },
             }));
         }
+        for e in &self.events {
+            let (Some(ts), Some(dur)) = (e.device_start_us, e.device_us) else {
+                continue;
+            };
+            events.push(json!({
+                "name": e.name,
+                "cat": "device_op",
+                "ph": "X",
+                "ts": ts,
+                "dur": dur,
+                "pid": 2,
+                "tid": 1,
+                "args": { "Self Device Time (us)": e.self_device_us },
+            }));
+        }
         for m in &self.memory {
             events.push(json!({
                 "name": format!("Allocated memory ({})", m.device),
@@ -372,5 +532,90 @@ impl Profile {
             op: "Profile::export_chrome_trace",
             msg: format!("{}: {e}", path.display()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clock whose marks read fixed times (`None`: an unreadable mark).
+    struct Fixed(Vec<Option<f64>>);
+    impl DeviceClock for Fixed {
+        fn mark(&mut self) -> Option<u32> {
+            None
+        }
+        fn resolve(&mut self) -> Vec<Option<f64>> {
+            self.0.clone()
+        }
+    }
+
+    fn op(id: u64, parent: Option<u64>, name: &'static str, marks: (u32, u32)) -> RawOp {
+        RawOp {
+            id,
+            parent,
+            name,
+            start_us: 100 + id,
+            dur_us: 10,
+            child_us: 0,
+            depth: u32::from(parent.is_some()),
+            shapes: Vec::new(),
+            self_bytes: 0,
+            total_bytes: 0,
+            allocs: 0,
+            device_marks: (Some(marks.0), Some(marks.1)),
+        }
+    }
+
+    #[test]
+    fn device_spans_nest_and_fill_the_table() {
+        // outer [10, 25] holds inner [12, 20]; lost's end mark is unreadable.
+        let clock = Fixed(vec![Some(10.0), Some(12.0), Some(20.0), Some(25.0), None]);
+        let prof = Profile::from_raw(
+            ops_trace::Collected {
+                ops: vec![
+                    op(0, None, "outer", (0, 3)),
+                    op(1, Some(0), "inner", (1, 2)),
+                    op(2, None, "lost", (3, 4)),
+                ],
+                samples: Vec::new(),
+                clock: Some(Box::new(clock)),
+            },
+            1000,
+        );
+        let e = &prof.events;
+        assert_eq!(e[0].device_us, Some(15.0));
+        assert_eq!(e[0].self_device_us, Some(7.0));
+        assert_eq!(e[0].device_start_us, Some(1010.0));
+        assert_eq!(
+            (e[1].device_us, e[1].self_device_us),
+            (Some(8.0), Some(8.0))
+        );
+        assert_eq!((e[2].device_us, e[2].self_device_us), (None, None));
+        let rows = prof.key_averages();
+        assert_eq!(
+            (rows[0].total_device_us, rows[0].self_device_us),
+            (15.0, 7.0)
+        );
+        let table = prof.table(SortBy::SelfDeviceTime, 10);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].contains("Self CUDA %") && lines[1].contains("CUDA time avg"));
+        // inner (8 us of its own) sorts above outer (7).
+        assert!(
+            lines[3].starts_with("inner") && lines[4].starts_with("outer"),
+            "{table}"
+        );
+        assert!(table.contains("Self CUDA time total: 15.000us"), "{table}");
+        // Without a clock: no CUDA columns.
+        let plain = Profile::from_raw(
+            ops_trace::Collected {
+                ops: vec![op(0, None, "outer", (0, 1))],
+                samples: Vec::new(),
+                clock: None,
+            },
+            0,
+        );
+        assert_eq!(plain.events[0].device_us, None);
+        assert!(!plain.table(SortBy::SelfTime, 10).contains("CUDA"));
     }
 }

@@ -6,6 +6,10 @@ use tensorscope::nn::{
     binary_cross_entropy, huber_loss, kl_div, l1_loss, nll_loss, smooth_l1_loss, Hardswish,
     LeakyReLU, Mish, Module, Sequential, SiLU, Softplus, ELU,
 };
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
 use tensorscope::{DType, Device, Tensor};
 
 const CPU: Device = Device::Cpu;
@@ -99,29 +103,28 @@ fn bad_inputs_are_errors_naming_the_op() {
     );
 }
 
-#[test]
-fn edge_values_follow_pytorch() {
+fn edge_values_follow_pytorch(dev: Device) {
     // smooth L1 with beta 0 is L1; BCE at p = 0 and 1 clamps its logs at -100.
-    let a = Tensor::from_slice(&[0.0f32, 1.0, -3.0], &[3], CPU).unwrap();
-    let b = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    let a = Tensor::from_slice(&[0.0f32, 1.0, -3.0], &[3], dev).unwrap();
+    let b = Tensor::zeros(&[3], DType::F32, dev).unwrap();
     assert_eq!(
         smooth_l1_loss(&a, &b, 0.0).unwrap().item::<f32>().unwrap(),
         l1_loss(&a, &b).unwrap().item::<f32>().unwrap()
     );
-    let p = Tensor::from_slice(&[0.0f32, 1.0], &[2], CPU).unwrap();
-    let y = Tensor::from_slice(&[1.0f32, 0.0], &[2], CPU).unwrap();
+    let p = Tensor::from_slice(&[0.0f32, 1.0], &[2], dev).unwrap();
+    let y = Tensor::from_slice(&[1.0f32, 0.0], &[2], dev).unwrap();
     assert_eq!(
         binary_cross_entropy(&p, &y).unwrap().item::<f32>().unwrap(),
         100.0
     );
     // KL where the target is 0 contributes 0, not NaN.
-    let input = Tensor::from_slice(&[-1.0f32, -2.0], &[2], CPU).unwrap();
-    let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], CPU).unwrap();
+    let input = Tensor::from_slice(&[-1.0f32, -2.0], &[2], dev).unwrap();
+    let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], dev).unwrap();
     assert_eq!(kl_div(&input, &t).unwrap().item::<f32>().unwrap(), 1.0);
 }
 
-fn grad_at(x: f64, f: impl Fn(&Tensor) -> tensorscope::Result<Tensor>) -> f64 {
-    let t = Tensor::from_slice(&[x], &[1], CPU)
+fn grad_at(dev: Device, x: f64, f: impl Fn(&Tensor) -> tensorscope::Result<Tensor>) -> f64 {
+    let t = Tensor::from_slice(&[x], &[1], dev)
         .unwrap()
         .requires_grad_(true)
         .unwrap();
@@ -133,14 +136,13 @@ fn grad_at(x: f64, f: impl Fn(&Tensor) -> tensorscope::Result<Tensor>) -> f64 {
 /// give them: ELU at 0 is alpha; hardswish at -3 and 3 is -0.5 and 1.5;
 /// KL's target gradient where the target is 0 is 0; BCE at p = 0 and 1 is
 /// finite (deviation 15 says how it differs).
-#[test]
-fn gradients_at_the_joins_are_pytorchs() {
-    assert_eq!(grad_at(0.0, |x| x.elu(0.7)), 0.7);
-    assert_eq!(grad_at(3.0, |x| x.hardswish()), 1.5);
-    assert_eq!(grad_at(-3.0, |x| x.hardswish()), -0.5);
-    assert_eq!(grad_at(-3.5, |x| x.hardswish()), 0.0);
-    let input = Tensor::from_slice(&[-1.0f32, -2.0], &[2], CPU).unwrap();
-    let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], CPU)
+fn gradients_at_the_joins_are_pytorchs(dev: Device) {
+    assert_eq!(grad_at(dev, 0.0, |x| x.elu(0.7)), 0.7);
+    assert_eq!(grad_at(dev, 3.0, |x| x.hardswish()), 1.5);
+    assert_eq!(grad_at(dev, -3.0, |x| x.hardswish()), -0.5);
+    assert_eq!(grad_at(dev, -3.5, |x| x.hardswish()), 0.0);
+    let input = Tensor::from_slice(&[-1.0f32, -2.0], &[2], dev).unwrap();
+    let t = Tensor::from_slice(&[0.0f32, 1.0], &[2], dev)
         .unwrap()
         .requires_grad_(true)
         .unwrap();
@@ -149,16 +151,35 @@ fn gradients_at_the_joins_are_pytorchs() {
     assert_eq!(g[0], 0.0);
     assert!(g[1].is_finite());
     for p in [0.0, 1.0] {
-        let g = grad_at(p, |x| {
-            let y = Tensor::from_slice(&[0.5f64], &[1], CPU)?;
+        let g = grad_at(dev, p, |x| {
+            let y = Tensor::from_slice(&[0.5f64], &[1], dev)?;
             binary_cross_entropy(x, &y)
         });
         assert!(g.is_finite(), "p = {p}: {g}");
     }
     // huber's delta must be positive.
-    let a = Tensor::zeros(&[2], DType::F32, CPU).unwrap();
+    let a = Tensor::zeros(&[2], DType::F32, dev).unwrap();
     assert!(huber_loss(&a, &a, 0.0)
         .unwrap_err()
         .to_string()
         .contains("huber_loss"));
+}
+
+#[cfg(feature = "cuda")]
+on_both!(
+    edge_values_follow_pytorch,
+    gradients_at_the_joins_are_pytorchs,
+);
+
+#[cfg(not(feature = "cuda"))]
+mod cpu {
+    use tensorscope::Device;
+    #[test]
+    fn edge_values_follow_pytorch() {
+        super::edge_values_follow_pytorch(Device::Cpu)
+    }
+    #[test]
+    fn gradients_at_the_joins_are_pytorchs() {
+        super::gradients_at_the_joins_are_pytorchs(Device::Cpu)
+    }
 }

@@ -4,16 +4,19 @@
 //! and the index ops. Values and gradients of the rest are in the
 //! differential suite.
 
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
 use tensorscope::{DType, Device, Tensor};
 
 const CPU: Device = Device::Cpu;
 
-#[test]
-fn special_values_are_found_and_replaced() {
+fn special_values_are_found_and_replaced(dev: Device) {
     let x = Tensor::from_slice(
         &[1.0f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0],
         &[5],
-        CPU,
+        dev,
     )
     .unwrap();
     let b = |t: Tensor| t.to_vec::<bool>().unwrap();
@@ -42,7 +45,7 @@ fn special_values_are_found_and_replaced() {
     let hv = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(hv[2], tensorscope::bf16::MAX.to_f32());
     // Integers: no NaN, no infinity, all finite, unchanged.
-    let i = Tensor::from_slice(&[3i64, -4], &[2], CPU).unwrap();
+    let i = Tensor::from_slice(&[3i64, -4], &[2], dev).unwrap();
     assert_eq!(b(i.isnan().unwrap()), [false, false]);
     assert_eq!(b(i.isinf().unwrap()), [false, false]);
     assert_eq!(b(i.isfinite().unwrap()), [true, true]);
@@ -90,12 +93,11 @@ fn bad_shapes_and_dims_are_errors_naming_the_op() {
     assert!(!f.shares_storage(&m));
 }
 
-#[test]
-fn products_and_lerp_follow_pytorch_at_their_edges() {
+fn products_and_lerp_follow_pytorch_at_their_edges(dev: Device) {
     // addmm with beta 0 does not read self (NaN stays out).
-    let nan = Tensor::full(&[2, 2], f64::NAN, DType::F32, CPU).unwrap();
-    let a = Tensor::ones(&[2, 3], DType::F32, CPU).unwrap();
-    let b = Tensor::ones(&[3, 2], DType::F32, CPU).unwrap();
+    let nan = Tensor::full(&[2, 2], f64::NAN, DType::F32, dev).unwrap();
+    let a = Tensor::ones(&[2, 3], DType::F32, dev).unwrap();
+    let b = Tensor::ones(&[3, 2], DType::F32, dev).unwrap();
     assert_eq!(
         nan.addmm(&a, &b, 0.0, 2.0)
             .unwrap()
@@ -104,30 +106,30 @@ fn products_and_lerp_follow_pytorch_at_their_edges() {
         [6.0; 4]
     );
     // self must be the product's dtype and broadcast to its shape.
-    let big = Tensor::zeros(&[3, 2, 2], DType::F32, CPU).unwrap();
+    let big = Tensor::zeros(&[3, 2, 2], DType::F32, dev).unwrap();
     assert!(big
         .addmm(&a, &b, 1.0, 1.0)
         .unwrap_err()
         .to_string()
         .contains("addmm"));
-    let f64s = Tensor::zeros(&[2, 2], DType::F64, CPU).unwrap();
+    let f64s = Tensor::zeros(&[2, 2], DType::F64, dev).unwrap();
     assert!(f64s
         .addmm(&a, &b, 1.0, 1.0)
         .unwrap_err()
         .to_string()
         .contains("addmm"));
     // lerp at weight 1 is `end` exactly; mixed dtypes are refused.
-    let s = Tensor::from_slice(&[1e8f32], &[1], CPU).unwrap();
-    let e = Tensor::from_slice(&[1.0f32], &[1], CPU).unwrap();
+    let s = Tensor::from_slice(&[1e8f32], &[1], dev).unwrap();
+    let e = Tensor::from_slice(&[1.0f32], &[1], dev).unwrap();
     assert_eq!(s.lerp(&e, 1.0).unwrap().to_vec::<f32>().unwrap(), [1.0]);
-    let e64 = Tensor::from_slice(&[1.0f64], &[1], CPU).unwrap();
+    let e64 = Tensor::from_slice(&[1.0f64], &[1], dev).unwrap();
     assert!(s.lerp(&e64, 0.5).unwrap_err().to_string().contains("lerp"));
     // dot: one product-sum (no f16 overflow of a product), bool refused.
-    let h = Tensor::from_slice(&[300.0f32, 300.0], &[2], CPU)
+    let h = Tensor::from_slice(&[300.0f32, 300.0], &[2], dev)
         .unwrap()
         .to_dtype(DType::F16)
         .unwrap();
-    let h2 = Tensor::from_slice(&[300.0f32, -300.0], &[2], CPU)
+    let h2 = Tensor::from_slice(&[300.0f32, -300.0], &[2], dev)
         .unwrap()
         .to_dtype(DType::F16)
         .unwrap();
@@ -139,13 +141,32 @@ fn products_and_lerp_follow_pytorch_at_their_edges() {
         .item::<f32>()
         .unwrap();
     assert_eq!(d, 0.0);
-    let t = Tensor::ones(&[2], DType::Bool, CPU).unwrap();
+    let t = Tensor::ones(&[2], DType::Bool, dev).unwrap();
     assert!(t.dot(&t).unwrap_err().to_string().contains("dot"));
     // nan_to_num of integers is a copy; logical ops name themselves.
-    let i = Tensor::from_slice(&[1i64, 2], &[2], CPU).unwrap();
+    let i = Tensor::from_slice(&[1i64, 2], &[2], dev).unwrap();
     assert!(!i.nan_to_num(0.0, None, None).unwrap().shares_storage(&i));
     let e = i
-        .logical_and(&Tensor::zeros(&[3], DType::I64, CPU).unwrap())
+        .logical_and(&Tensor::zeros(&[3], DType::I64, dev).unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("logical_and"), "{e}");
+}
+
+#[cfg(feature = "cuda")]
+on_both!(
+    special_values_are_found_and_replaced,
+    products_and_lerp_follow_pytorch_at_their_edges,
+);
+
+#[cfg(not(feature = "cuda"))]
+mod cpu {
+    use tensorscope::Device;
+    #[test]
+    fn special_values_are_found_and_replaced() {
+        super::special_values_are_found_and_replaced(Device::Cpu)
+    }
+    #[test]
+    fn products_and_lerp_follow_pytorch_at_their_edges() {
+        super::products_and_lerp_follow_pytorch_at_their_edges(Device::Cpu)
+    }
 }

@@ -310,3 +310,37 @@ fn bce_gradient_at_a_saturated_prediction_is_finite_and_small() {
     // d/dp of -(1 - t) ln(1 - p) at p = 0: (1 - t) / (1 - p) = 0.5.
     assert_eq!(v(&p.grad().unwrap()), vec![0.5]);
 }
+
+/// Deviation 16: the profiler's device time is the span of the GPU's stream
+/// between events recorded as an op starts and ends, so on an idle stream
+/// it includes the GPU's wait for the host: a range that sleeps 2 ms
+/// before a one-element kernel has over 1.5 ms of device time. PyTorch's
+/// CUPTI-based profiler sums the kernels' own times (microseconds).
+#[test]
+fn profiler_device_time_is_the_streams_span() {
+    use tensorscope::backend::cuda;
+    use tensorscope::profiler::{self, ProfileOptions};
+    if !cuda::is_available() {
+        eprintln!("skipped profiler_device_time_is_the_streams_span: no CUDA device");
+        return;
+    }
+    let dev = Device::Cuda(0);
+    let x = Tensor::ones(&[1], DType::F32, dev).unwrap();
+    drop(x.exp().unwrap()); // compiled and cached
+    cuda::synchronize(dev).unwrap(); // the stream idle
+    let opts = ProfileOptions {
+        device_time: Some(dev),
+        ..ProfileOptions::default()
+    };
+    let ((), prof) = profiler::profile(opts, || {
+        let _r = profiler::record_function("host_wait");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        drop(x.exp().unwrap());
+    })
+    .unwrap();
+    let range = prof.events.iter().find(|e| e.name == "host_wait").unwrap();
+    let exp = prof.events.iter().find(|e| e.name == "exp").unwrap();
+    assert!(range.device_us.unwrap() > 1500.0, "{range:?}");
+    assert!(exp.device_us.unwrap() < 1500.0, "{exp:?}");
+    assert!(range.self_device_us.unwrap() > 1500.0, "{range:?}");
+}

@@ -6,6 +6,10 @@
 //! `tests/fixtures/memory/` was read by PyTorch's `_memory_viz`); and
 //! `measure` reports a closure's peak, deltas and allocation count.
 
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
 use serde_pickle::value::{HashableValue, Value};
 use std::sync::{Mutex, MutexGuard};
 use tensorscope::memory::{self, Action, BlockState};
@@ -28,14 +32,21 @@ impl Drop for Off {
     }
 }
 
-#[test]
-fn events_carry_their_op_module_path_and_scope() {
+/// Recording off on `.0` however the test ends.
+struct OffOn(Device);
+impl Drop for OffOn {
+    fn drop(&mut self) {
+        memory::record_history(self.0, false, 0).unwrap();
+    }
+}
+
+fn events_carry_their_op_module_path_and_scope(dev: Device) {
     let _l = lock();
-    let _off = Off;
-    memory::record_history(CPU, true, 100_000).unwrap();
-    let x = Tensor::zeros(&[64, 32], DType::F32, CPU).unwrap();
+    let _off = OffOn(dev);
+    memory::record_history(dev, true, 100_000).unwrap();
+    let x = Tensor::zeros(&[64, 32], DType::F32, dev).unwrap();
     let addr_x = {
-        let s = memory::snapshot(CPU).unwrap();
+        let s = memory::snapshot(dev).unwrap();
         let e = s.trace.last().unwrap();
         assert_eq!(
             (e.action, e.op, e.size),
@@ -47,6 +58,7 @@ fn events_carry_their_op_module_path_and_scope() {
     net.add(Linear::new(32, 16).unwrap())
         .add(ReLU)
         .add(Linear::new(16, 4).unwrap());
+    net.to_device(dev).unwrap();
     let y = {
         let _s = memory::scope("eval");
         net.forward(&x).unwrap()
@@ -54,7 +66,7 @@ fn events_carry_their_op_module_path_and_scope() {
     // x is saved by the first layer's autograd node: freed with y's graph.
     drop(y);
     drop(x);
-    let s = memory::snapshot(CPU).unwrap();
+    let s = memory::snapshot(dev).unwrap();
     // The layers' outputs, with their module paths and the scope.
     let allocs: Vec<_> = s
         .trace
@@ -110,27 +122,29 @@ fn the_history_is_a_bounded_ring_and_stops_when_asked() {
 /// The same work with and without recording leaves the allocator in the
 /// same state (segments, blocks, statistics), and a snapshot's blocks add
 /// up to the statistics.
-#[test]
-fn recording_changes_nothing_and_snapshots_add_up() {
+fn recording_changes_nothing_and_snapshots_add_up(dev: Device) {
     let _l = lock();
-    let _off = Off;
+    let _off = OffOn(dev);
     let work = || {
-        let a = Tensor::randn(&[300, 200], DType::F32, CPU).unwrap();
+        let a = Tensor::randn(&[300, 200], DType::F32, dev).unwrap();
         let b = a.matmul(&a.t().unwrap()).unwrap();
         let c = b.softmax(1).unwrap();
         (a, c)
     };
     let run = |record: bool| {
-        memory::empty_cache(CPU);
-        memory::record_history(CPU, record, 100_000).unwrap();
-        let s0 = memory::memory_stats(CPU);
+        memory::empty_cache(dev);
+        memory::record_history(dev, record, 100_000).unwrap();
+        let s0 = memory::memory_stats(dev);
         let kept = work();
-        let s1 = memory::memory_stats(CPU);
-        let snap = memory::snapshot(CPU).unwrap();
+        let s1 = memory::memory_stats(dev);
+        let snap = memory::snapshot(dev).unwrap();
         drop(kept);
-        memory::record_history(CPU, false, 0).unwrap();
+        memory::record_history(dev, false, 0).unwrap();
         (s0, s1, snap)
     };
+    // Once first: what the device keeps from a first use (cuBLAS's
+    // workspace, the generator's state) is made before the two runs.
+    drop(work());
     let (a0, a1, snap1) = run(false);
     let (b0, b1, snap2) = run(true);
     let d = |a: &memory::MemoryStats, b: &memory::MemoryStats| {
@@ -447,4 +461,74 @@ fn the_html_picture_plots_the_peak_and_renders() {
         }
     }
     std::fs::remove_file(&path).unwrap();
+}
+
+#[cfg(feature = "cuda")]
+on_both!(
+    events_carry_their_op_module_path_and_scope,
+    recording_changes_nothing_and_snapshots_add_up,
+);
+
+#[cfg(not(feature = "cuda"))]
+mod cpu {
+    use tensorscope::Device;
+    #[test]
+    fn events_carry_their_op_module_path_and_scope() {
+        super::events_carry_their_op_module_path_and_scope(Device::Cpu)
+    }
+    #[test]
+    fn recording_changes_nothing_and_snapshots_add_up() {
+        super::recording_changes_nothing_and_snapshots_add_up(Device::Cpu)
+    }
+}
+
+/// Named layers (`add_named`) and `nn::module_scope` give the module path
+/// PyTorch would print (`encoder.fc1`); unnamed layers keep their index;
+/// bad names are an `Err` naming `Sequential::add_named`.
+#[test]
+fn named_layers_and_module_scopes_make_the_module_path() {
+    let _l = lock();
+    let _off = Off;
+    let mut encoder = Sequential::new();
+    encoder
+        .add_named("fc1", Linear::new(8, 16).unwrap())
+        .unwrap()
+        .add(ReLU)
+        .add(Linear::new(16, 4).unwrap());
+    let names: Vec<String> = encoder
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["fc1.weight", "fc1.bias", "2.weight", "2.bias"]);
+    assert_eq!(encoder.names(), ["fc1", "1", "2"]);
+    let x = Tensor::ones(&[4, 8], DType::F32, CPU).unwrap();
+    memory::record_history(CPU, true, 10_000).unwrap();
+    let y = {
+        let _m = tensorscope::nn::module_scope("encoder");
+        encoder.forward(&x).unwrap()
+    };
+    let outside = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    let snap = memory::snapshot(CPU).unwrap();
+    let module_of = |size: usize| {
+        snap.trace
+            .iter()
+            .find(|e| e.action == Action::Alloc && e.size == size)
+            .map(|e| e.module.clone())
+    };
+    assert_eq!(module_of(4 * 16 * 4), Some(Some("encoder.fc1".into())));
+    assert_eq!(module_of(4 * 4 * 4), Some(Some("encoder.2".into())));
+    assert_eq!(module_of(3 * 4), Some(None), "the scope ended");
+    drop((y, outside));
+    for (bad, why) in [("", "empty"), ("a.b", "'.'"), ("fc1", "already")] {
+        let Err(e) = encoder.add_named(bad, Linear::new(4, 4).unwrap()) else {
+            panic!("{bad:?} was accepted");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("Sequential::add_named") && e.contains(why),
+            "{e}"
+        );
+    }
+    assert_eq!(encoder.len(), 3, "a refused layer is not added");
 }

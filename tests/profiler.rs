@@ -1,8 +1,13 @@
 //! The profiler (issue 16, item 4): op calls with their nesting, self and
 //! total time, input shapes and memory; `key_averages` and `table` as
 //! PyTorch's; a Chrome trace that is valid JSON with the ops as complete
-//! events and the allocated bytes as counters; bad use is an `Err`.
+//! events and the allocated bytes as counters; bad use is an `Err`; with
+//! `device_time`, each op's span on the GPU's stream (CUDA events).
 
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
 use std::sync::{Mutex, MutexGuard};
 use tensorscope::nn::{cross_entropy, Linear, Module, ReLU, Sequential};
 use tensorscope::profiler::{self, ProfileOptions, SortBy};
@@ -12,6 +17,7 @@ const CPU: Device = Device::Cpu;
 const ALL: ProfileOptions = ProfileOptions {
     record_shapes: true,
     profile_memory: true,
+    device_time: None,
 };
 
 /// The CPU allocator is process-wide: every test here holds this.
@@ -178,4 +184,116 @@ fn profiles_do_not_nest_and_options_are_honoured() {
     })
     .unwrap();
     assert!(prof.events.is_empty());
+}
+
+#[cfg(feature = "cuda")]
+on_both!(device_time_is_each_ops_span_on_the_gpu);
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn device_time_is_refused_without_the_cuda_backend() {
+    device_time_is_each_ops_span_on_the_gpu(CPU)
+}
+
+/// With `device_time`, each op carries its span on the GPU's stream: a big
+/// kernel's span is at least its bytes over any GPU's bandwidth, an op's
+/// self device time is its span less its children's, and the table and the
+/// trace show them. On the CPU (or with no usable GPU) asking for it is an
+/// `Err` naming the call.
+fn device_time_is_each_ops_span_on_the_gpu(dev: Device) {
+    let _l = lock();
+    let timed = ProfileOptions {
+        device_time: Some(dev),
+        ..ALL
+    };
+    if !dev.is_cuda() {
+        let e = profiler::profile(timed, || ()).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("profiler::profile") && msg.contains("cpu"),
+            "{msg}"
+        );
+        if !tensorscope::backend::cuda::is_available() {
+            let e = profiler::profile(
+                ProfileOptions {
+                    device_time: Some(Device::Cuda(0)),
+                    ..ALL
+                },
+                || (),
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("profiler::profile"), "{e}");
+        }
+        return;
+    }
+    // 2^24 f32: exp reads and writes 128 MiB, which no GPU moves in under
+    // 12 us (10 TB/s; an H200 moves 4.8).
+    let x = Tensor::ones(&[1 << 24], DType::F32, dev).unwrap();
+    drop(x.exp().unwrap()); // kernels compiled, the cache warm
+    let mut net = Sequential::new();
+    net.add(Linear::new(16, 32).unwrap())
+        .add(ReLU)
+        .add(Linear::new(32, 4).unwrap());
+    net.to_device(dev).unwrap();
+    let input = Tensor::randn(&[8, 16], DType::F32, dev).unwrap();
+    let target = Tensor::from_slice(&[0i64, 1, 2, 3, 0, 1, 2, 3], &[8], dev).unwrap();
+    let ((), prof) = profiler::profile(timed, || {
+        for _ in 0..3 {
+            drop(x.exp().unwrap());
+        }
+        let loss = cross_entropy(&net.forward(&input).unwrap(), &target).unwrap();
+        loss.backward().unwrap();
+    })
+    .unwrap();
+    let exps: Vec<_> = prof.events.iter().filter(|e| e.name == "exp").collect();
+    assert_eq!(exps.len(), 3);
+    for e in &exps {
+        let d = e.device_us.expect("exp has a device time");
+        assert!(d >= 12.0, "exp of 128 MiB in {d} us on the device");
+    }
+    let mut with_children = 0;
+    for e in &prof.events {
+        let d = e
+            .device_us
+            .unwrap_or_else(|| panic!("{} has no device time", e.name));
+        let children: f64 = prof
+            .events
+            .iter()
+            .filter(|c| c.parent == Some(e.id))
+            .map(|c| c.device_us.unwrap())
+            .sum();
+        with_children += usize::from(children > 0.0);
+        let own = e.self_device_us.unwrap();
+        // Events resolve to about half a microsecond.
+        assert!(children <= d + 1.0, "{}: children {children} > {d}", e.name);
+        assert!((own - (d - children).max(0.0)).abs() < 1e-6, "{}", e.name);
+        assert!(e.device_start_us.unwrap() >= 0.0);
+    }
+    assert!(with_children > 0, "backward's ops are nested in it");
+    let exp_row = prof
+        .key_averages()
+        .into_iter()
+        .find(|r| r.name == "exp")
+        .unwrap();
+    let exp_sum: f64 = exps.iter().map(|e| e.device_us.unwrap()).sum();
+    assert!((exp_row.total_device_us - exp_sum).abs() < 1e-6);
+    let table = prof.table(SortBy::DeviceTime, 100);
+    assert!(
+        table.contains("Self CUDA") && table.contains("Self CUDA time total"),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("exp ")), "{table}");
+    let path =
+        std::env::temp_dir().join(format!("tensorscope_gpu_trace_{}.json", std::process::id()));
+    prof.export_chrome_trace(&path).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let device_ops = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "device_op")
+        .count();
+    assert_eq!(device_ops, prof.events.len());
 }

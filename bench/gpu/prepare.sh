@@ -7,12 +7,22 @@
 #
 #   bash bench/gpu/prepare.sh
 #
+# KEEP="test-cuda test-data example-tour ..." carries only the executables
+# named (the archive of all of them can exceed the 64 MiB the device tool
+# carries); DEST=/abs/path packs into another folder (a build in a copy of
+# the checkout, with CARGO_TARGET_DIR set, packing into the checkout the
+# device tool sends).
+#
 # What it builds (release profile, --features cuda):
 #   * every test executable of `cargo test --release --features cuda --no-run`
 #     (the lib's unit tests as `test-lib`; tests/ui.rs is left out: trybuild
 #     runs cargo, which the GPU machine does not have);
-#   * benches/cuda.rs (`bench-cuda`) and the examples tour, digits and
-#     long_running (`example-NAME`), which run on cuda:0 when a GPU is present.
+#   * benches/cuda.rs (`bench-cuda`) and the examples tour, digits,
+#     long_running, seeing_memory, double_buffering, triple_buffering and
+#     data_loader (`example-NAME`), which run on cuda:0 when a GPU is present.
+# The sanitizer step of run.sh runs over the `test-cuda` kind: the lib's
+# tests, tests/cuda*.rs, and tests/data.rs and tests/profiler.rs (the
+# loader's copy stream and events, the profiler's events).
 # Each executable is stripped of debug info (symbols stay, so panics still
 # name functions), and all of them go into one archive, carry/gpu/bin.tar.xz
 # (run.sh unpacks it): the device tool carries at most 64 MiB in all, this
@@ -25,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-DEST=carry/gpu
+DEST=${DEST:-carry/gpu}
 LIMIT=$((64 * 1024 * 1024))
 # Tests in the order they are dropped if even the compressed set does not
 # fit (the CUDA tests, nn, autograd, optim and memory are never dropped).
@@ -38,16 +48,21 @@ json=$(mktemp)
 trap 'rm -f "$json" "$json.xz"' EXIT
 
 echo "== cargo test --release --features cuda --no-run"
-cargo test --release --features cuda --no-run --message-format=json-render-diagnostics >"$json"
-echo "== cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running"
-cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --message-format=json-render-diagnostics >>"$json"
+# With KEEP, only the test targets it names are built.
+targets=()
+for k in ${KEEP:-}; do
+    case $k in test-lib) targets+=(--lib) ;; test-*) targets+=(--test "${k#test-}") ;; esac
+done
+cargo test --release --features cuda --no-run "${targets[@]}" --message-format=json-render-diagnostics >"$json"
+echo "== cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader"
+cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --message-format=json-render-diagnostics >>"$json"
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
 
 # name<TAB>path of every executable we carry (last build of each wins).
 list=$(python3 - "$json" <<'PY'
-import json, sys
+import json, os, sys
 exes = {}
 for line in open(sys.argv[1]):
     try:
@@ -66,9 +81,12 @@ for line in open(sys.argv[1]):
         name = "test-" + t["name"]
     elif kind == "bench" and t["name"] == "cuda":
         name = "bench-cuda"
-    elif kind == "example" and t["name"] in ("tour", "digits", "long_running"):
+    elif kind == "example" and t["name"] in ("tour", "digits", "long_running", "seeing_memory", "double_buffering", "triple_buffering", "data_loader"):
         name = "example-" + t["name"]
     else:
+        continue
+    keep = os.environ.get("KEEP")
+    if keep and name not in keep.split():
         continue
     exes[name] = m["executable"]
 for name in sorted(exes):
@@ -123,7 +141,7 @@ fi
     printf 'meta\tcommit\t%s%s\n' "$(git rev-parse HEAD)" "$(git diff --quiet HEAD -- src tests benches examples kernels Cargo.toml Cargo.lock || echo ' (dirty)')"
     printf 'meta\tdate\t%s\n' "$(date -Iseconds)"
     printf 'meta\trustc\t%s\n' "$(rustc --version)"
-    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running; objcopy --strip-debug\n'
+    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader; objcopy --strip-debug\n'
     printf 'meta\tarchive\t%s\n' "$ARCHIVE"
     # The newest glibc symbol version any executable needs (the GPU machine's
     # glibc must be at least this: run.sh compares).
@@ -135,7 +153,7 @@ fi
         case $name in
             bench-*) kind=bench ;;
             example-*) kind=example ;;
-            test-lib | test-cuda | test-cuda_elementwise | test-cuda_ops | test-cuda_random | test-cuda_autograd) kind=test-cuda ;;
+            test-lib | test-cuda | test-cuda_elementwise | test-cuda_ops | test-cuda_random | test-cuda_autograd | test-data | test-profiler | test-conv | test-pool) kind=test-cuda ;;
             *) kind=test ;;
         esac
         printf '%s\t%s\t%s\t%s\n' "$kind" "$name" "$(stat -c %s "$DEST/$name")" "$(sha256sum "$DEST/$name" | cut -d' ' -f1)"

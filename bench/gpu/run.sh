@@ -190,8 +190,8 @@ SKIP_RE='no CUDA device|libnvrtc not found'
 # ---------------------------------------------------------------- tests ---
 if ! wanted tests; then
     record tests skip 0 "not asked for"
-elif [ ${#TESTS[@]} -eq 0 ]; then
-    record tests fail 0 "no test executables unpacked"
+elif [ ${#TESTS[@]} -eq 0 ] && [ ${#EXAMPLES[@]} -eq 0 ]; then
+    record tests fail 0 "no test executables or examples unpacked"
 else
     t=$SECONDS
     fails="" skips=0 ran=0 passed=0 failed=0
@@ -319,6 +319,8 @@ else
         # The lib's unit tests: only the CUDA backend's (allocator, kernels).
         filter=()
         [ "$name" = test-lib ] && filter=(backend::cuda)
+        # The loader's, the profiler's and the convolutions' tests: their CUDA variants.
+        case $name in test-data | test-profiler | test-conv | test-pool) filter=(gpu::) ;; esac
         # racecheck and synccheck look only at kernels' shared memory and
         # barriers; initcheck also at every copy. Same tests for each.
         echo "=================== $tool: $name ${filter[*]} (timeout ${c}s)" >>"$OUT/sanitizer.log"

@@ -271,6 +271,15 @@ pub(crate) fn op_context_with(
     g
 }
 
+/// A range that the profiler (when this thread profiles) collects as an op
+/// named `name` until the guard drops; the memory history's op context is
+/// left alone (`profiler::record_function`).
+pub(crate) fn profiler_range(name: &'static str) -> ContextGuard {
+    let mut g = ContextGuard::new(Undo::Nothing);
+    g.profiled = super::ops_trace::active() && super::ops_trace::enter(name, Vec::new);
+    g
+}
+
 /// Appends `name` to the calling thread's module path until the guard drops.
 #[inline]
 pub(crate) fn module_context(name: impl FnOnce() -> String) -> ContextGuard {

@@ -6,12 +6,28 @@
 //!
 //! Nothing is collected while no thread profiles: the hooks read one
 //! atomic counter first.
+//!
+//! A device's own time is read through a [`DeviceClock`] that the profiler
+//! hands in (CUDA events, from the backend): this layer knows no backend.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::history::now_us;
 use crate::device::Device;
+
+/// Marks points in a device's queued work, so that the device's time
+/// between two marks can be read once that work has run (CUDA events on
+/// the current stream). Marks are numbered from 0 in the order made.
+pub(crate) trait DeviceClock {
+    /// Marks the work queued now: the mark's number, or `None` if the mark
+    /// could not be made (the op is then left without a device time).
+    fn mark(&mut self) -> Option<u32>;
+    /// Waits for the marked work and gives each mark's time, in
+    /// microseconds after the clock's own start (the moment
+    /// [`start`] was called), `None` for a mark it could not read.
+    fn resolve(&mut self) -> Vec<Option<f64>>;
+}
 
 /// One op call, as collected.
 #[derive(Clone, Debug)]
@@ -29,6 +45,8 @@ pub(crate) struct RawOp {
     pub(crate) self_bytes: i64,
     pub(crate) total_bytes: i64,
     pub(crate) allocs: u64,
+    /// The device clock's marks at its start and end, when one was given.
+    pub(crate) device_marks: (Option<u32>, Option<u32>),
 }
 
 /// The allocated bytes of a device after an allocation or a free.
@@ -47,6 +65,16 @@ struct Session {
     done: Vec<RawOp>,
     samples: Vec<RawSample>,
     next_id: u64,
+    clock: Option<Box<dyn DeviceClock>>,
+}
+
+/// What [`stop`] hands back.
+pub(crate) struct Collected {
+    /// The finished ops in the order they started.
+    pub(crate) ops: Vec<RawOp>,
+    pub(crate) samples: Vec<RawSample>,
+    /// The device clock given to [`start`], to resolve the ops' marks.
+    pub(crate) clock: Option<Box<dyn DeviceClock>>,
 }
 
 thread_local! {
@@ -61,8 +89,13 @@ pub(crate) fn active() -> bool {
     PROFILING.load(Ordering::Relaxed) != 0
 }
 
-/// Starts collecting on this thread; `false` if it already does.
-pub(crate) fn start(record_shapes: bool, profile_memory: bool) -> bool {
+/// Starts collecting on this thread, marking each op's start and end on
+/// `clock` if one is given; `false` if this thread already collects.
+pub(crate) fn start(
+    record_shapes: bool,
+    profile_memory: bool,
+    clock: Option<Box<dyn DeviceClock>>,
+) -> bool {
     SESSION.with(|s| {
         let mut s = s.borrow_mut();
         if s.is_some() {
@@ -75,26 +108,36 @@ pub(crate) fn start(record_shapes: bool, profile_memory: bool) -> bool {
             done: Vec::new(),
             samples: Vec::new(),
             next_id: 0,
+            clock,
         });
         PROFILING.fetch_add(1, Ordering::Relaxed);
         true
     })
 }
 
-/// Stops collecting on this thread: the finished ops in the order they
-/// started, and the memory samples. Ops still open are closed now.
-pub(crate) fn stop() -> (Vec<RawOp>, Vec<RawSample>) {
+/// Stops collecting on this thread: the finished ops, the memory samples
+/// and the device clock. Ops still open are closed now.
+pub(crate) fn stop() -> Collected {
     let s = SESSION.with(|s| s.borrow_mut().take());
     let Some(mut s) = s else {
-        return (Vec::new(), Vec::new());
+        return Collected {
+            ops: Vec::new(),
+            samples: Vec::new(),
+            clock: None,
+        };
     };
     PROFILING.fetch_sub(1, Ordering::Relaxed);
     while let Some(mut op) = s.open.pop() {
         op.dur_us = now_us().saturating_sub(op.start_us);
+        op.device_marks.1 = s.clock.as_mut().and_then(|c| c.mark());
         s.done.push(op);
     }
     s.done.sort_by_key(|o| o.id);
-    (s.done, s.samples)
+    Collected {
+        ops: s.done,
+        samples: s.samples,
+        clock: s.clock,
+    }
 }
 
 /// An op starts on this thread; `true` if it is being collected (then
@@ -116,6 +159,7 @@ pub(crate) fn enter(name: &'static str, shapes: impl FnOnce() -> Vec<Vec<usize>>
         let parent = s.open.last().map(|p| p.id);
         let id = s.next_id;
         s.next_id += 1;
+        let start_mark = s.clock.as_mut().and_then(|c| c.mark());
         s.open.push(RawOp {
             id,
             parent,
@@ -128,6 +172,7 @@ pub(crate) fn enter(name: &'static str, shapes: impl FnOnce() -> Vec<Vec<usize>>
             self_bytes: 0,
             total_bytes: 0,
             allocs: 0,
+            device_marks: (start_mark, None),
         });
         true
     })
@@ -144,6 +189,7 @@ pub(crate) fn exit() {
         };
         if let Some(mut op) = s.open.pop() {
             op.dur_us = now_us().saturating_sub(op.start_us);
+            op.device_marks.1 = s.clock.as_mut().and_then(|c| c.mark());
             if let Some(parent) = s.open.last_mut() {
                 parent.child_us += op.dur_us;
             }

@@ -57,6 +57,28 @@ pub(crate) mod pinned_tensor {
     }
 }
 
+/// Waits for a CUDA device: an `Err`, as this build has no CUDA backend.
+pub fn synchronize(device: Device) -> Result<()> {
+    err(
+        "synchronize",
+        match device {
+            Device::Cuda(i) => i,
+            Device::Cpu => 0,
+        },
+    )
+}
+
+/// The profiler's device clock needs the CUDA backend.
+pub(crate) fn event_clock(device: Device) -> Result<Box<dyn crate::alloc::ops_trace::DeviceClock>> {
+    err(
+        "profiler::profile",
+        match device {
+            Device::Cuda(i) => i,
+            Device::Cpu => 0,
+        },
+    )
+}
+
 pub(crate) fn allocator(ordinal: usize) -> Result<&'static dyn DeviceAllocator> {
     err("allocate", ordinal)
 }

@@ -50,7 +50,7 @@ pub use loss::{
     huber_loss, kl_div, kl_div_with, l1_loss, l1_loss_with, mse_loss, mse_loss_with, nll_loss,
     smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
-pub use module::Module;
+pub use module::{module_scope, Module, ModuleScope};
 pub use norm::{BatchNorm1d, BatchNormOptions, LayerNorm};
 pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};
 pub use sequential::{DonationStats, Sequential};

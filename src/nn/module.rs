@@ -100,3 +100,46 @@ pub trait Module: Send {
         }
     }
 }
+
+/// One part of the memory history's module path, for a [`Module`] of your
+/// own (PyTorch names submodules by their attributes; Rust cannot see a
+/// field's name, so a forward says it): while the guard lives, the
+/// allocations the calling thread makes are recorded under `name`, after
+/// the path of the modules around it. A [`Sequential`](super::Sequential)
+/// adds its layers' names (or indices) itself.
+///
+/// ```
+/// use tensorscope::nn::{self, Linear, Module, Sequential};
+/// use tensorscope::{memory, DType, Device, Tensor};
+/// let mut encoder = Sequential::new();
+/// encoder.add_named("fc1", Linear::new(4, 8)?)?;
+/// memory::record_history(Device::Cpu, true, 1000)?;
+/// let x = Tensor::ones(&[2, 4], DType::F32, Device::Cpu)?;
+/// let y = {
+///     let _m = nn::module_scope("encoder"); // in your module's forward
+///     encoder.forward(&x)?
+/// };
+/// let snap = memory::snapshot(Device::Cpu)?;
+/// memory::record_history(Device::Cpu, false, 0)?;
+/// assert!(snap.trace.iter().any(|e| e.module.as_deref() == Some("encoder.fc1")));
+/// # drop(y);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+#[must_use = "the module path part ends when the guard drops"]
+pub struct ModuleScope {
+    _part: crate::alloc::history::ContextGuard,
+}
+
+impl std::fmt::Debug for ModuleScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModuleScope")
+    }
+}
+
+/// Opens a [`ModuleScope`] named `name` (`memory::scope` labels a region of
+/// work instead, apart from the module path).
+pub fn module_scope(name: &str) -> ModuleScope {
+    ModuleScope {
+        _part: crate::alloc::history::module_context(|| name.to_string()),
+    }
+}

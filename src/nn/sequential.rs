@@ -3,7 +3,7 @@
 
 use super::Module;
 use crate::autograd::needs_grad;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -96,6 +96,8 @@ pub struct DonationStats {
 /// ```
 pub struct Sequential {
     layers: Vec<Box<dyn Module>>,
+    /// Each layer's name: its index unless given by [`Sequential::add_named`].
+    names: Vec<String>,
     training: bool,
     offered: AtomicUsize,
     taken: AtomicUsize,
@@ -110,6 +112,7 @@ impl Sequential {
     pub fn new() -> Sequential {
         Sequential {
             layers: Vec::new(),
+            names: Vec::new(),
             training: true,
             offered: AtomicUsize::new(0),
             taken: AtomicUsize::new(0),
@@ -127,8 +130,59 @@ impl Sequential {
 
     /// Appends a boxed layer.
     pub fn add_boxed(&mut self, layer: Box<dyn Module>) -> &mut Sequential {
+        self.names.push(self.layers.len().to_string());
         self.layers.push(layer);
         self
+    }
+
+    /// Appends a layer under `name` (PyTorch's `Sequential(OrderedDict(..))`):
+    /// its parameters are `name.weight`, ... in
+    /// [`named_parameters`](Module::named_parameters) and checkpoints, and
+    /// the memory history's module path names it (`encoder.fc1`). An `Err`
+    /// naming `Sequential::add_named` if `name` is empty, holds a `.`, or
+    /// names another layer already.
+    ///
+    /// ```
+    /// use tensorscope::nn::{Linear, Module, ReLU, Sequential};
+    /// let mut net = Sequential::new();
+    /// net.add_named("fc1", Linear::new(4, 8)?)?.add(ReLU);
+    /// let names: Vec<String> = net.named_parameters().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["fc1.weight", "fc1.bias"]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn add_named<M: Module + 'static>(
+        &mut self,
+        name: &str,
+        layer: M,
+    ) -> Result<&mut Sequential> {
+        let why = if name.is_empty() {
+            Some("is empty".to_string())
+        } else if name.contains('.') {
+            Some("holds a '.', which separates a module path's parts".to_string())
+        } else if self.names.iter().any(|n| n == name) {
+            Some(format!(
+                "names layer {} already",
+                self.names.iter().position(|n| n == name).unwrap_or(0)
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::InvalidArgument {
+                op: "Sequential::add_named",
+                msg: format!("the layer name {name:?} {why}"),
+            });
+        }
+        self.add(layer);
+        if let Some(last) = self.names.last_mut() {
+            *last = name.to_string();
+        }
+        Ok(self)
+    }
+
+    /// The layers' names, in order (an index where none was given).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Number of layers.
@@ -193,8 +247,8 @@ impl Sequential {
     ) -> Result<Tensor> {
         for (i, layer) in layers {
             // The memory history's module path ("2.0": layer 0 of the
-            // `Sequential` at index 2).
-            let _m = crate::alloc::history::module_context(|| i.to_string());
+            // `Sequential` at index 2; a layer's name if it has one).
+            let _m = crate::alloc::history::module_context(|| self.names[i].clone());
             cur = if layer.can_work_in_place() {
                 self.count(donation_verdict(&cur));
                 layer.forward_owned(cur)?
@@ -223,7 +277,7 @@ impl Module for Sequential {
             self.borrowed.fetch_add(1, Ordering::Relaxed);
         }
         let cur = {
-            let _m = crate::alloc::history::module_context(|| "0".into());
+            let _m = crate::alloc::history::module_context(|| self.names[0].clone());
             first.forward(x)?
         };
         self.run_owned(it, cur)
@@ -241,7 +295,7 @@ impl Module for Sequential {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             for (n, t) in l.named_parameters() {
-                v.push((format!("{i}.{n}"), t));
+                v.push((format!("{}.{n}", self.names[i]), t));
             }
         }
         v
@@ -251,7 +305,7 @@ impl Module for Sequential {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             for (n, t) in l.named_buffers() {
-                v.push((format!("{i}.{n}"), t));
+                v.push((format!("{}.{n}", self.names[i]), t));
             }
         }
         v
@@ -265,9 +319,9 @@ impl Module for Sequential {
             .collect();
         let mut params = Vec::new();
         let mut buffers = Vec::new();
-        for (i, l) in self.layers.iter_mut().enumerate() {
+        for (i, (l, name)) in self.layers.iter_mut().zip(&self.names).enumerate() {
             for (k, (n, t)) in l.named_parameters_mut().into_iter().enumerate() {
-                let named = (format!("{i}.{n}"), t);
+                let named = (format!("{name}.{n}"), t);
                 if k < trainable[i] {
                     params.push(named);
                 } else {

@@ -2,6 +2,7 @@
 
 use super::device::{drv, gpu_of};
 use super::stream::Stream;
+use crate::alloc::ops_trace::DeviceClock;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use cudarc::driver::{sys, CudaEvent};
@@ -127,5 +128,55 @@ impl Event {
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Event(device={})", self.device())
+    }
+}
+
+/// The profiler's device clock (`profile` with `device_time`): a timing
+/// event recorded on the device's current stream at the clock's start and
+/// at each mark, read back with `cuEventElapsedTime` once the work ran.
+struct EventClock {
+    device: Device,
+    base: Event,
+    marks: Vec<Event>,
+}
+
+/// A device clock for the profiler on `device`'s current stream; an `Err`
+/// naming `profiler::profile` if the device or the driver cannot time.
+pub(crate) fn clock(device: Device) -> Result<Box<dyn DeviceClock>> {
+    const OP: &str = "profiler::profile";
+    gpu_of(OP, device)?;
+    if let Some(why) = elapsed_unsupported(true, true, super::probe::has_elapsed_v2()) {
+        return Err(Error::arg(OP, why));
+    }
+    let base = Event::new(device, true)?;
+    base.record(&super::stream::current_stream(device)?)?;
+    Ok(Box::new(EventClock {
+        device,
+        base,
+        marks: Vec::new(),
+    }))
+}
+
+impl DeviceClock for EventClock {
+    fn mark(&mut self) -> Option<u32> {
+        let event = Event::new(self.device, true).ok()?;
+        event
+            .record(&super::stream::current_stream(self.device).ok()?)
+            .ok()?;
+        self.marks.push(event);
+        u32::try_from(self.marks.len() - 1).ok()
+    }
+
+    fn resolve(&mut self) -> Vec<Option<f64>> {
+        // Events complete in stream order, but marks may sit on several
+        // streams: wait for each one.
+        self.marks
+            .iter()
+            .map(|e| {
+                e.synchronize().ok()?;
+                let ms = self.base.elapsed_ms(e).ok()?;
+                Some(f64::from(ms) * 1e3)
+            })
+            .collect()
     }
 }

@@ -58,6 +58,7 @@ mod tests;
 pub use alloc::record_stream;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use device::{compute_capability, device_name, synchronize};
+pub(crate) use event::clock as event_clock;
 pub use event::Event;
 pub use pinned::{
     empty_pinned_cache, pinned_memory_stats, set_pinned_memory_limit, PinnedMemoryStats,

@@ -190,6 +190,10 @@ def fixed_rows(rows):
     rows.run("embedding", size, "Embedding(50000,256), idx [16,32]", lambda: emb(tok))
     q, k, v = inp((8, 4, 64, 64)), inp((8, 4, 64, 64)), inp((8, 4, 64, 64))
     rows.run("attention", size, "softmax(q k^T / 8) v, q,k,v [8,4,64,64]", lambda: attention(q, k, v))
+    x = inp((8, 64, 32, 32))
+    w = inp((64, 64, 3, 3))
+    rows.run("conv2d", size, "x[8,64,32,32] W[64,64,3,3] padding 1", lambda: F.conv2d(x, w, None, 1, 1))
+    rows.run("max_pool2d", size, "x[8,64,32,32] 2x2", lambda: F.max_pool2d(x, 2))
 
 
 def fwd_bwd_rows(rows):
@@ -227,6 +231,11 @@ def fwd_bwd_rows(rows):
     ga = inp((8, 4, 64, 64))
     rows.run("attention_fwd_bwd", size, "softmax(q k^T / 8) v, q,k,v [8,4,64,64]",
              step(lambda: attention(q, k, v), [q, k, v], ga))
+    x = inp((8, 64, 32, 32)).requires_grad_(True)
+    w = inp((64, 64, 3, 3)).requires_grad_(True)
+    gy = inp((8, 64, 32, 32))
+    rows.run("conv2d_fwd_bwd", size, "x[8,64,32,32] W[64,64,3,3] padding 1",
+             step(lambda: F.conv2d(x, w, None, 1, 1), [x, w], gy))
 
 
 def main():

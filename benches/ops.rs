@@ -32,7 +32,7 @@
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
 use tensorscope::nn::{cross_entropy, Embedding, LayerNorm, Module};
-use tensorscope::{DType, Device, Tensor};
+use tensorscope::{ConvOptions, DType, Device, Padding, PoolOptions, Tensor};
 
 #[path = "common/timing.rs"]
 mod timing;
@@ -422,6 +422,28 @@ fn fixed_rows(rows: &mut Rows) -> R<()> {
             },
         )?;
     }
+    {
+        // A ResNet stage's 3x3 convolution, and a 2x2 max-pool.
+        let x = input(&[8, 64, 32, 32], Domain::Any)?;
+        let w = input(&[64, 64, 3, 3], Domain::Any)?;
+        let pad = ConvOptions {
+            padding: Padding::Explicit([1, 1]),
+            ..ConvOptions::default()
+        };
+        rows.run(
+            "conv2d",
+            size,
+            "x[8,64,32,32] W[64,64,3,3] padding 1".into(),
+            || {
+                black_box(x.conv2d(&w, None, &pad)?);
+                Ok(())
+            },
+        )?;
+        rows.run("max_pool2d", size, "x[8,64,32,32] 2x2".into(), || {
+            black_box(x.max_pool2d([2, 2], &PoolOptions::default())?);
+            Ok(())
+        })?;
+    }
     Ok(())
 }
 
@@ -509,6 +531,25 @@ fn fwd_bwd_rows(rows: &mut Rows) -> R<()> {
         || {
             attention(&q, &k, &v)?.backward_with(&ga, false)?;
             for p in [&q, &k, &v] {
+                p.zero_grad();
+            }
+            Ok(())
+        },
+    )?;
+    let x = input(&[8, 64, 32, 32], Domain::Any)?.requires_grad_(true)?;
+    let w = input(&[64, 64, 3, 3], Domain::Any)?.requires_grad_(true)?;
+    let gy = input(&[8, 64, 32, 32], Domain::Any)?;
+    let pad = ConvOptions {
+        padding: Padding::Explicit([1, 1]),
+        ..ConvOptions::default()
+    };
+    rows.run(
+        "conv2d_fwd_bwd",
+        size,
+        "x[8,64,32,32] W[64,64,3,3] padding 1".into(),
+        || {
+            x.conv2d(&w, None, &pad)?.backward_with(&gy, false)?;
+            for p in [&x, &w] {
                 p.zero_grad();
             }
             Ok(())

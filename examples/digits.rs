@@ -45,8 +45,20 @@ pub fn load() -> (Vec<f32>, Vec<i64>) {
     (x, y)
 }
 
+/// The sample order of the train/test split (a seeded shuffle of `0..n`)
+/// and how many of its first entries train (80%); the CNN example uses
+/// the same split.
+pub fn split(n: usize) -> (Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut g = Generator::new(42);
+    for i in (1..n).rev() {
+        order.swap(i, (g.next_u64() % (i as u64 + 1)) as usize);
+    }
+    (order, n * 4 / 5)
+}
+
 /// Accuracy of `net` on (x, y), without a graph.
-fn accuracy(net: &Sequential, x: &Tensor, y: &Tensor) -> tensorscope::Result<f64> {
+pub fn accuracy(net: &Sequential, x: &Tensor, y: &Tensor) -> tensorscope::Result<f64> {
     autograd::no_grad(|| {
         let correct = net
             .forward(x)?
@@ -64,13 +76,7 @@ pub fn run() -> tensorscope::Result<f64> {
     tensorscope::manual_seed(7);
     let (xs, ys) = load();
     let n = ys.len();
-    // A seeded shuffle, then 80% train / 20% test.
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut g = Generator::new(42);
-    for i in (1..n).rev() {
-        order.swap(i, (g.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let n_train = n * 4 / 5;
+    let (order, n_train) = split(n);
     let pick = |ids: &[usize]| -> tensorscope::Result<(Tensor, Tensor)> {
         let x: Vec<f32> = ids
             .iter()

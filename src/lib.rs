@@ -56,6 +56,8 @@ pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::conv::{ConvOptions, ConvTransposeOptions, Padding};
+pub use ops::pool::PoolOptions;
 pub use ops::PendingHost;
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};

@@ -30,6 +30,7 @@ use tensorscope::nn::{
     nll_loss, smooth_l1_loss, LayerNorm, Module,
 };
 use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
 use tensorscope::{DType, Device, Result, Tensor};
 
 const FIXTURE: &str = include_str!("fixtures/differential.txt");
@@ -83,6 +84,15 @@ impl Case {
             .split(',')
             .map(|d| d.parse().unwrap())
             .collect()
+    }
+    /// A parameter `a,b` as a pair.
+    fn pair(&self, k: &str) -> [usize; 2] {
+        let v: Vec<usize> = self
+            .param(k)
+            .split(',')
+            .map(|d| d.parse().unwrap())
+            .collect();
+        [v[0], v[1]]
     }
     fn keep(&self) -> bool {
         self.param("keep") == "1"
@@ -314,8 +324,75 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "stack" => Tensor::stack(&[a, b()], c.f("dim") as isize)?,
         "where" => Tensor::where_cond(a, b(), &x[2])?,
         "sgd" | "adam" | "adamw" => optimize(c, x)?,
+        "conv2d" | "conv1d" => convolve(c, x)?,
+        "conv_transpose2d" => {
+            let o = ConvTransposeOptions {
+                stride: c.pair("stride"),
+                padding: c.pair("padding"),
+                output_padding: c.pair("output_padding"),
+                groups: c.f("groups") as usize,
+                dilation: c.pair("dilation"),
+            };
+            a.conv_transpose2d(b(), x.get(2), &o)?
+        }
+        "max_pool2d" | "avg_pool2d" => {
+            let [k, p] = [c.pair("kernel"), c.pair("padding")];
+            let o = PoolOptions {
+                stride: (c.param("stride") != "none").then(|| c.pair("stride")),
+                padding: p,
+                dilation: if c.op == "max_pool2d" {
+                    c.pair("dilation")
+                } else {
+                    [1, 1]
+                },
+                count_include_pad: c.op == "max_pool2d" || c.param("count_include_pad") == "1",
+            };
+            if c.op == "max_pool2d" {
+                a.max_pool2d(k, &o)?
+            } else {
+                a.avg_pool2d(k, &o)?
+            }
+        }
+        "adaptive_avg_pool2d" => a.adaptive_avg_pool2d(c.pair("output"))?,
         op => panic!("case {}: unknown op {op}", c.id),
     })
+}
+
+/// `conv2d` / `conv1d` with the case's options (`x[2]`, if present, is
+/// the bias).
+fn convolve(c: &Case, x: &[Tensor]) -> Result<Tensor> {
+    let list =
+        |k: &str| -> Vec<usize> { c.param(k).split(',').map(|v| v.parse().unwrap()).collect() };
+    let groups = c.f("groups") as usize;
+    let (st, dl) = (list("stride"), list("dilation"));
+    let bias = x.get(2);
+    if c.op == "conv2d" {
+        let padding = match c.param("padding") {
+            "same" => Padding::Same,
+            "valid" => Padding::Valid,
+            _ => Padding::Explicit(c.pair("padding")),
+        };
+        let o = ConvOptions {
+            stride: [st[0], st[1]],
+            padding,
+            dilation: [dl[0], dl[1]],
+            groups,
+        };
+        x[0].conv2d(&x[1], bias, &o)
+    } else {
+        let padding = match c.param("padding") {
+            "same" => Padding::Same,
+            "valid" => Padding::Valid,
+            _ => Padding::Explicit([list("padding")[0]]),
+        };
+        let o = ConvOptions {
+            stride: [st[0]],
+            padding,
+            dilation: [dl[0]],
+            groups,
+        };
+        x[0].conv1d(&x[1], bias, &o)
+    }
 }
 
 /// Three steps of the case's optimizer on the parameter `x[0]` with the

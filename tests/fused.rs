@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{assert_close, read, Rng};
+use common::{assert_close, read, tensor, Rng};
 use tensorscope::memory::{self, round_size};
 use tensorscope::nn::{
     cross_entropy_with, rms_norm, rms_norm_default_eps, CrossEntropyOptions, LayerNorm, Module,
@@ -68,15 +68,6 @@ fn drawn(n: usize, seed: u64, lo: f64, hi: f64, dt: DType) -> Vec<f64> {
     (0..n)
         .map(|_| common::store(dt, r.uniform(lo, hi)))
         .collect()
-}
-
-fn tensor(v: &[f64], shape: &[usize], dt: DType, dev: Device) -> Tensor {
-    Tensor::from_slice(v, shape, Device::Cpu)
-        .unwrap()
-        .to_dtype(dt)
-        .unwrap()
-        .to_device(dev)
-        .unwrap()
 }
 
 /// Relative tolerance of results computed in f32 (f64 for f64) and rounded

@@ -28,6 +28,7 @@
 //! ```
 
 mod activation;
+mod conv;
 mod cross_entropy_fused;
 mod dropout;
 mod embedding;
@@ -42,6 +43,9 @@ mod sequential;
 pub(crate) mod state;
 
 pub use activation::{Hardswish, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU};
+pub use conv::{
+    AdaptiveAvgPool2d, AvgPool2d, Conv, Conv1d, Conv2d, ConvTranspose2d, Flatten, MaxPool2d,
+};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
 pub use linear::Linear;

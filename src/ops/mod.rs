@@ -3,11 +3,13 @@
 
 mod activations;
 mod breadth;
+pub(crate) mod conv;
 mod elementwise;
 mod index;
 mod matmul;
 mod operators;
 pub(crate) mod pinned;
+pub(crate) mod pool;
 pub use pinned::PendingHost;
 mod reduce;
 mod shape;

@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 use tensorscope::backend::cuda;
-use tensorscope::{DType, Device, Element, Tensor};
+use tensorscope::{DType, Device, Tensor};
 
 use super::{assert_close, read};
 
@@ -79,15 +79,7 @@ pub fn tol(dt: DType) -> f64 {
     }
 }
 
-/// A tensor of `dt` with `v` (converted) on `dev`.
-pub fn tensor<T: Element>(v: &[T], shape: &[usize], dt: DType, dev: Device) -> Tensor {
-    Tensor::from_slice(v, shape, Device::Cpu)
-        .unwrap()
-        .to_dtype(dt)
-        .unwrap()
-        .to_device(dev)
-        .unwrap()
-}
+pub use super::tensor;
 
 /// Deterministic test values: multiples of 0.25 in [-4, 4) for floats,
 /// integers in a small range for the integer types.

@@ -80,6 +80,16 @@ impl Rng {
     }
 }
 
+/// A tensor of `dt` with `v` (converted) on `dev`.
+pub fn tensor<T: tensorscope::Element>(v: &[T], shape: &[usize], dt: DType, dev: Device) -> Tensor {
+    Tensor::from_slice(v, shape, Device::Cpu)
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap()
+        .to_device(dev)
+        .unwrap()
+}
+
 /// `n` values uniform in [lo, hi).
 pub fn uniform(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
     let mut r = Rng::new(seed);

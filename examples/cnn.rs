@@ -1,0 +1,153 @@
+//! A small CNN on the UCI 8x8 handwritten digits (the tour's MLP task,
+//! `data/digits.csv`, the same seeded 80/20 split): three convolutions,
+//! two max-pools and a linear layer, trained with Adam, with a progress
+//! bar. It prints the best test accuracy next to the MLP's, the
+//! parameters, what one training step costs in memory (through
+//! `memory::measure`: the peak over its start and what it leaves), and
+//! that every tensor is gone at the end.
+//!
+//! `cargo run --release --example cnn` (on cuda:0 when a GPU is present).
+
+#[allow(dead_code)] // the tour's digits task: only its data is used here
+#[path = "digits.rs"]
+mod digits;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tensorscope::nn::{
+    cross_entropy, Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential,
+};
+use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::{
+    autograd, memory, ConvOptions, DType, Device, Generator, Padding, PoolOptions, Tensor,
+};
+
+/// The MLP's best test accuracy on the same split (examples/digits.rs,
+/// printed by the tour).
+const MLP_ACCURACY: f64 = 98.61;
+
+fn model(dev: Device) -> tensorscope::Result<Sequential> {
+    let same = ConvOptions {
+        padding: Padding::Same,
+        ..ConvOptions::default()
+    };
+    let pool = MaxPool2d {
+        kernel: [2, 2],
+        options: PoolOptions::default(),
+    };
+    let mut net = Sequential::new();
+    net.add_named("conv1", Conv2d::new(1, 16, [3, 3], same)?)?
+        .add(ReLU)
+        .add_named("conv2", Conv2d::new(16, 32, [3, 3], same)?)?
+        .add(ReLU)
+        .add(pool) // 8x8 -> 4x4
+        .add_named("conv3", Conv2d::new(32, 32, [3, 3], same)?)?
+        .add(ReLU)
+        .add(pool) // 4x4 -> 2x2
+        .add(Flatten::default())
+        .add_named("fc", Linear::new(32 * 2 * 2, 10)?)?;
+    net.to_device(dev)?;
+    Ok(net)
+}
+
+fn main() -> tensorscope::Result<()> {
+    tensorscope::manual_seed(7);
+    let dev = Device::cuda_if_available();
+    let start = memory::memory_allocated(dev);
+    let (xs, ys) = digits::load();
+    let n = ys.len();
+    let (order, n_train) = digits::split(n);
+    let pick = |ids: &[usize]| -> tensorscope::Result<(Tensor, Tensor)> {
+        let x: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| xs[i * 64..(i + 1) * 64].iter().copied())
+            .collect();
+        let y: Vec<i64> = ids.iter().map(|&i| ys[i]).collect();
+        Ok((
+            Tensor::from_vec(x, &[ids.len(), 1, 8, 8], dev)?,
+            Tensor::from_vec(y, &[ids.len()], dev)?,
+        ))
+    };
+    let (x_train, y_train) = pick(&order[..n_train])?;
+    let (x_test, y_test) = pick(&order[n_train..])?;
+    let mut net = model(dev)?;
+    let params: usize = net.named_parameters().iter().map(|(_, t)| t.numel()).sum();
+    println!(
+        "cnn on {dev}: {n_train} training and {} test digits, {params} parameters ({})",
+        n - n_train,
+        net.names().join(" ")
+    );
+    let mut opt = Adam::new(AdamConfig {
+        lr: 3e-3,
+        ..Default::default()
+    })?;
+    let (epochs, batch) = (30usize, 64usize);
+    let bar = ProgressBar::new((epochs * n_train.div_ceil(batch)) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} epoch {prefix} {msg}")
+            .expect("a valid template"),
+    );
+    let (mut best, mut best_epoch) = (0.0, 0);
+    let mut shuffle = Generator::new(1);
+    let mut step_cost = None;
+    for epoch in 1..=epochs {
+        let mut ids: Vec<i64> = (0..n_train as i64).collect();
+        for i in (1..ids.len()).rev() {
+            ids.swap(i, (shuffle.next_u64() % (i as u64 + 1)) as usize);
+        }
+        bar.set_prefix(format!("{epoch:>2}"));
+        for chunk in ids.chunks(batch) {
+            let idx = Tensor::from_slice(chunk, &[chunk.len()], dev)?;
+            let (xb, yb) = (
+                x_train.index_select(0, &idx)?,
+                y_train.index_select(0, &idx)?,
+            );
+            let (loss, m) = memory::measure(dev, || -> tensorscope::Result<f32> {
+                opt.zero_grad(&net);
+                let loss = cross_entropy(&net.forward(&xb)?, &yb)?;
+                loss.backward()?;
+                opt.step(&mut net)?;
+                loss.item::<f32>()
+            })?;
+            if epoch == 2 && step_cost.is_none() && chunk.len() == batch {
+                step_cost = Some(m);
+            }
+            bar.set_message(format!("loss {:.4}", loss?));
+            bar.inc(1);
+        }
+        let acc = 100.0 * digits::accuracy(&net, &x_test, &y_test)?;
+        if acc > best {
+            (best, best_epoch) = (acc, epoch);
+        }
+    }
+    bar.finish();
+    println!(
+        "best test accuracy {best:.2}% at epoch {best_epoch} (the MLP's: {MLP_ACCURACY:.2}%: {})",
+        if best > MLP_ACCURACY {
+            "beaten"
+        } else {
+            "not beaten"
+        }
+    );
+    if let Some(m) = step_cost {
+        println!(
+            "one training step of {batch} (epoch 2): peak {} over its start ({} allocations), {} left allocated",
+            memory::fmt_bytes(m.peak_delta),
+            m.allocations,
+            m.allocated_delta
+        );
+    }
+    let x = Tensor::zeros(&[batch, 1, 8, 8], DType::F32, dev)?;
+    let (y, m) = memory::measure(dev, || autograd::no_grad(|| net.forward(&x)))?;
+    println!(
+        "inference on {batch} digits: peak {} over its start, {} left (the logits)",
+        memory::fmt_bytes(m.peak_delta),
+        memory::fmt_bytes(m.allocated_delta as usize)
+    );
+    drop((y?, x, net, opt, x_train, y_train, x_test, y_test));
+    println!(
+        "every tensor is gone: {} allocated on {dev} at the start, {} at the end",
+        memory::fmt_bytes(start),
+        memory::fmt_bytes(memory::memory_allocated(dev))
+    );
+    Ok(())
+}

@@ -1,0 +1,780 @@
+//! Convolutions: `conv1d`, `conv2d` and `conv_transpose2d` (PyTorch's
+//! `F.conv1d` / `F.conv2d` / `F.conv_transpose2d`) with stride, zero
+//! padding (explicit, `same` or `valid`), dilation and groups, forward and
+//! backward on every device.
+//!
+//! How: im2col plus a matrix product. The patches of the (padded) input
+//! are a strided view of it (`as_strided`: no copy), which one copy kernel
+//! lays out as the columns `[N, groups, C/groups * kh * kw, OH * OW]`; the
+//! weight `[groups, O/groups, C/groups * kh * kw]` times them is the output
+//! (one batched product: the CPU's gemm, cuBLAS on CUDA). The columns are
+//! workspace from the caching allocator, freed before the op returns.
+//!
+//! The autograd node (`ConvolutionBackward0`) saves the input and the
+//! weight, not the columns: the backward pass rebuilds them for the
+//! weight's gradient (as PyTorch's does) and sums the columns' gradient
+//! back into the input's shape one kernel tap at a time (col2im as
+//! `kh * kw` strided adds), so no graph holds a `kh * kw` times larger
+//! buffer between the passes.
+//!
+//! `conv_transpose2d` is the adjoint of `conv2d` in its input: its forward
+//! pass is `conv2d`'s input gradient, and its backward pass is `conv2d`'s
+//! forward (for the input) and `conv2d`'s weight gradient with input and
+//! output swapped, over the geometry of that `conv2d`.
+
+use crate::alloc::history::op_context_with;
+use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
+use crate::error::{bail, Error, Result};
+use crate::tensor::Tensor;
+
+/// The zero padding of a convolution (PyTorch's `padding=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Padding<const D: usize> {
+    /// The same padding on both sides of each spatial dimension.
+    Explicit([usize; D]),
+    /// No padding (`padding="valid"`).
+    Valid,
+    /// The output has the input's size (`padding="same"`; stride 1 only):
+    /// `dilation * (kernel - 1)` zeros per dimension, the odd one on the
+    /// high side, as PyTorch places them.
+    Same,
+}
+
+/// The options of [`Tensor::conv2d`] and [`Tensor::conv1d`] (PyTorch's
+/// keyword arguments, one entry per spatial dimension).
+///
+/// ```
+/// use tensorscope::{ConvOptions, Padding};
+/// let opts = ConvOptions { stride: [2, 2], padding: Padding::Explicit([1, 1]), ..ConvOptions::default() };
+/// assert_eq!((opts.dilation, opts.groups), ([1, 1], 1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvOptions<const D: usize> {
+    /// The step between patches (each at least 1).
+    pub stride: [usize; D],
+    /// The zeros added around the input.
+    pub padding: Padding<D>,
+    /// The spacing of the kernel's taps (each at least 1).
+    pub dilation: [usize; D],
+    /// Input and output channels split into this many independent groups.
+    pub groups: usize,
+}
+
+impl<const D: usize> Default for ConvOptions<D> {
+    /// Stride 1, no padding, dilation 1, one group (PyTorch's defaults).
+    fn default() -> Self {
+        ConvOptions {
+            stride: [1; D],
+            padding: Padding::Explicit([0; D]),
+            dilation: [1; D],
+            groups: 1,
+        }
+    }
+}
+
+/// A 2-d convolution's geometry, checked.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    o: usize,
+    g: usize,
+    kh: usize,
+    kw: usize,
+    stride: [usize; 2],
+    dil: [usize; 2],
+    /// Zeros before and after, per dimension.
+    lo: [usize; 2],
+    hi: [usize; 2],
+    oh: usize,
+    ow: usize,
+}
+
+impl Geometry {
+    fn hp(&self) -> usize {
+        self.h + self.lo[0] + self.hi[0]
+    }
+    fn wp(&self) -> usize {
+        self.w + self.lo[1] + self.hi[1]
+    }
+    /// Rows of one group's columns: `C/g * kh * kw`.
+    fn k(&self) -> usize {
+        self.c / self.g * self.kh * self.kw
+    }
+    fn l(&self) -> usize {
+        self.oh * self.ow
+    }
+}
+
+/// Checks a batched 2-d convolution's operands (`x` `[N, C, H, W]`, `w`
+/// `[O, C/groups, kh, kw]`, `b` `[O]`) and works out its geometry. `op`
+/// and `shown` are the public op and the shapes it was called with (a
+/// `conv1d` reports its own 3-d shapes).
+fn geometry(
+    op: &'static str,
+    shown: (&[usize], &[usize]),
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    o: &ConvOptions<2>,
+) -> Result<Geometry> {
+    let (xs, ws) = (x.shape(), w.shape());
+    let dims = shown.1.len() - 2; // spatial dimensions of the public op
+    if !x.dtype().is_float() {
+        bail!(Error::dtype(op, "a float dtype", x.dtype()));
+    }
+    if w.dtype() != x.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!("{} for the weight, like the input", x.dtype()),
+            w.dtype()
+        ));
+    }
+    x.same_device(op, w)?;
+    if o.groups == 0 {
+        bail!(Error::arg(op, "groups must be at least 1"));
+    }
+    if o.stride.contains(&0) || o.dilation.contains(&0) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "stride {:?} and dilation {:?} must be at least 1",
+                &o.stride[2 - dims..],
+                &o.dilation[2 - dims..]
+            )
+        ));
+    }
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (oc, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    if !oc.is_multiple_of(o.groups) || cg * o.groups != c {
+        bail!(Error::shape(
+            op,
+            shown.0,
+            shown.1,
+            format!(
+                "with groups = {}, the input's channels ({c}) and the weight's output channels ({oc}) must divide \
+                 by groups, and the weight's dim 1 ({cg}) must be channels / groups",
+                o.groups
+            )
+        ));
+    }
+    if oc == 0 || kh == 0 || kw == 0 {
+        bail!(Error::shape(
+            op,
+            shown.0,
+            shown.1,
+            "the weight must have output channels and a kernel of at least one tap"
+        ));
+    }
+    if let Some(b) = b {
+        if b.shape() != [oc] {
+            bail!(Error::shape(
+                op,
+                b.shape(),
+                shown.1,
+                format!("the bias must have shape [{oc}] (the weight's output channels)")
+            ));
+        }
+        if b.dtype() != x.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!("{} for the bias, like the input", x.dtype()),
+                b.dtype()
+            ));
+        }
+        x.same_device(op, b)?;
+    }
+    let span = |k: usize, d: usize| d * (k - 1) + 1;
+    let (lo, hi) = match o.padding {
+        Padding::Explicit(p) => (p, p),
+        Padding::Valid => ([0; 2], [0; 2]),
+        Padding::Same => {
+            if o.stride != [1, 1] {
+                bail!(Error::arg(
+                    op,
+                    format!(
+                        "padding Same needs stride 1, got stride {:?} (PyTorch refuses it too)",
+                        &o.stride[2 - dims..]
+                    )
+                ));
+            }
+            let t = [o.dilation[0] * (kh - 1), o.dilation[1] * (kw - 1)];
+            ([t[0] / 2, t[1] / 2], [t[0] - t[0] / 2, t[1] - t[1] / 2])
+        }
+    };
+    let (hp, wp) = (h + lo[0] + hi[0], wd + lo[1] + hi[1]);
+    let (sh, sw) = (span(kh, o.dilation[0]), span(kw, o.dilation[1]));
+    if hp < sh || wp < sw {
+        bail!(Error::shape(
+            op,
+            shown.0,
+            shown.1,
+            format!(
+                "the padded input ({:?}) is smaller than the dilated kernel ({:?})",
+                &[hp, wp][2 - dims..],
+                &[sh, sw][2 - dims..]
+            )
+        ));
+    }
+    Ok(Geometry {
+        n,
+        c,
+        h,
+        w: wd,
+        o: oc,
+        g: o.groups,
+        kh,
+        kw,
+        stride: o.stride,
+        dil: o.dilation,
+        lo,
+        hi,
+        oh: (hp - sh) / o.stride[0] + 1,
+        ow: (wp - sw) / o.stride[1] + 1,
+    })
+}
+
+/// `x` `[N, C, H, W]` with the geometry's zeros around it, contiguous (`x`
+/// itself when it needs neither).
+fn padded(x: &Tensor, g: &Geometry) -> Result<Tensor> {
+    pad2d(x, g.lo, g.hi, 0.0)
+}
+
+/// `x` `[N, C, H, W]` with `lo` / `hi` elements of `value` before and after
+/// its last two dimensions, contiguous (`x` itself, made contiguous, when
+/// there are none). Shared with the pooling ops.
+pub(super) fn pad2d(x: &Tensor, lo: [usize; 2], hi: [usize; 2], value: f64) -> Result<Tensor> {
+    if lo == [0, 0] && hi == [0, 0] {
+        return x.contiguous();
+    }
+    let s = x.shape();
+    let (h, w) = (s[2], s[3]);
+    let p = Tensor::full(
+        &[s[0], s[1], h + lo[0] + hi[0], w + lo[1] + hi[1]],
+        value,
+        x.dtype(),
+        x.device(),
+    )?;
+    p.narrow(2, lo[0], h)?.narrow(3, lo[1], w)?.copy_(x)?;
+    Ok(p)
+}
+
+/// The adjoint of a window view: a `[N, C, Hp, Wp]` buffer of zeros into
+/// which `tap(i, j)` (`[N, C, OH, OW]`, the gradient of kernel tap `(i,
+/// j)` at every output position) is summed at that tap's positions, one
+/// strided add per tap (col2im), then cut to the unpadded `[N, C, H, W]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sum_taps(
+    like: &Tensor,
+    nchw: [usize; 4],
+    lo: [usize; 2],
+    hi: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dil: [usize; 2],
+    out: [usize; 2],
+    tap: impl Fn(usize, usize) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let [n, c, h, w] = nchw;
+    let (hp, wp) = (h + lo[0] + hi[0], w + lo[1] + hi[1]);
+    let gp = Tensor::zeros(&[n, c, hp, wp], like.dtype(), like.device())?;
+    let strides = [c * hp * wp, hp * wp, stride[0] * wp, stride[1]];
+    for i in 0..kernel[0] {
+        for j in 0..kernel[1] {
+            let at = gp.storage_offset() + i * dil[0] * wp + j * dil[1];
+            let mut dst = gp.as_strided(&[n, c, out[0], out[1]], &strides, at)?;
+            dst.add_(&tap(i, j)?)?;
+        }
+    }
+    if lo == [0, 0] && hi == [0, 0] {
+        return Ok(gp);
+    }
+    gp.narrow(2, lo[0], h)?.narrow(3, lo[1], w)?.contiguous()
+}
+
+/// The columns of `x` in the order `[N, G, K, L]` (forward) or, with
+/// `group_major`, `[G, K, N, L]` (the weight's gradient).
+fn columns(x: &Tensor, g: &Geometry, group_major: bool) -> Result<Tensor> {
+    let p = padded(x, g)?;
+    let (hp, wp) = (g.hp(), g.wp());
+    let cg = g.c / g.g;
+    let plane = hp * wp;
+    let (sample, group) = (g.c * plane, cg * plane);
+    let tap = [g.dil[0] * wp, g.dil[1]];
+    let step = [g.stride[0] * wp, g.stride[1]];
+    let (shape, strides) = if group_major {
+        (
+            [g.g, cg, g.kh, g.kw, g.n, g.oh, g.ow],
+            [group, plane, tap[0], tap[1], sample, step[0], step[1]],
+        )
+    } else {
+        (
+            [g.n, g.g, cg, g.kh, g.kw, g.oh, g.ow],
+            [sample, group, plane, tap[0], tap[1], step[0], step[1]],
+        )
+    };
+    let patches = p.as_strided(&shape, &strides, p.storage_offset())?;
+    let cols = patches.contiguous()?;
+    let (k, l) = (g.k() as isize, g.l() as isize);
+    if group_major {
+        cols.reshape(&[g.g as isize, k, (g.n * g.l()) as isize])
+    } else {
+        cols.reshape(&[g.n as isize, g.g as isize, k, l])
+    }
+}
+
+/// The forward pass, without autograd: `[N, O, OH, OW]`.
+fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<Tensor> {
+    let cols = columns(x, g, false)?;
+    let og = (g.o / g.g) as isize;
+    let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
+    let mut out = wm.matmul(&cols)?; // [N, G, O/G, L]
+    drop(cols);
+    if let Some(b) = b {
+        let mut out4 = out.reshape(&[g.n as isize, g.o as isize, g.l() as isize])?;
+        out4.add_(&b.reshape(&[1, g.o as isize, 1])?)?;
+        drop(out4);
+    }
+    out = out.reshape(&[g.n as isize, g.o as isize, g.oh as isize, g.ow as isize])?;
+    Ok(out)
+}
+
+/// The input's gradient: the columns' gradient `W^T dy`, summed back one
+/// kernel tap at a time into a padded buffer, then cut to the input.
+fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let og = (g.o / g.g) as isize;
+    let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
+    let dym = dy.reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?;
+    let dcols = wm.transpose(1, 2)?.matmul(&dym)?; // [N, G, K, L]
+    let dcols = dcols.reshape(&[
+        g.n as isize,
+        g.c as isize,
+        g.kh as isize,
+        g.kw as isize,
+        g.oh as isize,
+        g.ow as isize,
+    ])?;
+    let dcols = &dcols;
+    sum_taps(
+        dy,
+        [g.n, g.c, g.h, g.w],
+        g.lo,
+        g.hi,
+        [g.kh, g.kw],
+        g.stride,
+        g.dil,
+        [g.oh, g.ow],
+        |i, j| dcols.select(2, i as isize)?.select(2, j as isize),
+    )
+}
+
+/// The weight's gradient `[O, C/G, kh, kw]`: `dy` times the columns.
+fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry, wshape: &[usize]) -> Result<Tensor> {
+    let og = (g.o / g.g) as isize;
+    let cols = columns(x, g, true)?; // [G, K, N L]
+    let dyt = dy
+        .reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
+        .permute(&[1, 2, 0, 3])?
+        .reshape(&[g.g as isize, og, (g.n * g.l()) as isize])?;
+    let gw = dyt.matmul(&cols.transpose(1, 2)?)?; // [G, O/G, K]
+    let shape: Vec<isize> = wshape.iter().map(|&d| d as isize).collect();
+    gw.reshape(&shape)
+}
+
+/// A 2-d convolution of the batched `x` `[N, C, H, W]`; `op`/`shown` name
+/// the public op and its shapes for errors.
+fn conv2d_impl(
+    op: &'static str,
+    shown: (&[usize], &[usize]),
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    opts: &ConvOptions<2>,
+) -> Result<Tensor> {
+    let geo = geometry(op, shown, x, w, b, opts)?;
+    let out = autograd::no_grad(|| forward(x, w, b, &geo)).map_err(|e| e.reported_as(op))?;
+    let mut inputs = vec![x, w];
+    inputs.extend(b);
+    if !needs_grad(&inputs) {
+        return Ok(out);
+    }
+    const NODE: &str = "ConvolutionBackward0";
+    let kx = if w.requires_grad() {
+        Some(Saved::new(x, NODE)?)
+    } else {
+        None
+    };
+    let kw = if x.requires_grad() {
+        Some(Saved::new(w, NODE)?)
+    } else {
+        None
+    };
+    let rb = b.map(|b| b.requires_grad());
+    let wshape = w.shape().to_vec();
+    let f: BackwardFn = Box::new(move |dy| {
+        let gx = match &kw {
+            Some(w) => Some(input_grad(dy, w.get()?, &geo)?),
+            None => None,
+        };
+        let gw = match &kx {
+            Some(x) => Some(weight_grad(dy, x.get()?, &geo, &wshape)?),
+            None => None,
+        };
+        let mut v = vec![gx, gw];
+        if let Some(rb) = rb {
+            v.push(if rb {
+                Some(dy.sum(&[0, 2, 3], false)?)
+            } else {
+                None
+            });
+        }
+        Ok(v)
+    });
+    Ok(attach(out, NODE, &inputs, f))
+}
+
+impl Tensor {
+    /// A 2-d convolution (PyTorch's `F.conv2d`, a cross-correlation): `self`
+    /// `[N, C, H, W]` (or unbatched `[C, H, W]`), `weight`
+    /// `[O, C / groups, kh, kw]`, `bias` `[O]`; the result is
+    /// `[N, O, OH, OW]` with `OH = (H + pads - dilation (kh - 1) - 1) /
+    /// stride + 1`. Float dtypes; all operands of one dtype and device.
+    /// An `Err` naming `conv2d` and the shapes for channels that do not
+    /// match the groups, a kernel larger than the padded input, a zero
+    /// stride or dilation, or padding `Same` with a stride.
+    ///
+    /// ```
+    /// use tensorscope::{ConvOptions, DType, Device, Padding, Tensor};
+    /// let x = Tensor::ones(&[1, 2, 5, 5], DType::F32, Device::Cpu)?;
+    /// let w = Tensor::ones(&[4, 2, 3, 3], DType::F32, Device::Cpu)?;
+    /// let same = ConvOptions { padding: Padding::Same, ..ConvOptions::default() };
+    /// let y = x.conv2d(&w, None, &same)?;
+    /// assert_eq!(y.shape(), &[1, 4, 5, 5]);
+    /// // Centre: 2 channels x 9 taps of ones; corner: 2 x 4.
+    /// let v = y.to_vec::<f32>()?;
+    /// assert_eq!((v[2 * 5 + 2], v[0]), (18.0, 8.0));
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: &ConvOptions<2>,
+    ) -> Result<Tensor> {
+        const OP: &str = "conv2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
+        check_ranks(OP, self, weight, 4)?;
+        if self.rank() == 3 {
+            let y = conv2d_impl(
+                OP,
+                (self.shape(), weight.shape()),
+                &self.unsqueeze(0)?,
+                weight,
+                bias,
+                opts,
+            )?;
+            return y.squeeze_dim(0);
+        }
+        conv2d_impl(OP, (self.shape(), weight.shape()), self, weight, bias, opts)
+    }
+
+    /// A 1-d convolution (PyTorch's `F.conv1d`): `self` `[N, C, L]` (or
+    /// `[C, L]`), `weight` `[O, C / groups, k]`, `bias` `[O]`; the result
+    /// is `[N, O, OL]`. Computed as a [`conv2d`](Tensor::conv2d) of height
+    /// 1, with its errors (naming `conv1d`).
+    ///
+    /// ```
+    /// use tensorscope::{ConvOptions, DType, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 4], Device::Cpu)?;
+    /// let w = Tensor::from_slice(&[1.0f32, -1.0], &[1, 1, 2], Device::Cpu)?;
+    /// let y = x.conv1d(&w, None, &ConvOptions::default())?;
+    /// assert_eq!(y.to_vec::<f32>()?, [-1.0, -1.0, -1.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn conv1d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: &ConvOptions<1>,
+    ) -> Result<Tensor> {
+        const OP: &str = "conv1d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
+        check_ranks(OP, self, weight, 3)?;
+        let two = ConvOptions::<2> {
+            stride: [1, opts.stride[0]],
+            padding: match opts.padding {
+                Padding::Explicit([p]) => Padding::Explicit([0, p]),
+                Padding::Valid => Padding::Valid,
+                Padding::Same => Padding::Same,
+            },
+            dilation: [1, opts.dilation[0]],
+            groups: opts.groups,
+        };
+        let batched = if self.rank() == 2 {
+            self.unsqueeze(0)?
+        } else {
+            self.alias()
+        };
+        let y = conv2d_impl(
+            OP,
+            (self.shape(), weight.shape()),
+            &batched.unsqueeze(2)?,
+            &weight.unsqueeze(2)?,
+            bias,
+            &two,
+        )?
+        .squeeze_dim(2)?;
+        if self.rank() == 2 {
+            y.squeeze_dim(0)
+        } else {
+            Ok(y)
+        }
+    }
+}
+
+/// The geometry of a transposed convolution `x` `[N, Cin, H, W]`, `w`
+/// `[Cin, Cout / groups, kh, kw]`: that of the `conv2d` it is the adjoint
+/// of (input `[N, Cout, Ho, Wo]`, weight `[Cin, Cout / groups, ..]`,
+/// output `[N, Cin, H, W]`).
+fn transposed_geometry(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    o: &ConvTransposeOptions,
+) -> Result<Geometry> {
+    let (xs, ws) = (x.shape(), w.shape());
+    if !x.dtype().is_float() {
+        bail!(Error::dtype(op, "a float dtype", x.dtype()));
+    }
+    if w.dtype() != x.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!("{} for the weight, like the input", x.dtype()),
+            w.dtype()
+        ));
+    }
+    x.same_device(op, w)?;
+    let g = o.groups;
+    if g == 0 || o.stride.contains(&0) || o.dilation.contains(&0) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "groups ({g}), stride {:?} and dilation {:?} must be at least 1",
+                o.stride, o.dilation
+            )
+        ));
+    }
+    let (n, cin, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (wcin, cog, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    if wcin != cin || !cin.is_multiple_of(g) || cog == 0 || kh == 0 || kw == 0 {
+        bail!(Error::shape(
+            op,
+            xs,
+            ws,
+            format!(
+                "the weight must be [in_channels, out_channels / groups, kh, kw] with in_channels = the \
+                 input's channels ({cin}), divisible by groups ({g})"
+            )
+        ));
+    }
+    for i in 0..2 {
+        if o.output_padding[i] >= o.stride[i].max(o.dilation[i]) {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
+                    o.output_padding, o.stride, o.dilation
+                )
+            ));
+        }
+    }
+    let cout = cog * g;
+    if let Some(b) = b {
+        if b.shape() != [cout] {
+            bail!(Error::shape(
+                op,
+                b.shape(),
+                ws,
+                format!("the bias must have shape [{cout}] (out_channels)")
+            ));
+        }
+        if b.dtype() != x.dtype() {
+            bail!(Error::dtype(
+                op,
+                format!("{} for the bias, like the input", x.dtype()),
+                b.dtype()
+            ));
+        }
+        x.same_device(op, b)?;
+    }
+    let k = [kh, kw];
+    let mut out = [0usize; 2];
+    for i in 0..2 {
+        let full =
+            (xs[2 + i] - 1) * o.stride[i] + o.dilation[i] * (k[i] - 1) + o.output_padding[i] + 1;
+        if full <= 2 * o.padding[i] || xs[2 + i] == 0 {
+            bail!(Error::shape(
+                op,
+                xs,
+                ws,
+                format!(
+                    "padding {:?} leaves no output (the output would be {:?} before the padding is cut)",
+                    o.padding, full
+                )
+            ));
+        }
+        out[i] = full - 2 * o.padding[i];
+    }
+    Ok(Geometry {
+        n,
+        c: cout,
+        h: out[0],
+        w: out[1],
+        o: cin,
+        g,
+        kh,
+        kw,
+        stride: o.stride,
+        dil: o.dilation,
+        lo: o.padding,
+        hi: o.padding,
+        oh: h,
+        ow: wd,
+    })
+}
+
+/// The options of [`Tensor::conv_transpose2d`] (PyTorch's keyword
+/// arguments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeOptions {
+    /// The stride of the convolution this is the adjoint of.
+    pub stride: [usize; 2],
+    /// The padding cut from each side of the full output.
+    pub padding: [usize; 2],
+    /// Extra rows and columns added at the bottom and right (smaller than
+    /// the stride or the dilation), to choose among the input sizes a
+    /// strided convolution maps to the same output size.
+    pub output_padding: [usize; 2],
+    /// Channels split into this many independent groups.
+    pub groups: usize,
+    /// The spacing of the kernel's taps.
+    pub dilation: [usize; 2],
+}
+
+impl Default for ConvTransposeOptions {
+    fn default() -> Self {
+        ConvTransposeOptions {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
+            groups: 1,
+            dilation: [1, 1],
+        }
+    }
+}
+
+impl Tensor {
+    /// A transposed 2-d convolution (PyTorch's `F.conv_transpose2d`, the
+    /// gradient of `conv2d` with respect to its input): `self` `[N, Cin, H,
+    /// W]` (or `[Cin, H, W]`), `weight` `[Cin, Cout / groups, kh, kw]`,
+    /// `bias` `[Cout]`; the result is `[N, Cout, Ho, Wo]`, `Ho = (H - 1)
+    /// stride - 2 padding + dilation (kh - 1) + output_padding + 1`.
+    ///
+    /// ```
+    /// use tensorscope::{ConvTransposeOptions, DType, Device, Tensor};
+    /// let x = Tensor::ones(&[1, 1, 2, 2], DType::F32, Device::Cpu)?;
+    /// let w = Tensor::ones(&[1, 1, 2, 2], DType::F32, Device::Cpu)?;
+    /// let up = ConvTransposeOptions { stride: [2, 2], ..ConvTransposeOptions::default() };
+    /// let y = x.conv_transpose2d(&w, None, &up)?; // each input spreads over a 2x2 block
+    /// assert_eq!(y.shape(), &[1, 1, 4, 4]);
+    /// assert_eq!(y.to_vec::<f32>()?, [1.0; 16]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: &ConvTransposeOptions,
+    ) -> Result<Tensor> {
+        const OP: &str = "conv_transpose2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
+        check_ranks(OP, self, weight, 4)?;
+        if self.rank() == 3 {
+            return self
+                .unsqueeze(0)?
+                .conv_transpose2d(weight, bias, opts)?
+                .squeeze_dim(0);
+        }
+        let geo = transposed_geometry(OP, self, weight, bias, opts)?;
+        let out = autograd::no_grad(|| -> Result<Tensor> {
+            let mut y = input_grad(self, weight, &geo)?;
+            if let Some(b) = bias {
+                y.add_(&b.reshape(&[1, geo.c as isize, 1, 1])?)?;
+            }
+            Ok(y)
+        })
+        .map_err(|e| e.reported_as(OP))?;
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        if !needs_grad(&inputs) {
+            return Ok(out);
+        }
+        const NODE: &str = "ConvolutionBackward0";
+        let kx = if weight.requires_grad() {
+            Some(Saved::new(self, NODE)?)
+        } else {
+            None
+        };
+        let kw = if self.requires_grad() {
+            Some(Saved::new(weight, NODE)?)
+        } else {
+            None
+        };
+        let rb = bias.map(|b| b.requires_grad());
+        let wshape = weight.shape().to_vec();
+        let f: BackwardFn = Box::new(move |dy| {
+            // The adjoint of the adjoint: conv2d of the gradient.
+            let gx = match &kw {
+                Some(w) => Some(forward(dy, w.get()?, None, &geo)?),
+                None => None,
+            };
+            // conv2d's weight gradient, its input and output swapped.
+            let gw = match &kx {
+                Some(x) => Some(weight_grad(x.get()?, dy, &geo, &wshape)?),
+                None => None,
+            };
+            let mut v = vec![gx, gw];
+            if let Some(rb) = rb {
+                v.push(if rb {
+                    Some(dy.sum(&[0, 2, 3], false)?)
+                } else {
+                    None
+                });
+            }
+            Ok(v)
+        });
+        Ok(attach(out, NODE, &inputs, f))
+    }
+}
+
+/// The input must be batched (`rank`) or unbatched (`rank - 1`), the
+/// weight `rank`.
+fn check_ranks(op: &'static str, x: &Tensor, w: &Tensor, rank: usize) -> Result<()> {
+    if w.rank() != rank || (x.rank() != rank && x.rank() != rank - 1) {
+        bail!(Error::shape(
+            op,
+            x.shape(),
+            w.shape(),
+            format!(
+                "expected an input of rank {} or {} and a weight of rank {rank} \
+                 ([out_channels, in_channels / groups, kernel...])",
+                rank - 1,
+                rank
+            )
+        ));
+    }
+    Ok(())
+}

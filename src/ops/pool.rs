@@ -1,0 +1,396 @@
+//! 2-d pooling: `max_pool2d` (with its indices), `avg_pool2d` and
+//! `adaptive_avg_pool2d` (PyTorch's `F.*` of the same names), forward and
+//! backward on every device.
+//!
+//! The windows of the padded input are a strided view of it (as for the
+//! convolutions' columns); one copy lays them out `[N, C, OH, OW, kh kw]`
+//! and a reduction over the last dimension gives the output. That copy is
+//! workspace, freed before the op returns. `max_pool2d` saves only its
+//! indices for the backward pass (a scatter-add into the input's shape);
+//! `avg_pool2d` saves nothing (its backward sums the scaled gradient back
+//! one tap at a time). `adaptive_avg_pool2d` is `A_h X A_w^T` with the
+//! row- and column-averaging matrices PyTorch's windows define
+//! (`[floor(i H / OH), ceil((i + 1) H / OH))`), two small products whose
+//! backward autograd already knows.
+
+use super::conv::{pad2d, sum_taps};
+use crate::alloc::history::op_context_with;
+use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
+use crate::dtype::DType;
+use crate::error::{bail, Error, Result};
+use crate::tensor::Tensor;
+
+/// The options of [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`]
+/// (PyTorch's keyword arguments; `ceil_mode` is not supported yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// The step between windows; `None` is the kernel size (PyTorch's
+    /// default).
+    pub stride: Option<[usize; 2]>,
+    /// Padding on both sides (at most half the kernel): `-inf` for the
+    /// max, zeros for the average.
+    pub padding: [usize; 2],
+    /// The spacing of a window's taps (`max_pool2d` only; 1 for the
+    /// average).
+    pub dilation: [usize; 2],
+    /// `avg_pool2d`: divide by the whole window, padding included (`true`,
+    /// PyTorch's default), or by the input elements in it.
+    pub count_include_pad: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            stride: None,
+            padding: [0, 0],
+            dilation: [1, 1],
+            count_include_pad: true,
+        }
+    }
+}
+
+/// A pooling's geometry, checked.
+#[derive(Clone, Copy, Debug)]
+struct Pool {
+    nchw: [usize; 4],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    out: [usize; 2],
+}
+
+fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Result<Pool> {
+    if x.rank() != 4 {
+        bail!(Error::arg(
+            op,
+            format!(
+                "expected a [N, C, H, W] or [C, H, W] input, got shape {:?}",
+                x.shape()
+            )
+        ));
+    }
+    if !x.dtype().is_float() {
+        bail!(Error::dtype(op, "a float dtype", x.dtype()));
+    }
+    let s = o.stride.unwrap_or(k);
+    if k.contains(&0) || s.contains(&0) || o.dilation.contains(&0) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "kernel {k:?}, stride {s:?} and dilation {:?} must be at least 1",
+                o.dilation
+            )
+        ));
+    }
+    if o.padding[0] > k[0] / 2 || o.padding[1] > k[1] / 2 {
+        bail!(Error::arg(
+            op,
+            format!(
+                "padding {:?} must be at most half the kernel {k:?}",
+                o.padding
+            )
+        ));
+    }
+    let xs = x.shape();
+    let nchw = [xs[0], xs[1], xs[2], xs[3]];
+    let mut out = [0; 2];
+    for i in 0..2 {
+        let span = o.dilation[i] * (k[i] - 1) + 1;
+        let padded = nchw[2 + i] + 2 * o.padding[i];
+        if padded < span {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "the padded input {:?} is smaller than the (dilated) kernel {:?} (input shape {:?})",
+                    [nchw[2] + 2 * o.padding[0], nchw[3] + 2 * o.padding[1]],
+                    [o.dilation[0] * (k[0] - 1) + 1, o.dilation[1] * (k[1] - 1) + 1],
+                    xs
+                )
+            ));
+        }
+        out[i] = (padded - span) / s[i] + 1;
+    }
+    Ok(Pool {
+        nchw,
+        k,
+        s,
+        p: o.padding,
+        d: o.dilation,
+        out,
+    })
+}
+
+/// The windows of `x` padded with `value`: `[N, C, OH, OW, kh kw]`, laid
+/// out (the workspace copy).
+fn windows(x: &Tensor, g: &Pool, value: f64) -> Result<Tensor> {
+    let xp = pad2d(x, g.p, g.p, value)?;
+    let [n, c, h, w] = g.nchw;
+    let (hp, wp) = (h + 2 * g.p[0], w + 2 * g.p[1]);
+    let v = xp.as_strided(
+        &[n, c, g.out[0], g.out[1], g.k[0], g.k[1]],
+        &[
+            c * hp * wp,
+            hp * wp,
+            g.s[0] * wp,
+            g.s[1],
+            g.d[0] * wp,
+            g.d[1],
+        ],
+        xp.storage_offset(),
+    )?;
+    v.contiguous()?.reshape(&[
+        n as isize,
+        c as isize,
+        g.out[0] as isize,
+        g.out[1] as isize,
+        (g.k[0] * g.k[1]) as isize,
+    ])
+}
+
+/// Runs a batched pooling on `x` (adding the batch dimension to a 3-d
+/// input and removing it from each result).
+fn batched<const R: usize>(
+    op: &'static str,
+    x: &Tensor,
+    f: impl FnOnce(&Tensor) -> Result<[Tensor; R]>,
+) -> Result<[Tensor; R]> {
+    match x.rank() {
+        4 => f(x),
+        3 => {
+            let r = f(&x.unsqueeze(0)?)?;
+            let mut out = Vec::with_capacity(R);
+            for t in r {
+                out.push(t.squeeze_dim(0)?);
+            }
+            out.try_into()
+                .map_err(|_| Error::arg(op, "internal: result count"))
+        }
+        _ => bail!(Error::arg(
+            op,
+            format!(
+                "expected a [N, C, H, W] or [C, H, W] input, got shape {:?}",
+                x.shape()
+            )
+        )),
+    }
+}
+
+impl Tensor {
+    /// Max pooling over `kernel` windows (PyTorch's `F.max_pool2d`):
+    /// `[N, C, H, W]` (or `[C, H, W]`) to `[N, C, OH, OW]`, `OH = (H + 2
+    /// padding - dilation (k - 1) - 1) / stride + 1`. NaN wins a window,
+    /// as in PyTorch. An `Err` naming `max_pool2d` for a padding over half
+    /// the kernel, a kernel larger than the padded input, or a zero size.
+    ///
+    /// ```
+    /// use tensorscope::{DType, Device, PoolOptions, Tensor};
+    /// let x = Tensor::arange(0.0, 16.0, 1.0, DType::F32, Device::Cpu)?.reshape(&[1, 1, 4, 4])?;
+    /// let (y, idx) = x.max_pool2d_with_indices([2, 2], &PoolOptions::default())?;
+    /// assert_eq!(y.to_vec::<f32>()?, [5.0, 7.0, 13.0, 15.0]);
+    /// assert_eq!(idx.to_vec::<i64>()?, [5, 7, 13, 15]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn max_pool2d(&self, kernel: [usize; 2], opts: &PoolOptions) -> Result<Tensor> {
+        Ok(self.max_pool2d_with_indices(kernel, opts)?.0)
+    }
+
+    /// [`max_pool2d`](Tensor::max_pool2d) and, for each output, the flat
+    /// index (`row * W + col`) in its input plane of the element chosen
+    /// (PyTorch's `return_indices=True`), as i64.
+    pub fn max_pool2d_with_indices(
+        &self,
+        kernel: [usize; 2],
+        opts: &PoolOptions,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "max_pool2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec()]);
+        let [y, i] = batched(OP, self, |x| {
+            let g = geometry(OP, x, kernel, opts)?;
+            max_pool(x, &g).map(|(y, i)| [y, i])
+        })?;
+        Ok((y, i))
+    }
+
+    /// Average pooling over `kernel` windows (PyTorch's `F.avg_pool2d`):
+    /// the mean of each window, padding counted as zeros unless
+    /// `count_include_pad` is `false`. Dilation must be 1 (PyTorch's
+    /// average pooling has none).
+    ///
+    /// ```
+    /// use tensorscope::{DType, Device, PoolOptions, Tensor};
+    /// let x = Tensor::arange(0.0, 16.0, 1.0, DType::F32, Device::Cpu)?.reshape(&[1, 4, 4])?;
+    /// let y = x.avg_pool2d([2, 2], &PoolOptions::default())?;
+    /// assert_eq!(y.to_vec::<f32>()?, [2.5, 4.5, 10.5, 12.5]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn avg_pool2d(&self, kernel: [usize; 2], opts: &PoolOptions) -> Result<Tensor> {
+        const OP: &str = "avg_pool2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec()]);
+        if opts.dilation != [1, 1] {
+            bail!(Error::arg(
+                OP,
+                format!("dilation must be [1, 1], got {:?}", opts.dilation)
+            ));
+        }
+        let [y] = batched(OP, self, |x| {
+            let g = geometry(OP, x, kernel, opts)?;
+            avg_pool(x, &g, opts.count_include_pad).map(|y| [y])
+        })?;
+        Ok(y)
+    }
+
+    /// Average pooling to a fixed output size (PyTorch's
+    /// `F.adaptive_avg_pool2d`): output row `i` averages input rows
+    /// `floor(i H / OH) .. ceil((i + 1) H / OH)`, and the same for columns.
+    ///
+    /// ```
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 15.0, 1.0, DType::F32, Device::Cpu)?.reshape(&[1, 1, 3, 5])?;
+    /// let y = x.adaptive_avg_pool2d([1, 1])?;
+    /// assert_eq!(y.to_vec::<f32>()?, [7.0]);
+    /// assert_eq!(x.adaptive_avg_pool2d([2, 2])?.shape(), &[1, 1, 2, 2]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn adaptive_avg_pool2d(&self, output: [usize; 2]) -> Result<Tensor> {
+        const OP: &str = "adaptive_avg_pool2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec()]);
+        let r = self.rank();
+        if (r != 3 && r != 4) || !self.dtype().is_float() {
+            bail!(Error::arg(
+                OP,
+                format!(
+                    "expected a float [N, C, H, W] or [C, H, W] input, got {} {:?}",
+                    self.dtype(),
+                    self.shape()
+                )
+            ));
+        }
+        let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
+        if output.contains(&0) || h == 0 || w == 0 {
+            bail!(Error::arg(
+                OP,
+                format!(
+                    "the output size {output:?} and the input's plane {:?} must be non-empty",
+                    [h, w]
+                )
+            ));
+        }
+        let avg = |len: usize, o: usize| -> Result<Tensor> {
+            let mut m = vec![0.0f64; o * len];
+            for i in 0..o {
+                let (a, b) = (i * len / o, ((i + 1) * len).div_ceil(o));
+                for j in a..b {
+                    m[i * len + j] = 1.0 / (b - a) as f64;
+                }
+            }
+            Tensor::from_vec(m, &[o, len], crate::device::Device::Cpu)?
+                .to_dtype(self.dtype())?
+                .to_device(self.device())
+        };
+        let (ah, aw) = (avg(h, output[0])?, avg(w, output[1])?);
+        // [.., H, W] -> A_h [.., H, W] A_w^T.
+        ah.matmul(self)?
+            .matmul(&aw.t()?)
+            .map_err(|e| e.reported_as(OP))
+    }
+}
+
+fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "max_pool2d";
+    let [n, c, _, w] = g.nchw;
+    let (vals, idx) = autograd::no_grad(|| -> Result<(Tensor, Tensor)> {
+        let win = windows(x, g, f64::NEG_INFINITY)?;
+        let (vals, arg) = win.max_dim(-1, false)?;
+        drop(win);
+        // Each tap's flat input position, per output position.
+        let kk = g.k[0] * g.k[1];
+        let mut pos = Vec::with_capacity(g.out[0] * g.out[1] * kk);
+        for oh in 0..g.out[0] {
+            for ow in 0..g.out[1] {
+                for t in 0..kk {
+                    let r = (oh * g.s[0] + (t / g.k[1]) * g.d[0]) as i64 - g.p[0] as i64;
+                    let q = (ow * g.s[1] + (t % g.k[1]) * g.d[1]) as i64 - g.p[1] as i64;
+                    pos.push(r * w as i64 + q);
+                }
+            }
+        }
+        let pos = Tensor::from_vec(pos, &[g.out[0], g.out[1], kk], crate::device::Device::Cpu)?
+            .to_device(x.device())?
+            .expand(&[
+                n as isize,
+                c as isize,
+                g.out[0] as isize,
+                g.out[1] as isize,
+                kk as isize,
+            ])?;
+        let idx = pos.gather(-1, &arg.unsqueeze(-1)?)?.squeeze_dim(-1)?;
+        Ok((vals, idx))
+    })
+    .map_err(|e| e.reported_as(OP))?;
+    if !needs_grad(&[x]) {
+        return Ok((vals, idx));
+    }
+    const NODE: &str = "MaxPool2DWithIndicesBackward0";
+    let saved = Saved::new(&idx, NODE)?;
+    let [n, c, h, w] = g.nchw;
+    let f: BackwardFn = Box::new(move |dy| {
+        let l = (dy.numel() / (n * c).max(1)) as isize;
+        let (n, c) = (n as isize, c as isize);
+        let mut gx = Tensor::zeros(&[n as usize, c as usize, h * w], dy.dtype(), dy.device())?;
+        gx.scatter_add_(
+            2,
+            &saved.get()?.reshape(&[n, c, l])?,
+            &dy.reshape(&[n, c, l])?,
+        )?;
+        Ok(vec![Some(gx.reshape(&[n, c, h as isize, w as isize])?)])
+    });
+    Ok((attach(vals, NODE, &[x], f), idx))
+}
+
+/// The divisor of each output position: the whole window, or the input
+/// elements in it.
+fn divisors(g: &Pool, include_pad: bool, dtype: DType, like: &Tensor) -> Result<Tensor> {
+    let kk = (g.k[0] * g.k[1]) as f64;
+    let [_, _, h, w] = g.nchw;
+    let mut d = Vec::with_capacity(g.out[0] * g.out[1]);
+    for oh in 0..g.out[0] {
+        for ow in 0..g.out[1] {
+            if include_pad {
+                d.push(kk);
+                continue;
+            }
+            let inside = |o: usize, i: usize, len: usize| {
+                let a = (o * g.s[i]) as i64 - g.p[i] as i64;
+                let b = a + g.k[i] as i64;
+                (b.min(len as i64) - a.max(0)).max(0)
+            };
+            d.push((inside(oh, 0, h) * inside(ow, 1, w)) as f64);
+        }
+    }
+    Tensor::from_vec(d, &[g.out[0], g.out[1]], crate::device::Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(like.device())
+}
+
+fn avg_pool(x: &Tensor, g: &Pool, include_pad: bool) -> Result<Tensor> {
+    const OP: &str = "avg_pool2d";
+    let div = divisors(g, include_pad, x.dtype(), x).map_err(|e| e.reported_as(OP))?;
+    let y = autograd::no_grad(|| -> Result<Tensor> {
+        let win = windows(x, g, 0.0)?;
+        win.sum(&[-1], false)?.div(&div)
+    })
+    .map_err(|e| e.reported_as(OP))?;
+    if !needs_grad(&[x]) {
+        return Ok(y);
+    }
+    let g = *g;
+    let f: BackwardFn = Box::new(move |dy| {
+        let scaled = dy.div(&div)?;
+        let gx = sum_taps(dy, g.nchw, g.p, g.p, g.k, g.s, g.d, g.out, |_, _| {
+            Ok(scaled.alias())
+        })?;
+        Ok(vec![Some(gx)])
+    });
+    Ok(attach(y, "AvgPool2DBackward0", &[x], f))
+}

@@ -1,0 +1,590 @@
+//! Issue 17 item 1, convolutions: `conv2d`, `conv1d` and
+//! `conv_transpose2d` against a direct
+//! f64 loop over every option (stride, explicit / same / valid padding,
+//! dilation, groups, bias, unbatched input), their gradients against the
+//! loop's adjoint, the im2col workspace freed before the op returns (exact
+//! allocator statistics), and the errors naming the op and the shapes.
+//! Agreement with PyTorch itself is in the differential suite.
+
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
+use common::{assert_close, read, tensor, uniform};
+use tensorscope::{memory, ConvOptions, ConvTransposeOptions, DType, Device, Padding, Tensor};
+
+/// One 2-d case: input `[n, c, h, w]`, weight `[o, c / g, kh, kw]`.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    x: [usize; 4],
+    w: [usize; 4],
+    opts: ConvOptions<2>,
+    bias: bool,
+}
+
+/// The zeros before each spatial dimension and the output's size.
+fn plan(c: &Case) -> ([usize; 2], [usize; 2]) {
+    let k = [c.w[2], c.w[3]];
+    let d = c.opts.dilation;
+    let (lo, hi) = match c.opts.padding {
+        Padding::Explicit(p) => (p, p),
+        Padding::Valid => ([0; 2], [0; 2]),
+        Padding::Same => {
+            let t = [d[0] * (k[0] - 1), d[1] * (k[1] - 1)];
+            ([t[0] / 2, t[1] / 2], [t[0] - t[0] / 2, t[1] - t[1] / 2])
+        }
+    };
+    let out =
+        |i: usize| (c.x[2 + i] + lo[i] + hi[i] - d[i] * (k[i] - 1) - 1) / c.opts.stride[i] + 1;
+    (lo, [out(0), out(1)])
+}
+
+/// The direct loop: `y[n, o, i, j] = b[o] + sum x[n, g c', i s + p d - lo, ..] w[o, c', p, q]`.
+fn reference(c: &Case, x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+    let [n, ci, h, wd] = c.x;
+    let [o, cg, kh, kw] = c.w;
+    let (lo, [oh, ow]) = plan(c);
+    let og = o / c.opts.groups;
+    let (s, d) = (c.opts.stride, c.opts.dilation);
+    let mut y = vec![0.0; n * o * oh * ow];
+    for bn in 0..n {
+        for oc in 0..o {
+            let grp = oc / og;
+            for i in 0..oh {
+                for j in 0..ow {
+                    let mut acc = if c.bias { b[oc] } else { 0.0 };
+                    for cc in 0..cg {
+                        let ch = grp * cg + cc;
+                        for p in 0..kh {
+                            for q in 0..kw {
+                                let r = (i * s[0] + p * d[0]) as isize - lo[0] as isize;
+                                let t = (j * s[1] + q * d[1]) as isize - lo[1] as isize;
+                                if r < 0 || t < 0 || r >= h as isize || t >= wd as isize {
+                                    continue;
+                                }
+                                let xi = ((bn * ci + ch) * h + r as usize) * wd + t as usize;
+                                let wi = ((oc * cg + cc) * kh + p) * kw + q;
+                                acc += x[xi] * w[wi];
+                            }
+                        }
+                    }
+                    y[((bn * o + oc) * oh + i) * ow + j] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+fn cases() -> Vec<Case> {
+    let o = |stride, padding, dilation, groups| ConvOptions::<2> {
+        stride,
+        padding,
+        dilation,
+        groups,
+    };
+    vec![
+        Case {
+            x: [2, 3, 7, 6],
+            w: [4, 3, 3, 3],
+            opts: ConvOptions::default(),
+            bias: true,
+        },
+        Case {
+            x: [1, 2, 9, 8],
+            w: [3, 2, 3, 2],
+            opts: o([2, 3], Padding::Explicit([1, 2]), [1, 1], 1),
+            bias: false,
+        },
+        Case {
+            x: [2, 4, 8, 8],
+            w: [6, 2, 3, 3],
+            opts: o([1, 1], Padding::Same, [2, 1], 2),
+            bias: true,
+        },
+        Case {
+            x: [1, 4, 6, 7],
+            w: [4, 1, 4, 2],
+            opts: o([1, 1], Padding::Same, [1, 3], 4),
+            bias: true,
+        },
+        Case {
+            x: [3, 2, 5, 5],
+            w: [2, 2, 1, 1],
+            opts: o([2, 2], Padding::Valid, [1, 1], 1),
+            bias: false,
+        },
+        Case {
+            x: [1, 6, 10, 9],
+            w: [9, 2, 3, 3],
+            opts: o([3, 2], Padding::Explicit([2, 0]), [2, 2], 3),
+            bias: true,
+        },
+    ]
+}
+
+fn conv2d_matches_the_direct_loop(dev: Device) {
+    for (k, c) in cases().into_iter().enumerate() {
+        let xn: usize = c.x.iter().product();
+        let wn: usize = c.w.iter().product();
+        let xv = uniform(xn, 10 + k as u64, -1.0, 1.0);
+        let wv = uniform(wn, 20 + k as u64, -1.0, 1.0);
+        let bv = uniform(c.w[0], 30 + k as u64, -1.0, 1.0);
+        let want = reference(&c, &xv, &wv, &bv);
+        let (_, [oh, ow]) = plan(&c);
+        for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5), (DType::BF16, 3e-2)] {
+            let x = tensor(&xv, &c.x, dt, dev);
+            let w = tensor(&wv, &c.w, dt, dev);
+            let b = tensor(&bv, &[c.w[0]], dt, dev);
+            let y = x.conv2d(&w, c.bias.then_some(&b), &c.opts).unwrap();
+            assert_eq!(y.shape(), &[c.x[0], c.w[0], oh, ow], "{c:?}");
+            // bf16 inputs are rounded: compare with the loop over the rounded values.
+            let want = if dt == DType::BF16 {
+                reference(&c, &read(&x), &read(&w), &read(&b))
+            } else {
+                want.clone()
+            };
+            assert_close(&read(&y), &want, tol, &format!("{dt} {c:?}"));
+        }
+        // Unbatched input: the batch dimension is added and removed.
+        if c.x[0] == 1 {
+            let x = tensor(&xv, &c.x[1..], DType::F64, dev);
+            let w = tensor(&wv, &c.w, DType::F64, dev);
+            let b = tensor(&bv, &[c.w[0]], DType::F64, dev);
+            let y = x.conv2d(&w, c.bias.then_some(&b), &c.opts).unwrap();
+            assert_eq!(y.shape(), &[c.w[0], oh, ow]);
+            assert_close(&read(&y), &want, 1e-12, &format!("unbatched {c:?}"));
+        }
+    }
+}
+
+/// The gradients against the loop's adjoint: for `L = sum(y * r)`,
+/// `dL/dx`, `dL/dw` and `dL/db` by central differences of the (linear)
+/// loop, which are exact up to rounding.
+fn conv2d_gradients_match_the_loop(dev: Device) {
+    for (k, c) in cases().into_iter().enumerate() {
+        let xn: usize = c.x.iter().product();
+        let wn: usize = c.w.iter().product();
+        let xv = uniform(xn, 40 + k as u64, -1.0, 1.0);
+        let wv = uniform(wn, 50 + k as u64, -1.0, 1.0);
+        let bv = uniform(c.w[0], 60 + k as u64, -1.0, 1.0);
+        let (_, [oh, ow]) = plan(&c);
+        let rv = uniform(c.x[0] * c.w[0] * oh * ow, 70 + k as u64, -1.0, 1.0);
+        let loss = |x: &[f64], w: &[f64], b: &[f64]| -> f64 {
+            reference(&c, x, w, b)
+                .iter()
+                .zip(&rv)
+                .map(|(a, r)| a * r)
+                .sum()
+        };
+        // The loss is linear in each operand: one difference of step 1 is exact.
+        let grad = |which: usize, len: usize| -> Vec<f64> {
+            (0..len)
+                .map(|i| {
+                    let (mut x, mut w, mut b) = (xv.clone(), wv.clone(), bv.clone());
+                    let v = [&mut x, &mut w, &mut b][which].get_mut(i).unwrap();
+                    *v += 0.5;
+                    let up = loss(&x, &w, &b);
+                    let (mut x, mut w, mut b) = (xv.clone(), wv.clone(), bv.clone());
+                    let v = [&mut x, &mut w, &mut b][which].get_mut(i).unwrap();
+                    *v -= 0.5;
+                    up - loss(&x, &w, &b)
+                })
+                .collect()
+        };
+        let x = tensor(&xv, &c.x, DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let w = tensor(&wv, &c.w, DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let b = tensor(&bv, &[c.w[0]], DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let r = tensor(&rv, &[c.x[0], c.w[0], oh, ow], DType::F64, dev);
+        let y = x.conv2d(&w, c.bias.then_some(&b), &c.opts).unwrap();
+        y.mul(&r).unwrap().sum_all().unwrap().backward().unwrap();
+        let ctx = format!("{c:?}");
+        assert_close(
+            &read(&x.grad().unwrap()),
+            &grad(0, xn),
+            1e-10,
+            &format!("dx {ctx}"),
+        );
+        assert_close(
+            &read(&w.grad().unwrap()),
+            &grad(1, wn),
+            1e-10,
+            &format!("dw {ctx}"),
+        );
+        if c.bias {
+            assert_close(
+                &read(&b.grad().unwrap()),
+                &grad(2, c.w[0]),
+                1e-10,
+                &format!("db {ctx}"),
+            );
+        } else {
+            assert!(b.grad().is_none());
+        }
+    }
+}
+
+/// conv1d is conv2d of height 1: against the 2-d loop with `h = 1`.
+fn conv1d_is_conv2d_of_height_one(dev: Device) {
+    let c = Case {
+        x: [2, 4, 1, 11],
+        w: [6, 2, 1, 3],
+        opts: ConvOptions {
+            stride: [1, 2],
+            padding: Padding::Explicit([0, 2]),
+            dilation: [1, 2],
+            groups: 2,
+        },
+        bias: true,
+    };
+    let xv = uniform(2 * 4 * 11, 1, -1.0, 1.0);
+    let wv = uniform(6 * 2 * 3, 2, -1.0, 1.0);
+    let bv = uniform(6, 3, -1.0, 1.0);
+    let want = reference(&c, &xv, &wv, &bv);
+    let x = tensor(&xv, &[2, 4, 11], DType::F64, dev);
+    let w = tensor(&wv, &[6, 2, 3], DType::F64, dev);
+    let b = tensor(&bv, &[6], DType::F64, dev);
+    let opts = ConvOptions::<1> {
+        stride: [2],
+        padding: Padding::Explicit([2]),
+        dilation: [2],
+        groups: 2,
+    };
+    let y = x.conv1d(&w, Some(&b), &opts).unwrap();
+    assert_eq!(y.shape(), &[2, 6, 6]);
+    assert_close(&read(&y), &want, 1e-12, "conv1d");
+    let y1 = x.select(0, 0).unwrap().conv1d(&w, Some(&b), &opts).unwrap();
+    assert_eq!(y1.shape(), &[6, 6]);
+    assert_close(&read(&y1), &want[..6 * 6], 1e-12, "unbatched conv1d");
+    let same = ConvOptions::<1> {
+        padding: Padding::Same,
+        ..ConvOptions::default()
+    };
+    assert_eq!(
+        x.conv1d(
+            &tensor(&wv[..4 * 3], &[1, 4, 3], DType::F64, dev),
+            None,
+            &same
+        )
+        .unwrap()
+        .shape(),
+        &[2, 1, 11]
+    );
+}
+
+/// The columns are workspace: allocated and freed inside the op, so after
+/// it only the output is new, and the peak held them.
+fn the_workspace_is_freed_before_the_op_returns(dev: Device) {
+    let x = Tensor::ones(&[2, 8, 16, 16], DType::F32, dev).unwrap();
+    let w = Tensor::ones(&[16, 8, 3, 3], DType::F32, dev).unwrap();
+    let opts = ConvOptions {
+        padding: Padding::Explicit([1, 1]),
+        ..ConvOptions::default()
+    };
+    drop(x.conv2d(&w, None, &opts).unwrap()); // first use (cuBLAS's workspace, ...)
+    let (y, m) = memory::measure(dev, || x.conv2d(&w, None, &opts).unwrap()).unwrap();
+    let out_bytes = 2 * 16 * 16 * 16 * 4;
+    let cols_bytes = 2 * 8 * 9 * 16 * 16 * 4;
+    assert_eq!(m.allocated_delta, out_bytes as i64, "only the output stays");
+    assert!(
+        m.peak_delta >= out_bytes + cols_bytes,
+        "the columns were held at the peak: {m:?}"
+    );
+    drop(y);
+}
+
+/// `conv_transpose2d` against its direct loop
+/// (`y[n, co, i s - p + a d, j s - p + b d] += x[n, ci, i, j] w[ci, co', a, b]`),
+/// values and gradients (exact differences: the loss is linear in each
+/// operand).
+fn conv_transpose2d_matches_the_loop(dev: Device) {
+    // (input, weight [Cin, Cout/g, kh, kw], stride, padding, output padding, dilation, groups)
+    #[allow(clippy::type_complexity)]
+    let cases: [(
+        [usize; 4],
+        [usize; 4],
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        usize,
+    ); 4] = [
+        (
+            [2, 3, 4, 5],
+            [3, 2, 3, 3],
+            [1, 1],
+            [0, 0],
+            [0, 0],
+            [1, 1],
+            1,
+        ),
+        (
+            [1, 4, 3, 3],
+            [4, 3, 2, 2],
+            [2, 2],
+            [0, 0],
+            [0, 0],
+            [1, 1],
+            1,
+        ),
+        (
+            [2, 4, 4, 3],
+            [4, 1, 3, 2],
+            [2, 1],
+            [1, 0],
+            [1, 0],
+            [1, 2],
+            2,
+        ),
+        (
+            [1, 2, 5, 4],
+            [2, 2, 3, 3],
+            [3, 2],
+            [1, 1],
+            [2, 1],
+            [2, 1],
+            1,
+        ),
+    ];
+    for (k, (xs, ws, st, pd, op, dl, g)) in cases.into_iter().enumerate() {
+        let cout = ws[1] * g;
+        let cin_g = xs[1] / g;
+        let out = [0, 1]
+            .map(|i| (xs[2 + i] - 1) * st[i] + dl[i] * (ws[2 + i] - 1) + op[i] + 1 - 2 * pd[i]);
+        let reference = |x: &[f64], w: &[f64], b: &[f64]| -> Vec<f64> {
+            let mut y = vec![0.0; xs[0] * cout * out[0] * out[1]];
+            for n in 0..xs[0] {
+                for co in 0..cout {
+                    for r in 0..out[0] {
+                        for c in 0..out[1] {
+                            y[((n * cout + co) * out[0] + r) * out[1] + c] = b[co];
+                        }
+                    }
+                }
+                for ci in 0..xs[1] {
+                    let grp = ci / cin_g;
+                    for cog in 0..ws[1] {
+                        let co = grp * ws[1] + cog;
+                        for i in 0..xs[2] {
+                            for j in 0..xs[3] {
+                                for a in 0..ws[2] {
+                                    for bb in 0..ws[3] {
+                                        let r = (i * st[0] + a * dl[0]) as isize - pd[0] as isize;
+                                        let c = (j * st[1] + bb * dl[1]) as isize - pd[1] as isize;
+                                        if r < 0
+                                            || c < 0
+                                            || r >= out[0] as isize
+                                            || c >= out[1] as isize
+                                        {
+                                            continue;
+                                        }
+                                        let xv = x[((n * xs[1] + ci) * xs[2] + i) * xs[3] + j];
+                                        let wv = w[((ci * ws[1] + cog) * ws[2] + a) * ws[3] + bb];
+                                        y[((n * cout + co) * out[0] + r as usize) * out[1]
+                                            + c as usize] += xv * wv;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            y
+        };
+        let xn: usize = xs.iter().product();
+        let wn: usize = ws.iter().product();
+        let xv = uniform(xn, 130 + k as u64, -1.0, 1.0);
+        let wv = uniform(wn, 140 + k as u64, -1.0, 1.0);
+        let bv = uniform(cout, 150 + k as u64, -1.0, 1.0);
+        let opts = ConvTransposeOptions {
+            stride: st,
+            padding: pd,
+            output_padding: op,
+            groups: g,
+            dilation: dl,
+        };
+        let x = tensor(&xv, &xs, DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let w = tensor(&wv, &ws, DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let b = tensor(&bv, &[cout], DType::F64, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let y = x.conv_transpose2d(&w, Some(&b), &opts).unwrap();
+        assert_eq!(y.shape(), &[xs[0], cout, out[0], out[1]], "case {k}");
+        assert_close(
+            &read(&y),
+            &reference(&xv, &wv, &bv),
+            1e-12,
+            &format!("case {k}"),
+        );
+        let rv = uniform(y.numel(), 160 + k as u64, -1.0, 1.0);
+        y.mul(&tensor(&rv, y.shape(), DType::F64, dev))
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let loss = |x: &[f64], w: &[f64], b: &[f64]| -> f64 {
+            reference(x, w, b).iter().zip(&rv).map(|(a, r)| a * r).sum()
+        };
+        let grad = |which: usize, len: usize| -> Vec<f64> {
+            (0..len)
+                .map(|i| {
+                    let mut v = [xv.clone(), wv.clone(), bv.clone()];
+                    v[which][i] += 0.5;
+                    let up = loss(&v[0], &v[1], &v[2]);
+                    v[which][i] -= 1.0;
+                    up - loss(&v[0], &v[1], &v[2])
+                })
+                .collect()
+        };
+        assert_close(
+            &read(&x.grad().unwrap()),
+            &grad(0, xn),
+            1e-10,
+            &format!("dx case {k}"),
+        );
+        assert_close(
+            &read(&w.grad().unwrap()),
+            &grad(1, wn),
+            1e-10,
+            &format!("dw case {k}"),
+        );
+        assert_close(
+            &read(&b.grad().unwrap()),
+            &grad(2, cout),
+            1e-10,
+            &format!("db case {k}"),
+        );
+    }
+    let t = |s: &[usize]| Tensor::zeros(s, DType::F32, dev).unwrap();
+    let d = ConvTransposeOptions::default();
+    let e = t(&[1, 3, 4, 4])
+        .conv_transpose2d(&t(&[2, 2, 3, 3]), None, &d)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("conv_transpose2d") && e.contains("[2, 2, 3, 3]"),
+        "{e}"
+    );
+    let e = t(&[1, 2, 4, 4])
+        .conv_transpose2d(
+            &t(&[2, 2, 3, 3]),
+            None,
+            &ConvTransposeOptions {
+                output_padding: [1, 0],
+                ..d
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("conv_transpose2d") && e.contains("output_padding"),
+        "{e}"
+    );
+    let e = t(&[1, 2, 1, 1])
+        .conv_transpose2d(
+            &t(&[2, 2, 1, 1]),
+            None,
+            &ConvTransposeOptions {
+                padding: [1, 1],
+                ..d
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("conv_transpose2d") && e.contains("no output"),
+        "{e}"
+    );
+}
+
+/// Bad operands: an `Err` naming the op and the shapes, never a panic.
+fn bad_operands_are_errors_naming_the_op(dev: Device) {
+    let t = |s: &[usize]| Tensor::zeros(s, DType::F32, dev).unwrap();
+    let d = ConvOptions::<2>::default();
+    let msg = |r: tensorscope::Result<Tensor>| r.unwrap_err().to_string();
+    let e = msg(t(&[1, 4, 5, 5]).conv2d(&t(&[2, 3, 3, 3]), None, &d));
+    assert!(
+        e.contains("conv2d") && e.contains("[1, 4, 5, 5]") && e.contains("[2, 3, 3, 3]"),
+        "{e}"
+    );
+    let g3 = ConvOptions { groups: 3, ..d };
+    let e = msg(t(&[1, 4, 5, 5]).conv2d(&t(&[3, 1, 3, 3]), None, &g3));
+    assert!(e.contains("conv2d") && e.contains("groups"), "{e}");
+    let e = msg(t(&[1, 1, 2, 2]).conv2d(&t(&[1, 1, 3, 3]), None, &d));
+    assert!(
+        e.contains("conv2d") && e.contains("smaller than the dilated kernel"),
+        "{e}"
+    );
+    let same2 = ConvOptions {
+        stride: [2, 2],
+        padding: Padding::Same,
+        ..d
+    };
+    let e = msg(t(&[1, 1, 5, 5]).conv2d(&t(&[1, 1, 3, 3]), None, &same2));
+    assert!(e.contains("conv2d") && e.contains("stride"), "{e}");
+    let z = ConvOptions {
+        stride: [0, 1],
+        ..d
+    };
+    assert!(msg(t(&[1, 1, 5, 5]).conv2d(&t(&[1, 1, 3, 3]), None, &z)).contains("stride"));
+    let e = msg(t(&[1, 1, 5, 5]).conv2d(&t(&[2, 1, 3, 3]), Some(&t(&[3])), &d));
+    assert!(e.contains("conv2d") && e.contains("bias"), "{e}");
+    let e = msg(t(&[5, 5]).conv2d(&t(&[1, 1, 3, 3]), None, &d));
+    assert!(e.contains("conv2d") && e.contains("rank"), "{e}");
+    let i = Tensor::zeros(&[1, 1, 5, 5], DType::I64, dev).unwrap();
+    assert!(msg(i.conv2d(&t(&[1, 1, 3, 3]), None, &d)).contains("float"));
+    let h = Tensor::zeros(&[1, 1, 3, 3], DType::F64, dev).unwrap();
+    assert!(msg(t(&[1, 1, 5, 5]).conv2d(&h, None, &d)).contains("weight"));
+    let e = msg(t(&[1, 2, 5]).conv1d(&t(&[1, 1, 7]), None, &ConvOptions::default()));
+    assert!(e.contains("conv1d") && e.contains("[1, 2, 5]"), "{e}");
+}
+
+#[cfg(feature = "cuda")]
+on_both!(
+    conv2d_matches_the_direct_loop,
+    conv2d_gradients_match_the_loop,
+    conv1d_is_conv2d_of_height_one,
+    the_workspace_is_freed_before_the_op_returns,
+    bad_operands_are_errors_naming_the_op,
+    conv_transpose2d_matches_the_loop,
+);
+
+#[cfg(not(feature = "cuda"))]
+mod cpu {
+    use tensorscope::Device;
+    #[test]
+    fn conv2d_matches_the_direct_loop() {
+        super::conv2d_matches_the_direct_loop(Device::Cpu)
+    }
+    #[test]
+    fn conv2d_gradients_match_the_loop() {
+        super::conv2d_gradients_match_the_loop(Device::Cpu)
+    }
+    #[test]
+    fn conv1d_is_conv2d_of_height_one() {
+        super::conv1d_is_conv2d_of_height_one(Device::Cpu)
+    }
+    #[test]
+    fn the_workspace_is_freed_before_the_op_returns() {
+        super::the_workspace_is_freed_before_the_op_returns(Device::Cpu)
+    }
+    #[test]
+    fn bad_operands_are_errors_naming_the_op() {
+        super::bad_operands_are_errors_naming_the_op(Device::Cpu)
+    }
+    #[test]
+    fn conv_transpose2d_matches_the_loop() {
+        super::conv_transpose2d_matches_the_loop(Device::Cpu)
+    }
+}

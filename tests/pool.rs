@@ -1,0 +1,329 @@
+//! Issue 17 item 1, pooling: `max_pool2d` (values, indices, gradient),
+//! `avg_pool2d` (with and without the padding counted) and
+//! `adaptive_avg_pool2d` against direct f64 loops, the pooling modules,
+//! the windows' workspace freed before the op returns, and the errors.
+
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
+use common::{assert_close, read, tensor, uniform};
+use tensorscope::nn::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Module};
+use tensorscope::{memory, DType, Device, PoolOptions, Tensor};
+
+/// Output size and, per output position, the taps `(row, col)` inside
+/// the input (padding excluded) and the window's full size.
+#[allow(clippy::type_complexity)]
+fn taps(
+    hw: [usize; 2],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+) -> ([usize; 2], Vec<(Vec<(usize, usize)>, usize)>) {
+    let out = [0, 1].map(|i| (hw[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1);
+    let mut v = Vec::new();
+    for oh in 0..out[0] {
+        for ow in 0..out[1] {
+            let mut t = Vec::new();
+            for i in 0..k[0] {
+                for j in 0..k[1] {
+                    let r = (oh * s[0] + i * d[0]) as isize - p[0] as isize;
+                    let c = (ow * s[1] + j * d[1]) as isize - p[1] as isize;
+                    if r >= 0 && c >= 0 && (r as usize) < hw[0] && (c as usize) < hw[1] {
+                        t.push((r as usize, c as usize));
+                    }
+                }
+            }
+            v.push((t, k[0] * k[1]));
+        }
+    }
+    (out, v)
+}
+
+/// (input, kernel, stride, padding, dilation).
+type PoolCase = (
+    [usize; 4],
+    [usize; 2],
+    Option<[usize; 2]>,
+    [usize; 2],
+    [usize; 2],
+);
+
+const CASES: [PoolCase; 4] = [
+    ([2, 3, 6, 6], [2, 2], None, [0, 0], [1, 1]),
+    ([1, 2, 7, 5], [3, 3], Some([2, 1]), [1, 1], [1, 1]),
+    ([2, 1, 9, 8], [3, 2], Some([1, 2]), [1, 0], [2, 3]),
+    ([1, 4, 5, 5], [5, 5], Some([1, 1]), [2, 2], [1, 1]),
+];
+
+fn max_pool2d_matches_the_loop(dev: Device) {
+    for (k, (shape, kernel, stride, pad, dil)) in CASES.into_iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let xv = uniform(n, 80 + k as u64, -1.0, 1.0); // distinct values: one argmax
+        let (out, windows) = taps(
+            [shape[2], shape[3]],
+            kernel,
+            stride.unwrap_or(kernel),
+            pad,
+            dil,
+        );
+        let plane = shape[2] * shape[3];
+        let (mut want, mut want_idx) = (Vec::new(), Vec::new());
+        for nc in 0..shape[0] * shape[1] {
+            for (t, _) in &windows {
+                let (v, i) = t
+                    .iter()
+                    .map(|&(r, c)| (xv[nc * plane + r * shape[3] + c], (r * shape[3] + c) as f64))
+                    .fold(
+                        (f64::NEG_INFINITY, -1.0),
+                        |a, b| if b.0 > a.0 { b } else { a },
+                    );
+                want.push(v);
+                want_idx.push(i);
+            }
+        }
+        let opts = PoolOptions {
+            stride,
+            padding: pad,
+            dilation: dil,
+            ..PoolOptions::default()
+        };
+        for dt in [DType::F64, DType::F32, DType::F16] {
+            let x = tensor(&xv, &shape, dt, dev).requires_grad_(true).unwrap();
+            let (y, idx) = x.max_pool2d_with_indices(kernel, &opts).unwrap();
+            assert_eq!(y.shape(), &[shape[0], shape[1], out[0], out[1]]);
+            let want: Vec<f64> = if dt != DType::F64 {
+                let xr = read(&x);
+                (0..want.len())
+                    .map(|i| xr[(i / windows.len()) * plane + want_idx[i] as usize])
+                    .collect()
+            } else {
+                want.clone()
+            };
+            assert_close(&read(&y), &want, 0.0, &format!("{dt} case {k}"));
+            if dt != DType::F16 {
+                assert_eq!(read(&idx), want_idx, "indices, case {k}");
+            }
+            // The gradient lands on each window's maximum (summed where
+            // windows overlap).
+            let r = uniform(y.numel(), 90 + k as u64, -1.0, 1.0);
+            y.mul(&tensor(&r, y.shape(), dt, dev))
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            if dt == DType::F64 {
+                let mut gx = vec![0.0; n];
+                for (i, &ix) in want_idx.iter().enumerate() {
+                    gx[(i / windows.len()) * plane + ix as usize] += r[i];
+                }
+                assert_close(
+                    &read(&x.grad().unwrap()),
+                    &gx,
+                    1e-12,
+                    &format!("grad case {k}"),
+                );
+            }
+        }
+    }
+}
+
+fn avg_pool2d_matches_the_loop(dev: Device) {
+    for (k, (shape, kernel, stride, pad, _)) in CASES.into_iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let xv = uniform(n, 100 + k as u64, -1.0, 1.0);
+        let (out, windows) = taps(
+            [shape[2], shape[3]],
+            kernel,
+            stride.unwrap_or(kernel),
+            pad,
+            [1, 1],
+        );
+        let plane = shape[2] * shape[3];
+        for include in [true, false] {
+            let mut want = Vec::new();
+            for nc in 0..shape[0] * shape[1] {
+                for (t, full) in &windows {
+                    let s: f64 = t
+                        .iter()
+                        .map(|&(r, c)| xv[nc * plane + r * shape[3] + c])
+                        .sum();
+                    want.push(s / if include { *full } else { t.len() } as f64);
+                }
+            }
+            let opts = PoolOptions {
+                stride,
+                padding: pad,
+                count_include_pad: include,
+                ..PoolOptions::default()
+            };
+            let x = tensor(&xv, &shape, DType::F64, dev)
+                .requires_grad_(true)
+                .unwrap();
+            let y = x.avg_pool2d(kernel, &opts).unwrap();
+            assert_eq!(y.shape(), &[shape[0], shape[1], out[0], out[1]]);
+            assert_close(
+                &read(&y),
+                &want,
+                1e-12,
+                &format!("case {k} include {include}"),
+            );
+            let r = uniform(y.numel(), 110 + k as u64, -1.0, 1.0);
+            y.mul(&tensor(&r, y.shape(), DType::F64, dev))
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let mut gx = vec![0.0; n];
+            for nc in 0..shape[0] * shape[1] {
+                for (o, (t, full)) in windows.iter().enumerate() {
+                    let div = if include { *full } else { t.len() } as f64;
+                    for &(rr, c) in t {
+                        gx[nc * plane + rr * shape[3] + c] += r[nc * windows.len() + o] / div;
+                    }
+                }
+            }
+            assert_close(
+                &read(&x.grad().unwrap()),
+                &gx,
+                1e-12,
+                &format!("grad case {k} include {include}"),
+            );
+        }
+    }
+}
+
+fn adaptive_avg_pool2d_matches_the_loop(dev: Device) {
+    for (shape, o) in [
+        ([2, 3, 7, 5], [3, 2]),
+        ([1, 2, 4, 4], [1, 1]),
+        ([1, 1, 5, 9], [5, 4]),
+        ([2, 2, 3, 3], [6, 4]),
+    ] {
+        let n: usize = shape.iter().product();
+        let xv = uniform(n, 120, -1.0, 1.0);
+        let (h, w) = (shape[2], shape[3]);
+        let mut want = Vec::new();
+        for nc in 0..shape[0] * shape[1] {
+            for i in 0..o[0] {
+                for j in 0..o[1] {
+                    let (r0, r1) = (i * h / o[0], ((i + 1) * h).div_ceil(o[0]));
+                    let (c0, c1) = (j * w / o[1], ((j + 1) * w).div_ceil(o[1]));
+                    let mut s = 0.0;
+                    for r in r0..r1 {
+                        for c in c0..c1 {
+                            s += xv[nc * h * w + r * w + c];
+                        }
+                    }
+                    want.push(s / ((r1 - r0) * (c1 - c0)) as f64);
+                }
+            }
+        }
+        let x = tensor(&xv, &shape, DType::F64, dev);
+        let y = x.adaptive_avg_pool2d(o).unwrap();
+        assert_eq!(y.shape(), &[shape[0], shape[1], o[0], o[1]]);
+        assert_close(&read(&y), &want, 1e-12, &format!("{shape:?} -> {o:?}"));
+        let m = AdaptiveAvgPool2d { output: o };
+        assert_close(&read(&m.forward(&x).unwrap()), &want, 1e-12, "module");
+    }
+}
+
+fn modules_and_workspace(dev: Device) {
+    let x = Tensor::randn(&[2, 4, 16, 16], DType::F32, dev).unwrap();
+    let mp = MaxPool2d {
+        kernel: [2, 2],
+        options: PoolOptions::default(),
+    };
+    let ap = AvgPool2d {
+        kernel: [3, 3],
+        options: PoolOptions {
+            stride: Some([1, 1]),
+            padding: [1, 1],
+            ..PoolOptions::default()
+        },
+    };
+    assert_eq!(mp.forward(&x).unwrap().shape(), &[2, 4, 8, 8]);
+    assert_eq!(ap.forward(&x).unwrap().shape(), &[2, 4, 16, 16]);
+    // Only the output (and, for the max, its indices) stay.
+    let (y, m) = memory::measure(dev, || {
+        x.max_pool2d([2, 2], &PoolOptions::default()).unwrap()
+    })
+    .unwrap();
+    assert_eq!(m.allocated_delta, (2 * 4 * 8 * 8 * 4) as i64, "{m:?}");
+    assert!(
+        m.peak_delta >= 2 * 4 * 8 * 8 * 4 * 4,
+        "the windows were held: {m:?}"
+    );
+    drop(y);
+}
+
+fn bad_input_is_an_error_naming_the_op(dev: Device) {
+    let x = Tensor::zeros(&[1, 1, 4, 4], DType::F32, dev).unwrap();
+    let d = PoolOptions::default();
+    let msg = |r: tensorscope::Result<Tensor>| r.unwrap_err().to_string();
+    let e = msg(x.max_pool2d(
+        [2, 2],
+        &PoolOptions {
+            padding: [2, 0],
+            ..d
+        },
+    ));
+    assert!(e.contains("max_pool2d") && e.contains("half"), "{e}");
+    let e = msg(x.max_pool2d([5, 5], &d));
+    assert!(e.contains("max_pool2d") && e.contains("smaller"), "{e}");
+    let e = msg(x.avg_pool2d([0, 2], &d));
+    assert!(e.contains("avg_pool2d") && e.contains("at least 1"), "{e}");
+    let e = msg(x.avg_pool2d(
+        [2, 2],
+        &PoolOptions {
+            dilation: [2, 2],
+            ..d
+        },
+    ));
+    assert!(e.contains("avg_pool2d") && e.contains("dilation"), "{e}");
+    let e = msg(Tensor::zeros(&[4, 4], DType::F32, dev)
+        .unwrap()
+        .max_pool2d([2, 2], &d));
+    assert!(e.contains("max_pool2d") && e.contains("[4, 4]"), "{e}");
+    let e = msg(x.adaptive_avg_pool2d([0, 1]));
+    assert!(e.contains("adaptive_avg_pool2d"), "{e}");
+    let i = Tensor::zeros(&[1, 1, 4, 4], DType::I64, dev).unwrap();
+    assert!(msg(i.max_pool2d([2, 2], &d)).contains("float"));
+}
+
+#[cfg(feature = "cuda")]
+on_both!(
+    max_pool2d_matches_the_loop,
+    avg_pool2d_matches_the_loop,
+    adaptive_avg_pool2d_matches_the_loop,
+    modules_and_workspace,
+    bad_input_is_an_error_naming_the_op,
+);
+
+#[cfg(not(feature = "cuda"))]
+mod cpu {
+    use tensorscope::Device;
+    #[test]
+    fn max_pool2d_matches_the_loop() {
+        super::max_pool2d_matches_the_loop(Device::Cpu)
+    }
+    #[test]
+    fn avg_pool2d_matches_the_loop() {
+        super::avg_pool2d_matches_the_loop(Device::Cpu)
+    }
+    #[test]
+    fn adaptive_avg_pool2d_matches_the_loop() {
+        super::adaptive_avg_pool2d_matches_the_loop(Device::Cpu)
+    }
+    #[test]
+    fn modules_and_workspace() {
+        super::modules_and_workspace(Device::Cpu)
+    }
+    #[test]
+    fn bad_input_is_an_error_naming_the_op() {
+        super::bad_input_is_an_error_naming_the_op(Device::Cpu)
+    }
+}

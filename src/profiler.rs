@@ -93,8 +93,9 @@ pub struct OpEvent {
     /// Its device time outside the ops it called.
     pub self_device_us: Option<f64>,
     /// When the op's device time began, in the microseconds of
-    /// [`start_us`](Self::start_us) (aligned at the moment profiling
-    /// began, so to within the launch of the first event).
+    /// [`start_us`](Self::start_us) (the device clock starts with
+    /// profiling, after the stream's earlier work: to within the launch
+    /// of one event).
     pub device_start_us: Option<f64>,
 }
 
@@ -254,12 +255,14 @@ impl Profile {
                 Some((a, (b - a).max(0.0)))
             })
             .collect();
-        let mut child_device = vec![0.0f64; ops.len()];
+        // A child without a span leaves its parent's own time unknown.
+        let mut child_device: Vec<Option<f64>> = vec![Some(0.0); ops.len()];
         for (o, span) in ops.iter().zip(&spans) {
-            if let (Some(p), Some((_, d))) = (o.parent, span) {
-                if let Some(c) = child_device.get_mut(p as usize) {
-                    *c += d;
-                }
+            if let Some(c) = o.parent.and_then(|p| child_device.get_mut(p as usize)) {
+                *c = match (*c, span) {
+                    (Some(sum), Some((_, d))) => Some(sum + d),
+                    _ => None,
+                };
             }
         }
         Profile {
@@ -280,7 +283,7 @@ impl Profile {
                     total_memory: o.total_bytes,
                     allocations: o.allocs,
                     device_us: span.map(|(_, d)| d),
-                    self_device_us: span.map(|(_, d)| (d - child_dev).max(0.0)),
+                    self_device_us: span.and_then(|(_, d)| Some((d - child_dev?).max(0.0))),
                     device_start_us: span.map(|(a, _)| device_base_us as f64 + a),
                 })
                 .collect(),
@@ -577,6 +580,8 @@ mod tests {
                     op(0, None, "outer", (0, 3)),
                     op(1, Some(0), "inner", (1, 2)),
                     op(2, None, "lost", (3, 4)),
+                    op(3, None, "parent", (0, 3)),
+                    op(4, Some(3), "child", (3, 4)),
                 ],
                 samples: Vec::new(),
                 clock: Some(Box::new(clock)),
@@ -592,6 +597,9 @@ mod tests {
             (Some(8.0), Some(8.0))
         );
         assert_eq!((e[2].device_us, e[2].self_device_us), (None, None));
+        // A child without a span: the parent's span stands, its own time
+        // is unknown.
+        assert_eq!((e[3].device_us, e[3].self_device_us), (Some(15.0), None));
         let rows = prof.key_averages();
         assert_eq!(
             (rows[0].total_device_us, rows[0].self_device_us),

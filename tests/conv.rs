@@ -546,6 +546,20 @@ fn bad_operands_are_errors_naming_the_op(dev: Device) {
     assert!(msg(i.conv2d(&t(&[1, 1, 3, 3]), None, &d)).contains("float"));
     let h = Tensor::zeros(&[1, 1, 3, 3], DType::F64, dev).unwrap();
     assert!(msg(t(&[1, 1, 5, 5]).conv2d(&h, None, &d)).contains("weight"));
+    let huge = ConvOptions {
+        dilation: [usize::MAX, 1],
+        ..d
+    };
+    let e = msg(t(&[1, 1, 5, 5]).conv2d(&t(&[1, 1, 3, 3]), None, &huge));
+    assert!(e.contains("conv2d") && e.contains("too large"), "{e}");
+    let e = t(&[1, 2, 0, 4])
+        .conv_transpose2d(&t(&[2, 2, 3, 3]), None, &ConvTransposeOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("conv_transpose2d") && e.contains("no output"),
+        "{e}"
+    );
     let e = msg(t(&[1, 2, 5]).conv1d(&t(&[1, 1, 7]), None, &ConvOptions::default()));
     assert!(e.contains("conv1d") && e.contains("[1, 2, 5]"), "{e}");
 }

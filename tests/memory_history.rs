@@ -520,7 +520,12 @@ fn named_layers_and_module_scopes_make_the_module_path() {
     assert_eq!(module_of(4 * 4 * 4), Some(Some("encoder.2".into())));
     assert_eq!(module_of(3 * 4), Some(None), "the scope ended");
     drop((y, outside));
-    for (bad, why) in [("", "empty"), ("a.b", "'.'"), ("fc1", "already")] {
+    for (bad, why) in [
+        ("", "empty"),
+        ("a.b", "'.'"),
+        ("fc1", "already"),
+        ("1", "number"),
+    ] {
         let Err(e) = encoder.add_named(bad, Linear::new(4, 4).unwrap()) else {
             panic!("{bad:?} was accepted");
         };

@@ -102,6 +102,9 @@ fn max_pool2d_matches_the_loop(dev: Device) {
                 want.clone()
             };
             assert_close(&read(&y), &want, 0.0, &format!("{dt} case {k}"));
+            // Without a graph (no indices: the taps' maxima).
+            let y0 = x.detach().max_pool2d(kernel, &opts).unwrap();
+            assert_close(&read(&y0), &want, 0.0, &format!("{dt} no grad, case {k}"));
             if dt != DType::F16 {
                 assert_eq!(read(&idx), want_idx, "indices, case {k}");
             }
@@ -128,6 +131,42 @@ fn max_pool2d_matches_the_loop(dev: Device) {
             }
         }
     }
+}
+
+/// Edge cases PyTorch defines: a window whose every input is -inf gets
+/// its first input position as the index (not a padding position); a 1x1
+/// kernel still returns a new tensor; inf and NaN stay in the adaptive
+/// windows that hold them.
+fn pooling_edges_follow_pytorch(dev: Device) {
+    let x = tensor(&[f64::NEG_INFINITY; 9], &[1, 1, 3, 3], DType::F32, dev);
+    let o = PoolOptions {
+        stride: Some([1, 1]),
+        padding: [1, 1],
+        ..PoolOptions::default()
+    };
+    let (_, idx) = x.max_pool2d_with_indices([3, 3], &o).unwrap();
+    // torch.nn.functional.max_pool2d(x, 3, 1, 1, return_indices=True)[1]
+    assert_eq!(read(&idx), [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 4.0]);
+    let y = x.max_pool2d([1, 1], &PoolOptions::default()).unwrap();
+    assert!(!y.shares_storage(&x));
+    let v = tensor(
+        &[f64::INFINITY, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+        &[1, 1, 2, 4],
+        DType::F32,
+        dev,
+    );
+    let a = read(&v.adaptive_avg_pool2d([1, 2]).unwrap());
+    assert!(a[0].is_infinite() && a[1] == 4.5, "{a:?}");
+}
+
+/// NaN wins its window on both paths, with its index (as in PyTorch).
+fn max_pool2d_propagates_nan(dev: Device) {
+    let v = tensor(&[1.0, f64::NAN, 3.0, 2.0], &[1, 1, 2, 2], DType::F32, dev);
+    let d = PoolOptions::default();
+    assert!(read(&v.max_pool2d([2, 2], &d).unwrap())[0].is_nan());
+    let (y, i) = v.max_pool2d_with_indices([2, 2], &d).unwrap();
+    assert!(read(&y)[0].is_nan());
+    assert_eq!(read(&i), [1.0]);
 }
 
 fn avg_pool2d_matches_the_loop(dev: Device) {
@@ -247,16 +286,28 @@ fn modules_and_workspace(dev: Device) {
     };
     assert_eq!(mp.forward(&x).unwrap().shape(), &[2, 4, 8, 8]);
     assert_eq!(ap.forward(&x).unwrap().shape(), &[2, 4, 16, 16]);
-    // Only the output (and, for the max, its indices) stay.
+    // Only the output stays. Without a graph the max reads the taps as
+    // views (at most two outputs at once); with indices the windows are
+    // laid out, and freed before the op returns.
+    let out = 2 * 4 * 8 * 8 * 4;
     let (y, m) = memory::measure(dev, || {
         x.max_pool2d([2, 2], &PoolOptions::default()).unwrap()
     })
     .unwrap();
-    assert_eq!(m.allocated_delta, (2 * 4 * 8 * 8 * 4) as i64, "{m:?}");
-    assert!(
-        m.peak_delta >= 2 * 4 * 8 * 8 * 4 * 4,
-        "the windows were held: {m:?}"
+    assert_eq!(m.allocated_delta, out as i64, "{m:?}");
+    assert!(m.peak_delta <= 2 * out, "no window copy: {m:?}");
+    drop(y);
+    let (y, m) = memory::measure(dev, || {
+        x.max_pool2d_with_indices([2, 2], &PoolOptions::default())
+            .unwrap()
+    })
+    .unwrap();
+    assert_eq!(
+        m.allocated_delta,
+        (out + out * 2) as i64,
+        "values and i64 indices: {m:?}"
     );
+    assert!(m.peak_delta >= 4 * out, "the windows were held: {m:?}");
     drop(y);
 }
 
@@ -292,11 +343,28 @@ fn bad_input_is_an_error_naming_the_op(dev: Device) {
     assert!(e.contains("adaptive_avg_pool2d"), "{e}");
     let i = Tensor::zeros(&[1, 1, 4, 4], DType::I64, dev).unwrap();
     assert!(msg(i.max_pool2d([2, 2], &d)).contains("float"));
+    let e = msg(Tensor::zeros(&[1, 0, 4, 4], DType::F32, dev)
+        .unwrap()
+        .avg_pool2d([2, 2], &d));
+    assert!(
+        e.contains("avg_pool2d") && e.contains("only the batch"),
+        "{e}"
+    );
+    let huge = PoolOptions {
+        dilation: [usize::MAX / 2, 1],
+        ..d
+    };
+    assert!(msg(x.max_pool2d([3, 3], &huge)).contains("smaller"));
+    // An empty batch is fine.
+    let e0 = Tensor::zeros(&[0, 2, 4, 4], DType::F32, dev).unwrap();
+    assert_eq!(e0.max_pool2d([2, 2], &d).unwrap().shape(), &[0, 2, 2, 2]);
 }
 
 #[cfg(feature = "cuda")]
 on_both!(
     max_pool2d_matches_the_loop,
+    max_pool2d_propagates_nan,
+    pooling_edges_follow_pytorch,
     avg_pool2d_matches_the_loop,
     adaptive_avg_pool2d_matches_the_loop,
     modules_and_workspace,
@@ -309,6 +377,14 @@ mod cpu {
     #[test]
     fn max_pool2d_matches_the_loop() {
         super::max_pool2d_matches_the_loop(Device::Cpu)
+    }
+    #[test]
+    fn pooling_edges_follow_pytorch() {
+        super::pooling_edges_follow_pytorch(Device::Cpu)
+    }
+    #[test]
+    fn max_pool2d_propagates_nan() {
+        super::max_pool2d_propagates_nan(Device::Cpu)
     }
     #[test]
     fn avg_pool2d_matches_the_loop() {

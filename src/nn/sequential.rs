@@ -159,6 +159,8 @@ impl Sequential {
             Some("is empty".to_string())
         } else if name.contains('.') {
             Some("holds a '.', which separates a module path's parts".to_string())
+        } else if name.bytes().all(|b| b.is_ascii_digit()) {
+            Some("is a number, the name of an unnamed layer at that index".to_string())
         } else if self.names.iter().any(|n| n == name) {
             Some(format!(
                 "names layer {} already",

@@ -5,10 +5,11 @@
 //!
 //! How: im2col plus a matrix product. The patches of the (padded) input
 //! are a strided view of it (`as_strided`: no copy), which one copy kernel
-//! lays out as the columns `[N, groups, C/groups * kh * kw, OH * OW]`; the
+//! lays out as the columns `[groups, C/groups * kh * kw, N * OH * OW]`; the
 //! weight `[groups, O/groups, C/groups * kh * kw]` times them is the output
-//! (one batched product: the CPU's gemm, cuBLAS on CUDA). The columns are
-//! workspace from the caching allocator, freed before the op returns.
+//! (one product per group: the CPU's gemm, cuBLAS on CUDA), permuted into
+//! `[N, O, OH, OW]`. The columns are workspace from the caching allocator,
+//! freed before the op returns.
 //!
 //! The autograd node (`ConvolutionBackward0`) saves the input and the
 //! weight, not the columns: the backward pass rebuilds them for the
@@ -186,7 +187,18 @@ fn geometry(
         }
         x.same_device(op, b)?;
     }
-    let span = |k: usize, d: usize| d * (k - 1) + 1;
+    // Checked: a dilation or padding near usize::MAX is an Err, not a wrap.
+    let too_big = || {
+        Error::arg(
+            op,
+            format!(
+                "the padded input or the dilated kernel is too large (padding {:?}, dilation {:?})",
+                o.padding,
+                &o.dilation[2 - dims..]
+            ),
+        )
+    };
+    let span = |k: usize, d: usize| d.checked_mul(k - 1).and_then(|v| v.checked_add(1));
     let (lo, hi) = match o.padding {
         Padding::Explicit(p) => (p, p),
         Padding::Valid => ([0; 2], [0; 2]),
@@ -200,12 +212,18 @@ fn geometry(
                     )
                 ));
             }
-            let t = [o.dilation[0] * (kh - 1), o.dilation[1] * (kw - 1)];
+            let t = [
+                o.dilation[0].checked_mul(kh - 1).ok_or_else(too_big)?,
+                o.dilation[1].checked_mul(kw - 1).ok_or_else(too_big)?,
+            ];
             ([t[0] / 2, t[1] / 2], [t[0] - t[0] / 2, t[1] - t[1] / 2])
         }
     };
-    let (hp, wp) = (h + lo[0] + hi[0], wd + lo[1] + hi[1]);
-    let (sh, sw) = (span(kh, o.dilation[0]), span(kw, o.dilation[1]));
+    let sum = |a: usize, b: usize, c: usize| a.checked_add(b).and_then(|v| v.checked_add(c));
+    let hp = sum(h, lo[0], hi[0]).ok_or_else(too_big)?;
+    let wp = sum(wd, lo[1], hi[1]).ok_or_else(too_big)?;
+    let sh = span(kh, o.dilation[0]).ok_or_else(too_big)?;
+    let sw = span(kw, o.dilation[1]).ok_or_else(too_big)?;
     if hp < sh || wp < sw {
         bail!(Error::shape(
             op,
@@ -294,68 +312,88 @@ pub(super) fn sum_taps(
     gp.narrow(2, lo[0], h)?.narrow(3, lo[1], w)?.contiguous()
 }
 
-/// The columns of `x` in the order `[N, G, K, L]` (forward) or, with
-/// `group_major`, `[G, K, N, L]` (the weight's gradient).
-fn columns(x: &Tensor, g: &Geometry, group_major: bool) -> Result<Tensor> {
+/// The columns of `x`, `[G, K, N L]`: for each group, its `C/G kh kw`
+/// taps (rows) at every output position of every sample (columns).
+fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
     let p = padded(x, g)?;
     let (hp, wp) = (g.hp(), g.wp());
     let cg = g.c / g.g;
     let plane = hp * wp;
-    let (sample, group) = (g.c * plane, cg * plane);
-    let tap = [g.dil[0] * wp, g.dil[1]];
-    let step = [g.stride[0] * wp, g.stride[1]];
-    let (shape, strides) = if group_major {
-        (
-            [g.g, cg, g.kh, g.kw, g.n, g.oh, g.ow],
-            [group, plane, tap[0], tap[1], sample, step[0], step[1]],
-        )
-    } else {
-        (
-            [g.n, g.g, cg, g.kh, g.kw, g.oh, g.ow],
-            [sample, group, plane, tap[0], tap[1], step[0], step[1]],
-        )
-    };
-    let patches = p.as_strided(&shape, &strides, p.storage_offset())?;
-    let cols = patches.contiguous()?;
-    let (k, l) = (g.k() as isize, g.l() as isize);
-    if group_major {
-        cols.reshape(&[g.g as isize, k, (g.n * g.l()) as isize])
-    } else {
-        cols.reshape(&[g.n as isize, g.g as isize, k, l])
-    }
+    let patches = p.as_strided(
+        &[g.g, cg, g.kh, g.kw, g.n, g.oh, g.ow],
+        &[
+            cg * plane,
+            plane,
+            g.dil[0] * wp,
+            g.dil[1],
+            g.c * plane,
+            g.stride[0] * wp,
+            g.stride[1],
+        ],
+        p.storage_offset(),
+    )?;
+    patches
+        .contiguous()?
+        .reshape(&[g.g as isize, g.k() as isize, (g.n * g.l()) as isize])
 }
 
 /// The forward pass, without autograd: `[N, O, OH, OW]`.
 fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<Tensor> {
-    let cols = columns(x, g, false)?;
+    // One product per group over every sample's columns at once
+    // (`[O/G, K] x [K, N L]`) rather than N narrow ones: no slower on the
+    // CPU (bench/results/models.md), and one wide call suits cuBLAS; the
+    // output is then permuted into place.
+    let cols = columns(x, g)?; // [G, K, N L]
     let og = (g.o / g.g) as isize;
     let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
-    let mut out = wm.matmul(&cols)?; // [N, G, O/G, L]
+    let prod = wm.matmul(&cols)?; // [G, O/G, N L]
     drop(cols);
+    let out = prod
+        .reshape(&[g.g as isize, og, g.n as isize, g.l() as isize])?
+        .permute(&[2, 0, 1, 3])?
+        .contiguous()?; // [N, G, O/G, L]
+    drop(prod);
     if let Some(b) = b {
-        let mut out4 = out.reshape(&[g.n as isize, g.o as isize, g.l() as isize])?;
-        out4.add_(&b.reshape(&[1, g.o as isize, 1])?)?;
-        drop(out4);
+        let mut out3 = out.reshape(&[g.n as isize, g.o as isize, g.l() as isize])?;
+        out3.add_(&b.reshape(&[1, g.o as isize, 1])?)?;
     }
-    out = out.reshape(&[g.n as isize, g.o as isize, g.oh as isize, g.ow as isize])?;
-    Ok(out)
+    out.reshape(&[g.n as isize, g.o as isize, g.oh as isize, g.ow as isize])
 }
 
-/// The input's gradient: the columns' gradient `W^T dy`, summed back one
-/// kernel tap at a time into a padded buffer, then cut to the input.
+/// The input's gradient: the columns' gradient `W^T dy` (one product per
+/// group over every sample, as the forward pass), summed back one kernel
+/// tap at a time into a padded buffer, then cut to the input.
 fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     let og = (g.o / g.g) as isize;
     let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
-    let dym = dy.reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?;
-    let dcols = wm.transpose(1, 2)?.matmul(&dym)?; // [N, G, K, L]
-    let dcols = dcols.reshape(&[
-        g.n as isize,
-        g.c as isize,
-        g.kh as isize,
-        g.kw as isize,
-        g.oh as isize,
-        g.ow as isize,
-    ])?;
+    let dyt = dy
+        .reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
+        .permute(&[1, 2, 0, 3])?
+        .reshape(&[g.g as isize, og, (g.n * g.l()) as isize])?; // a copy
+    let dcols = wm.transpose(1, 2)?.matmul(&dyt)?; // [G, K, N L]
+    drop(dyt);
+    let cg = (g.c / g.g) as isize;
+    // [G, Cg, kh, kw, N, OH, OW] seen as [N, C, kh, kw, OH, OW]: a view
+    // (G and Cg merge: G's stride is Cg's times Cg).
+    let dcols = dcols
+        .reshape(&[
+            g.g as isize,
+            cg,
+            g.kh as isize,
+            g.kw as isize,
+            g.n as isize,
+            g.oh as isize,
+            g.ow as isize,
+        ])?
+        .permute(&[4, 0, 1, 2, 3, 5, 6])?
+        .reshape(&[
+            g.n as isize,
+            g.c as isize,
+            g.kh as isize,
+            g.kw as isize,
+            g.oh as isize,
+            g.ow as isize,
+        ])?;
     let dcols = &dcols;
     sum_taps(
         dy,
@@ -373,7 +411,7 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
 /// The weight's gradient `[O, C/G, kh, kw]`: `dy` times the columns.
 fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry, wshape: &[usize]) -> Result<Tensor> {
     let og = (g.o / g.g) as isize;
-    let cols = columns(x, g, true)?; // [G, K, N L]
+    let cols = columns(x, g)?; // [G, K, N L]
     let dyt = dy
         .reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
         .permute(&[1, 2, 0, 3])?
@@ -613,16 +651,23 @@ fn transposed_geometry(
     let k = [kh, kw];
     let mut out = [0usize; 2];
     for i in 0..2 {
-        let full =
-            (xs[2 + i] - 1) * o.stride[i] + o.dilation[i] * (k[i] - 1) + o.output_padding[i] + 1;
-        if full <= 2 * o.padding[i] || xs[2 + i] == 0 {
+        // Checked, and an empty input first: `H - 1` must not wrap.
+        let full = xs[2 + i].checked_sub(1).and_then(|h1| {
+            h1.checked_mul(o.stride[i])?
+                .checked_add(o.dilation[i].checked_mul(k[i] - 1)?)?
+                .checked_add(o.output_padding[i])?
+                .checked_add(1)
+        });
+        let full = full.unwrap_or(0);
+        if full <= o.padding[i].saturating_mul(2) {
             bail!(Error::shape(
                 op,
                 xs,
                 ws,
                 format!(
-                    "padding {:?} leaves no output (the output would be {:?} before the padding is cut)",
-                    o.padding, full
+                    "padding {:?} leaves no output (the output would be {full} before the padding is cut, \
+                     or the sizes overflow)",
+                    o.padding
                 )
             ));
         }

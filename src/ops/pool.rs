@@ -8,10 +8,10 @@
 //! workspace, freed before the op returns. `max_pool2d` saves only its
 //! indices for the backward pass (a scatter-add into the input's shape);
 //! `avg_pool2d` saves nothing (its backward sums the scaled gradient back
-//! one tap at a time). `adaptive_avg_pool2d` is `A_h X A_w^T` with the
-//! row- and column-averaging matrices PyTorch's windows define
-//! (`[floor(i H / OH), ceil((i + 1) H / OH))`), two small products whose
-//! backward autograd already knows.
+//! one tap at a time). `adaptive_avg_pool2d` averages PyTorch's windows
+//! (`[floor(i H / OH), ceil((i + 1) H / OH))`) one dimension at a time: a
+//! mean per window of rows, then per window of columns, whose backward
+//! autograd already knows.
 
 use super::conv::{pad2d, sum_taps};
 use crate::alloc::history::op_context_with;
@@ -94,17 +94,32 @@ fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Res
     }
     let xs = x.shape();
     let nchw = [xs[0], xs[1], xs[2], xs[3]];
+    if nchw[1..].contains(&0) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "only the batch dimension may be empty, got shape {xs:?} (PyTorch refuses it too)"
+            )
+        ));
+    }
     let mut out = [0; 2];
     for i in 0..2 {
-        let span = o.dilation[i] * (k[i] - 1) + 1;
-        let padded = nchw[2 + i] + 2 * o.padding[i];
-        if padded < span {
+        // Checked: a dilation near usize::MAX is an Err, not a wrap.
+        let span = o.dilation[i]
+            .checked_mul(k[i] - 1)
+            .and_then(|v| v.checked_add(1))
+            .unwrap_or(usize::MAX);
+        let padded = nchw[2 + i].saturating_add(2 * o.padding[i]);
+        if padded < span || span == usize::MAX {
             bail!(Error::arg(
                 op,
                 format!(
                     "the padded input {:?} is smaller than the (dilated) kernel {:?} (input shape {:?})",
-                    [nchw[2] + 2 * o.padding[0], nchw[3] + 2 * o.padding[1]],
-                    [o.dilation[0] * (k[0] - 1) + 1, o.dilation[1] * (k[1] - 1) + 1],
+                    [nchw[2].saturating_add(2 * o.padding[0]), nchw[3].saturating_add(2 * o.padding[1])],
+                    [
+                        o.dilation[0].saturating_mul(k[0] - 1).saturating_add(1),
+                        o.dilation[1].saturating_mul(k[1] - 1).saturating_add(1)
+                    ],
                     xs
                 )
             ));
@@ -192,7 +207,20 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn max_pool2d(&self, kernel: [usize; 2], opts: &PoolOptions) -> Result<Tensor> {
-        Ok(self.max_pool2d_with_indices(kernel, opts)?.0)
+        if needs_grad(&[self]) {
+            return Ok(self.max_pool2d_with_indices(kernel, opts)?.0);
+        }
+        // Without a graph no index is needed: the maximum of the kernel's
+        // taps, each a strided view of the padded input (no window copy).
+        const OP: &str = "max_pool2d";
+        let _op = op_context_with(OP, || vec![self.shape().to_vec()]);
+        let [y] = batched(OP, self, |x| {
+            let g = geometry(OP, x, kernel, opts)?;
+            max_of_taps(x, &g)
+                .map(|y| [y])
+                .map_err(|e| e.reported_as(OP))
+        })?;
+        Ok(y)
     }
 
     /// [`max_pool2d`](Tensor::max_pool2d) and, for each output, the flat
@@ -276,24 +304,56 @@ impl Tensor {
                 )
             ));
         }
-        let avg = |len: usize, o: usize| -> Result<Tensor> {
-            let mut m = vec![0.0f64; o * len];
-            for i in 0..o {
-                let (a, b) = (i * len / o, ((i + 1) * len).div_ceil(o));
-                for j in a..b {
-                    m[i * len + j] = 1.0 / (b - a) as f64;
-                }
-            }
-            Tensor::from_vec(m, &[o, len], crate::device::Device::Cpu)?
-                .to_dtype(self.dtype())?
-                .to_device(self.device())
+        // Absurd output sizes fail at the allocation, before any loop.
+        let mut out_shape = self.shape().to_vec();
+        out_shape[r - 2] = output[0];
+        out_shape[r - 1] = output[1];
+        drop(
+            Tensor::empty(&out_shape, self.dtype(), self.device())
+                .map_err(|e| e.reported_as(OP))?,
+        );
+        // Window `i` of `o` over `len`: `[floor(i len / o), ceil((i + 1) len / o))`,
+        // in u128 (no overflow). Each window's mean, per dimension: an inf
+        // or NaN stays in the windows that hold it, as in PyTorch.
+        let window = |i: usize, len: usize, o: usize| -> (usize, usize) {
+            let (i, len, o) = (i as u128, len as u128, o as u128);
+            ((i * len / o) as usize, ((i + 1) * len).div_ceil(o) as usize)
         };
-        let (ah, aw) = (avg(h, output[0])?, avg(w, output[1])?);
-        // [.., H, W] -> A_h [.., H, W] A_w^T.
-        ah.matmul(self)?
-            .matmul(&aw.t()?)
-            .map_err(|e| e.reported_as(OP))
+        let pass = |t: &Tensor, dim: isize, len: usize, o: usize| -> Result<Tensor> {
+            let parts = (0..o)
+                .map(|i| {
+                    let (a, b) = window(i, len, o);
+                    t.narrow(dim, a, b - a)?.mean(&[dim], true)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = parts.iter().collect();
+            Tensor::cat(&refs, dim)
+        };
+        let rows = pass(self, -2, h, output[0]).map_err(|e| e.reported_as(OP))?;
+        pass(&rows, -1, w, output[1]).map_err(|e| e.reported_as(OP))
     }
+}
+
+/// The window maxima without indices: `kh kw - 1` elementwise maxima of
+/// the taps' strided views (NaN propagates, as in PyTorch).
+fn max_of_taps(x: &Tensor, g: &Pool) -> Result<Tensor> {
+    let xp = pad2d(x, g.p, g.p, f64::NEG_INFINITY)?;
+    let [n, c, h, w] = g.nchw;
+    let (hp, wp) = (h + 2 * g.p[0], w + 2 * g.p[1]);
+    let strides = [c * hp * wp, hp * wp, g.s[0] * wp, g.s[1]];
+    let tap = |i: usize, j: usize| {
+        xp.as_strided(
+            &[n, c, g.out[0], g.out[1]],
+            &strides,
+            xp.storage_offset() + i * g.d[0] * wp + j * g.d[1],
+        )
+    };
+    // A fresh tensor even for a 1x1 kernel (whose one tap may be `x` itself).
+    let mut best = tap(0, 0)?.deep_clone()?;
+    for t in 1..g.k[0] * g.k[1] {
+        best = best.maximum(&tap(t / g.k[1], t % g.k[1])?)?;
+    }
+    Ok(best)
 }
 
 fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
@@ -303,16 +363,23 @@ fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
         let win = windows(x, g, f64::NEG_INFINITY)?;
         let (vals, arg) = win.max_dim(-1, false)?;
         drop(win);
-        // Each tap's flat input position, per output position.
+        // Each tap's flat input position, per output position. A padding
+        // tap (-inf) wins only where every input tap is -inf too: it then
+        // stands for the window's first input position, as in PyTorch,
+        // which starts each window from its first input element.
         let kk = g.k[0] * g.k[1];
+        let h = g.nchw[2] as i64;
         let mut pos = Vec::with_capacity(g.out[0] * g.out[1] * kk);
         for oh in 0..g.out[0] {
             for ow in 0..g.out[1] {
-                for t in 0..kk {
+                let at = |t: usize| {
                     let r = (oh * g.s[0] + (t / g.k[1]) * g.d[0]) as i64 - g.p[0] as i64;
                     let q = (ow * g.s[1] + (t % g.k[1]) * g.d[1]) as i64 - g.p[1] as i64;
-                    pos.push(r * w as i64 + q);
-                }
+                    (r >= 0 && r < h && q >= 0 && q < w as i64).then_some(r * w as i64 + q)
+                };
+                // Every window holds an input element (padding <= kernel / 2).
+                let first = (0..kk).find_map(at).unwrap_or(0);
+                pos.extend((0..kk).map(|t| at(t).unwrap_or(first)));
             }
         }
         let pos = Tensor::from_vec(pos, &[g.out[0], g.out[1], kk], crate::device::Device::Cpu)?

@@ -149,7 +149,11 @@ pub(crate) fn clock(device: Device) -> Result<Box<dyn DeviceClock>> {
         return Err(Error::arg(OP, why));
     }
     let base = Event::new(device, true)?;
-    base.record(&super::stream::current_stream(device)?)?;
+    let stream = super::stream::current_stream(device)?;
+    // Work queued before profiling would delay the base event and shift
+    // every op's device start: wait for it first.
+    stream.synchronize()?;
+    base.record(&stream)?;
     Ok(Box::new(EventClock {
         device,
         base,

@@ -433,6 +433,30 @@ fn conv2d_impl(
 ) -> Result<Tensor> {
     let geo = geometry(op, shown, x, w, b, opts)?;
     let out = autograd::no_grad(|| forward(x, w, b, &geo)).map_err(|e| e.reported_as(op))?;
+    attach_conv(out, x, w, b, geo, input_grad, weight_grad)
+}
+
+/// The input's gradient from the output's gradient, the saved weight and
+/// the geometry.
+type InputGrad = fn(&Tensor, &Tensor, &Geometry) -> Result<Tensor>;
+/// The weight's gradient from the output's gradient, the saved input, the
+/// geometry and the weight's shape.
+type WeightGrad = fn(&Tensor, &Tensor, &Geometry, &[usize]) -> Result<Tensor>;
+
+/// Gives a convolution's output its node (`ConvolutionBackward0`, PyTorch's
+/// name for every convolution) when an operand requires grad: it saves the
+/// input `x` only if the weight needs a gradient and the weight only if the
+/// input does, and computes `dx = input_of(dy, w)`, `dw = weight_of(dy, x,
+/// shape)` and the bias's `dy` summed over all but the channels.
+fn attach_conv(
+    out: Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    geo: Geometry,
+    input_of: InputGrad,
+    weight_of: WeightGrad,
+) -> Result<Tensor> {
     let mut inputs = vec![x, w];
     inputs.extend(b);
     if !needs_grad(&inputs) {
@@ -453,11 +477,11 @@ fn conv2d_impl(
     let wshape = w.shape().to_vec();
     let f: BackwardFn = Box::new(move |dy| {
         let gx = match &kw {
-            Some(w) => Some(input_grad(dy, w.get()?, &geo)?),
+            Some(w) => Some(input_of(dy, w.get()?, &geo)?),
             None => None,
         };
         let gw = match &kx {
-            Some(x) => Some(weight_grad(dy, x.get()?, &geo, &wshape)?),
+            Some(x) => Some(weight_of(dy, x.get()?, &geo, &wshape)?),
             None => None,
         };
         let mut v = vec![gx, gw];
@@ -762,46 +786,18 @@ impl Tensor {
             Ok(y)
         })
         .map_err(|e| e.reported_as(OP))?;
-        let mut inputs = vec![self, weight];
-        inputs.extend(bias);
-        if !needs_grad(&inputs) {
-            return Ok(out);
-        }
-        const NODE: &str = "ConvolutionBackward0";
-        let kx = if weight.requires_grad() {
-            Some(Saved::new(self, NODE)?)
-        } else {
-            None
-        };
-        let kw = if self.requires_grad() {
-            Some(Saved::new(weight, NODE)?)
-        } else {
-            None
-        };
-        let rb = bias.map(|b| b.requires_grad());
-        let wshape = weight.shape().to_vec();
-        let f: BackwardFn = Box::new(move |dy| {
-            // The adjoint of the adjoint: conv2d of the gradient.
-            let gx = match &kw {
-                Some(w) => Some(forward(dy, w.get()?, None, &geo)?),
-                None => None,
-            };
-            // conv2d's weight gradient, its input and output swapped.
-            let gw = match &kx {
-                Some(x) => Some(weight_grad(x.get()?, dy, &geo, &wshape)?),
-                None => None,
-            };
-            let mut v = vec![gx, gw];
-            if let Some(rb) = rb {
-                v.push(if rb {
-                    Some(dy.sum(&[0, 2, 3], false)?)
-                } else {
-                    None
-                });
-            }
-            Ok(v)
-        });
-        Ok(attach(out, NODE, &inputs, f))
+        // The adjoint of the adjoint: the input's gradient is conv2d of
+        // the output's; the weight's is conv2d's weight gradient with its
+        // input and output swapped.
+        attach_conv(
+            out,
+            self,
+            weight,
+            bias,
+            geo,
+            |dy, w, g| forward(dy, w, None, g),
+            |dy, x, g, ws| weight_grad(x, dy, g, ws),
+        )
     }
 }
 

@@ -11,7 +11,8 @@
 # named (the archive of all of them can exceed the 64 MiB the device tool
 # carries); DEST=/abs/path packs into another folder (a build in a copy of
 # the checkout, with CARGO_TARGET_DIR set, packing into the checkout the
-# device tool sends).
+# device tool sends); STRIP=--strip-all strips the symbols too (panics then
+# name no functions; a little smaller).
 #
 # What it builds (release profile, --features cuda):
 #   * every test executable of `cargo test --release --features cuda --no-run`
@@ -97,7 +98,7 @@ PY
 
 echo "== stripping debug info into $DEST/"
 while IFS=$'\t' read -r name path; do
-    objcopy --strip-debug "$path" "$DEST/$name"
+    objcopy ${STRIP:---strip-debug} "$path" "$DEST/$name"
 done <<<"$list"
 du -b "$DEST"/* | sort -n | awk '{printf "  %8.2f MiB  %s\n", $1 / 1048576, $2}'
 

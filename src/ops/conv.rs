@@ -109,6 +109,51 @@ impl Geometry {
     }
 }
 
+/// A float input, a weight of its dtype, both on one device.
+fn check_input_and_weight(op: &'static str, x: &Tensor, w: &Tensor) -> Result<()> {
+    if !x.dtype().is_float() {
+        bail!(Error::dtype(op, "a float dtype", x.dtype()));
+    }
+    if w.dtype() != x.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!("{} for the weight, like the input", x.dtype()),
+            w.dtype()
+        ));
+    }
+    x.same_device(op, w)
+}
+
+/// A bias, if given, of shape `[channels]` (the output channels), of the
+/// input's dtype and device; `ws` is the weight's shape for the message.
+fn check_bias(
+    op: &'static str,
+    x: &Tensor,
+    b: Option<&Tensor>,
+    channels: usize,
+    ws: &[usize],
+) -> Result<()> {
+    let Some(b) = b else {
+        return Ok(());
+    };
+    if b.shape() != [channels] {
+        bail!(Error::shape(
+            op,
+            b.shape(),
+            ws,
+            format!("the bias must have shape [{channels}] (the output channels)")
+        ));
+    }
+    if b.dtype() != x.dtype() {
+        bail!(Error::dtype(
+            op,
+            format!("{} for the bias, like the input", x.dtype()),
+            b.dtype()
+        ));
+    }
+    x.same_device(op, b)
+}
+
 /// Checks a batched 2-d convolution's operands (`x` `[N, C, H, W]`, `w`
 /// `[O, C/groups, kh, kw]`, `b` `[O]`) and works out its geometry. `op`
 /// and `shown` are the public op and the shapes it was called with (a
@@ -123,17 +168,7 @@ fn geometry(
 ) -> Result<Geometry> {
     let (xs, ws) = (x.shape(), w.shape());
     let dims = shown.1.len() - 2; // spatial dimensions of the public op
-    if !x.dtype().is_float() {
-        bail!(Error::dtype(op, "a float dtype", x.dtype()));
-    }
-    if w.dtype() != x.dtype() {
-        bail!(Error::dtype(
-            op,
-            format!("{} for the weight, like the input", x.dtype()),
-            w.dtype()
-        ));
-    }
-    x.same_device(op, w)?;
+    check_input_and_weight(op, x, w)?;
     if o.groups == 0 {
         bail!(Error::arg(op, "groups must be at least 1"));
     }
@@ -169,24 +204,7 @@ fn geometry(
             "the weight must have output channels and a kernel of at least one tap"
         ));
     }
-    if let Some(b) = b {
-        if b.shape() != [oc] {
-            bail!(Error::shape(
-                op,
-                b.shape(),
-                shown.1,
-                format!("the bias must have shape [{oc}] (the weight's output channels)")
-            ));
-        }
-        if b.dtype() != x.dtype() {
-            bail!(Error::dtype(
-                op,
-                format!("{} for the bias, like the input", x.dtype()),
-                b.dtype()
-            ));
-        }
-        x.same_device(op, b)?;
-    }
+    check_bias(op, x, b, oc, shown.1)?;
     // Checked: a dilation or padding near usize::MAX is an Err, not a wrap.
     let too_big = || {
         Error::arg(
@@ -608,17 +626,7 @@ fn transposed_geometry(
     o: &ConvTransposeOptions,
 ) -> Result<Geometry> {
     let (xs, ws) = (x.shape(), w.shape());
-    if !x.dtype().is_float() {
-        bail!(Error::dtype(op, "a float dtype", x.dtype()));
-    }
-    if w.dtype() != x.dtype() {
-        bail!(Error::dtype(
-            op,
-            format!("{} for the weight, like the input", x.dtype()),
-            w.dtype()
-        ));
-    }
-    x.same_device(op, w)?;
+    check_input_and_weight(op, x, w)?;
     let g = o.groups;
     if g == 0 || o.stride.contains(&0) || o.dilation.contains(&0) {
         bail!(Error::arg(
@@ -654,24 +662,7 @@ fn transposed_geometry(
         }
     }
     let cout = cog * g;
-    if let Some(b) = b {
-        if b.shape() != [cout] {
-            bail!(Error::shape(
-                op,
-                b.shape(),
-                ws,
-                format!("the bias must have shape [{cout}] (out_channels)")
-            ));
-        }
-        if b.dtype() != x.dtype() {
-            bail!(Error::dtype(
-                op,
-                format!("{} for the bias, like the input", x.dtype()),
-                b.dtype()
-            ));
-        }
-        x.same_device(op, b)?;
-    }
+    check_bias(op, x, b, cout, ws)?;
     let k = [kh, kw];
     let mut out = [0usize; 2];
     for i in 0..2 {

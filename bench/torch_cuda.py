@@ -196,6 +196,40 @@ def mlp_adam(cfg):
     print(f"{pre}mlp_adam_step_peak_above_start {peak - start} bytes")
 
 
+def conv2d(cfg):
+    """conv2d 3x3, padding 1, at ResNet stage shapes (as benches/cuda.rs's conv2d)."""
+    torch, dev, pre = cfg.torch, cfg.dev, cfg.pre
+    F = torch.nn.functional
+    shapes = [(2, 4, 6)] if cfg.smoke else [(32, 64, 56), (32, 128, 28), (32, 256, 14)]
+    for b, c, hw in shapes:
+        name = f"conv2d_{b}x{c}x{hw}x{hw}_3x3"
+        x = torch.randn(b, c, hw, hw, device=dev)
+        w = torch.randn(c, c, 3, 3, device=dev) * 0.05
+        with torch.no_grad():
+            ms = gpu_ms(cfg, cfg.reps(3), cfg.reps(20), lambda: F.conv2d(x, w, None, 1, 1))
+            want = F.conv2d(x[:1].double(), w.double(), None, 1, 1)
+            assert torch.allclose(F.conv2d(x, w, None, 1, 1)[:1].double(), want, rtol=1e-3, atol=1e-3), f"{name}: wrong"
+        print(f"{pre}{name}_fwd {ms:.4f} ms")
+        xg = x.detach().requires_grad_(True)
+        wg = w.detach().requires_grad_(True)
+        gy = torch.randn(b, c, hw, hw, device=dev)
+
+        def step():
+            F.conv2d(xg, wg, None, 1, 1).backward(gy)
+            xg.grad = None
+            wg.grad = None
+
+        ms = gpu_ms(cfg, cfg.reps(3), cfg.reps(20), step)
+        print(f"{pre}{name}_fwd_bwd {ms:.4f} ms")
+        if not cfg.smoke:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
+            step()
+            torch.cuda.synchronize()
+            print(f"{pre}{name}_fwd_bwd_peak_above_start {torch.cuda.max_memory_allocated() - start} bytes")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--filter", default=None, help="run only the workloads whose name contains this")
@@ -219,6 +253,7 @@ def main():
             f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} device(s)"
         )
         torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False  # conv2d in true f32, as tensorscope's
         print(f"# allow_tf32 {str(torch.backends.cuda.matmul.allow_tf32).lower()}")
         print(
             "# allow_bf16_reduced_precision_reduction "
@@ -234,6 +269,7 @@ def main():
         ("softmax_layernorm", lambda: softmax_layernorm(cfg)),
         ("launch", lambda: launch_overhead(cfg)),
         ("mlp", lambda: mlp_adam(cfg)),
+        ("conv", lambda: conv2d(cfg)),
     ]
     failed = []
     for name, f in workloads:  # one that fails does not stop the others

@@ -19,7 +19,12 @@
 //! * the small-op launch overhead: 1,000 chained adds of 1-element tensors
 //!   (host clock per op, the device waited for at the end);
 //! * one Adam training step of the MLP 784-1024-1024-10 at batch 128 (ms)
-//!   and its `max_memory_allocated` (bytes, peak reset before the step).
+//!   and its `max_memory_allocated` (bytes, peak reset before the step);
+//! * conv2d 3x3 (padding 1, no bias) at three ResNet stage shapes, batch
+//!   32, f32 (TF32 off on both sides, cuDNN's included): forward under
+//!   `no_grad`, and forward + backward (input and weight gradients) with
+//!   the backward's peak `max_memory_allocated` above its start
+//!   (`bench/results/models.md`, issue 17 item 9).
 //!
 //! GPU work is timed with CUDA events on the current stream after warm-up,
 //! one sample per call, and the median sample is the figure.
@@ -37,7 +42,7 @@ use tensorscope::autograd::no_grad_guard;
 use tensorscope::backend::cuda::{self, Event};
 use tensorscope::nn::{LayerNorm, Module};
 use tensorscope::optim::{Adam, AdamConfig};
-use tensorscope::{memory, DType, Device, Tensor};
+use tensorscope::{memory, ConvOptions, DType, Device, Padding, Tensor};
 
 #[path = "common/mlp_model.rs"]
 mod mlp_model;
@@ -188,6 +193,96 @@ fn full_sum(cfg: &Cfg) -> R<()> {
         (n * 4) as f64 / (ms * 1e-3) / 1e9
     );
     println!("{pre}sum_256M_f32_time {ms:.4} ms");
+    Ok(())
+}
+
+/// conv2d 3x3, padding 1, at ResNet stage shapes `[32, c, hw, hw]` with
+/// `c` output channels: forward (no graph), forward + backward, and the
+/// peak allocation of forward + backward above its start.
+fn conv2d(cfg: &Cfg) -> R<()> {
+    let (dev, pre) = (cfg.dev, cfg.pre);
+    let shapes: &[(usize, usize, usize)] = if pre.is_empty() {
+        &[(32, 64, 56), (32, 128, 28), (32, 256, 14)]
+    } else {
+        &[(2, 4, 6)]
+    };
+    let pad = ConvOptions {
+        padding: Padding::Explicit([1, 1]),
+        ..ConvOptions::default()
+    };
+    for &(b, c, hw) in shapes {
+        let name = format!("conv2d_{b}x{c}x{hw}x{hw}_3x3");
+        let x = Tensor::randn(&[b, c, hw, hw], DType::F32, dev)?;
+        let w = Tensor::randn(&[c, c, 3, 3], DType::F32, dev)?.mul_scalar(0.05)?;
+        let ms = {
+            let _g = no_grad_guard();
+            gpu_ms(dev, cfg.reps(3), cfg.reps(20), || {
+                black_box(x.conv2d(&w, None, &pad)?);
+                Ok(())
+            })?
+        };
+        // One output element against a direct sum on the host.
+        let y = {
+            let _g = no_grad_guard();
+            x.conv2d(&w, None, &pad)?
+        };
+        let (oc, oy, ox) = (c / 2, hw / 2, hw / 3);
+        let at = |v: usize| v as isize;
+        let got = y
+            .select(0, 0)?
+            .select(0, at(oc))?
+            .select(0, at(oy))?
+            .select(0, at(ox))?;
+        let got = got.to_dtype(DType::F64)?.item::<f64>()?;
+        let xs = x
+            .select(0, 0)?
+            .to_dtype(DType::F64)?
+            .to_device(Device::Cpu)?;
+        let ws = w
+            .select(0, at(oc))?
+            .to_dtype(DType::F64)?
+            .to_device(Device::Cpu)?;
+        let (xv, wv) = (xs.to_vec::<f64>()?, ws.to_vec::<f64>()?);
+        let mut want = 0.0;
+        for ci in 0..c {
+            for ky in 0..3 {
+                for kx in 0..3 {
+                    let (iy, ix) = ((oy + ky) as isize - 1, (ox + kx) as isize - 1);
+                    if iy >= 0 && ix >= 0 && (iy as usize) < hw && (ix as usize) < hw {
+                        want += xv[(ci * hw + iy as usize) * hw + ix as usize]
+                            * wv[(ci * 3 + ky) * 3 + kx];
+                    }
+                }
+            }
+        }
+        if (got - want).abs() > 1e-3 * (1.0 + want.abs()) {
+            return Err(format!("{name}: y = {got} but the host says {want}").into());
+        }
+        println!("{pre}{name}_fwd {ms:.4} ms");
+        let xg = x.detach().requires_grad_(true)?;
+        let wg = w.detach().requires_grad_(true)?;
+        let gy = Tensor::randn(&[b, c, hw, hw], DType::F32, dev)?;
+        let mut step = || -> R<()> {
+            xg.conv2d(&wg, None, &pad)?.backward_with(&gy, false)?;
+            xg.zero_grad();
+            wg.zero_grad();
+            Ok(())
+        };
+        let ms = gpu_ms(dev, cfg.reps(3), cfg.reps(20), &mut step)?;
+        println!("{pre}{name}_fwd_bwd {ms:.4} ms");
+        if dev.is_cuda() {
+            cfg.sync()?;
+            memory::reset_peak_memory_stats(dev);
+            let start = memory::memory_allocated(dev);
+            step()?;
+            cfg.sync()?;
+            let peak = memory::max_memory_allocated(dev);
+            println!(
+                "{pre}{name}_fwd_bwd_peak_above_start {} bytes",
+                peak - start
+            );
+        }
+    }
     Ok(())
 }
 
@@ -437,7 +532,7 @@ fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
         cuda::set_allow_tf32(false);
         println!("# allow_tf32 {}", cuda::allow_tf32());
     }
-    let workloads: [(&str, &dyn Fn() -> R<()>); 9] = [
+    let workloads: [(&str, &dyn Fn() -> R<()>); 10] = [
         ("add", &|| add_and_copy(cfg)),
         ("sum", &|| full_sum(cfg)),
         ("alloc", &|| alloc_free(cfg)),
@@ -447,6 +542,7 @@ fn run(cfg: &Cfg, filter: Option<&str>) -> R<()> {
         ("softmax_layernorm", &|| softmax_layernorm(cfg)),
         ("launch", &|| launch_overhead(cfg)),
         ("mlp", &|| mlp_adam(cfg)),
+        ("conv", &|| conv2d(cfg)),
     ];
     let mut failed = Vec::new();
     for (name, f) in workloads {

@@ -78,6 +78,27 @@ DEV i64 red_offset(const RGeom& g, i64 r) {
     return off;
 }
 
+// acc folded with in[in_off + red_offset(g, r)] for r = r, r + step, ...
+// below `end`, in that order: the same combines in the same order as the
+// plain loop (so the same result, bit for bit), but TS_UNROLL loads are
+// issued before their combines, so each thread keeps that many loads in
+// flight instead of one (a one-load loop left a full f32 sum at ~1.2 TB/s
+// on an H200).
+#define TS_UNROLL 8
+template <typename Op, typename T>
+DEV typename Op::Acc fold_range(typename Op::Acc acc, const T* in, i64 in_off, const RGeom& g, i64 r, i64 end,
+                                i64 step) {
+    for (; r + (TS_UNROLL - 1) * step < end; r += TS_UNROLL * step) {
+        T v[TS_UNROLL];
+#pragma unroll
+        for (int k = 0; k < TS_UNROLL; ++k) v[k] = in[in_off + red_offset(g, r + k * step)];
+#pragma unroll
+        for (int k = 0; k < TS_UNROLL; ++k) acc = Op::combine(acc, Op::make(v[k], r + k * step));
+    }
+    for (; r < end; r += step) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
+    return acc;
+}
+
 // Bytes of one partial accumulator slot of a split reduction (the largest
 // accumulator, var's Welford triple, takes 24).
 #define TS_PARTIAL 32
@@ -103,7 +124,7 @@ DEV void reduce_split(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in,
         i64 out_off = 0, in_off = 0;
         kept_offsets(g, o, out_off, in_off);
         A acc = Op::identity();
-        for (i64 r = r0 + tid; r < r1; r += TS_BLOCK) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
+        acc = fold_range<Op, T>(acc, in, in_off, g, r0 + tid, r1, TS_BLOCK);
         acc = group_reduce(acc, scratch, TS_BLOCK, [](A a, A b) { return Op::combine(a, b); });
         if (tid == 0) {
             *(A*)((u8*)slots + (u64)u * TS_PARTIAL) = acc;
@@ -165,7 +186,7 @@ DEV void reduce_impl(const RGeom& g, i64 n_out, i64 n_red, O* out, const T* in, 
         i64 out_off = 0, in_off = 0;
         if (active) {
             kept_offsets(g, o, out_off, in_off);
-            for (i64 r = lane; r < n_red; r += group) acc = Op::combine(acc, Op::make(in[in_off + red_offset(g, r)], r));
+            acc = fold_range<Op, T>(acc, in, in_off, g, lane, n_red, group);
         }
         acc = group_reduce(acc, scratch, group, [](A a, A b) { return Op::combine(a, b); });
         if (active && lane == 0) out[out_off] = op.finish(acc, n_red);

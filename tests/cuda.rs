@@ -24,6 +24,7 @@ on_both!(
     allocator_statistics_are_exact,
     random_fills,
     copy_non_blocking_writes_into_a_buffer_allocated_once,
+    reading_a_contiguous_tensor_back_allocates_nothing_on_its_device,
 );
 
 // ------------------------------------------------------------- bodies ---
@@ -271,6 +272,33 @@ fn copy_non_blocking_writes_into_a_buffer_allocated_once(dev: Device) {
 }
 
 /// Mean and standard deviation (population).
+/// `to_vec` of a contiguous tensor (whole, or a leading narrow of one, as
+/// a loader's batch field is) copies straight to the host: its device
+/// allocates nothing. (Session 7 saw one device allocation per read of a
+/// loader field on the H200; this pins down whether a plain read does.)
+fn reading_a_contiguous_tensor_back_allocates_nothing_on_its_device(dev: Device) {
+    let t = Tensor::arange(0.0, 128.0, 1.0, DType::F32, dev)
+        .unwrap()
+        .reshape(&[16, 8])
+        .unwrap();
+    let i = Tensor::arange(0.0, 64.0, 1.0, DType::I64, dev)
+        .unwrap()
+        .reshape(&[16, 4])
+        .unwrap();
+    let before = memory::memory_stats(dev).allocation.all.allocated;
+    let whole = t.to_vec::<f32>().unwrap();
+    let head = t.narrow(0, 0, 4).unwrap().to_vec::<f32>().unwrap();
+    let ints = i.narrow(0, 0, 4).unwrap().to_vec::<i64>().unwrap();
+    assert_eq!(
+        memory::memory_stats(dev).allocation.all.allocated,
+        before,
+        "device allocations during three reads"
+    );
+    assert_eq!(whole[127], 127.0);
+    assert_eq!(head, (0..32).map(|v| v as f32).collect::<Vec<_>>());
+    assert_eq!(ints, (0..16).collect::<Vec<i64>>());
+}
+
 fn moments(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;

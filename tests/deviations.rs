@@ -359,3 +359,34 @@ fn max_pool_index_of_several_nans_is_the_first() {
     assert!(y.to_vec::<f32>().unwrap()[0].is_nan());
     assert_eq!(i.to_vec::<i64>().unwrap(), [1]); // PyTorch: [2]
 }
+
+/// Deviation 18: while a parameter is pruned, the layer's field (`weight`)
+/// holds the original values (PyTorch's `weight_orig`); the masked value
+/// the forward uses is `prune::masked(&layer, "weight")`. PyTorch's
+/// `module.weight` is the masked tensor. The names in `named_parameters`
+/// and `named_buffers` (the state dict) are PyTorch's.
+#[test]
+fn a_pruned_field_holds_the_original_values() {
+    use tensorscope::nn::{prune, Linear, Module};
+    let mut fc = Linear::new(4, 2).unwrap();
+    fc.weight = Tensor::from_slice(
+        &[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0, 7.0, -8.0],
+        &[2, 4],
+        CPU,
+    )
+    .unwrap()
+    .requires_grad_(true)
+    .unwrap();
+    prune::l1_unstructured(&mut fc, "weight", 0.5).unwrap();
+    // PyTorch's fc.weight: [0, 0, 0, 0, 5, -6, 7, -8].
+    assert_eq!(
+        fc.weight.to_vec::<f32>().unwrap(),
+        [1.0, -2.0, 3.0, -4.0, 5.0, -6.0, 7.0, -8.0]
+    );
+    let masked = prune::masked(&fc, "weight").unwrap();
+    assert_eq!(
+        masked.to_vec::<f32>().unwrap(),
+        [0.0, 0.0, 0.0, 0.0, 5.0, -6.0, 7.0, -8.0]
+    );
+    assert_eq!(fc.named_parameters()[0].0, "weight_orig");
+}

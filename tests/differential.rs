@@ -27,7 +27,7 @@ use common::devices::on_both;
 use common::Params;
 use tensorscope::nn::{
     bce_with_logits, binary_cross_entropy, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss,
-    nll_loss, smooth_l1_loss, LayerNorm, Module,
+    nll_loss, prune, smooth_l1_loss, BatchNorm2d, GroupNorm, LayerNorm, Module, Sequential,
 };
 use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
@@ -72,6 +72,10 @@ impl Case {
     }
     fn f(&self, k: &str) -> f64 {
         num(self.param(k))
+    }
+    /// `true` if the case has parameter `k` (an optional one).
+    fn has(&self, k: &str) -> bool {
+        self.params.iter().any(|(key, _)| key == k)
     }
     fn opt(&self, k: &str) -> Option<f64> {
         match self.param(k) {
@@ -346,6 +350,7 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
                     [1, 1]
                 },
                 count_include_pad: c.op == "max_pool2d" || c.param("count_include_pad") == "1",
+                ceil_mode: c.has("ceil_mode") && c.param("ceil_mode") == "1",
             };
             if c.op == "max_pool2d" {
                 a.max_pool2d(k, &o)?
@@ -354,8 +359,109 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             }
         }
         "adaptive_avg_pool2d" => a.adaptive_avg_pool2d(c.pair("output"))?,
+        "prune" => prune_steps(c, a)?,
+        "batch_norm2d" => {
+            let mut bn = BatchNorm2d::with_options(a.shape()[1], 1e-5, 0.1, a.dtype(), a.device())?;
+            (bn.weight, bn.bias) = (Some(b().alias()), Some(x[2].alias()));
+            bn.forward(a)?
+        }
+        "group_norm" => {
+            let (g, ch) = (c.f("groups") as usize, a.shape()[1]);
+            let mut gn = GroupNorm::with_options(g, ch, 1e-5, true, a.dtype(), a.device())?;
+            (gn.weight, gn.bias) = (Some(b().alias()), Some(x[2].alias()));
+            gn.forward(a)?
+        }
+        "prune_global" => prune_global(c, a, b())?,
         op => panic!("case {}: unknown op {op}", c.id),
     })
+}
+
+/// A module of its own holding one prunable parameter (the public
+/// `PruneMasks` / `PruneTarget` path a user's module takes).
+struct Holder {
+    weight: Tensor,
+    masks: prune::PruneMasks,
+}
+
+impl Holder {
+    fn new(w: &Tensor) -> Result<Holder> {
+        Ok(Holder {
+            weight: w.detach().deep_clone()?.requires_grad_(true)?,
+            masks: prune::PruneMasks::default(),
+        })
+    }
+    fn mask(&self) -> Tensor {
+        self.masks.get("weight").expect("pruned").alias()
+    }
+}
+
+impl Module for Holder {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let w = self.masks.masked("weight", &self.weight)?;
+        x.mul(w.as_ref().unwrap_or(&self.weight))
+    }
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        vec![(self.masks.param_name("weight"), &self.weight)]
+    }
+    fn named_buffers(&self) -> Vec<(String, &Tensor)> {
+        self.masks.named_buffers()
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = vec![(self.masks.param_name("weight"), &mut self.weight)];
+        v.extend(self.masks.named_buffers_mut());
+        v
+    }
+    fn prune_target(&mut self, name: &str) -> Option<prune::PruneTarget<'_>> {
+        (name == "weight")
+            .then(|| prune::PruneTarget::new(&mut self.weight, &mut self.masks, "weight"))
+    }
+}
+
+/// An amount as the fixture writes it: a fraction has a `.`.
+fn amount(a: &str) -> prune::Amount {
+    if a.contains('.') {
+        prune::Amount::Fraction(a.parse().unwrap())
+    } else {
+        prune::Amount::Count(a.parse().unwrap())
+    }
+}
+
+/// The case's pruning steps on a holder of `w`; the final mask.
+fn prune_steps(c: &Case, w: &Tensor) -> Result<Tensor> {
+    let mut m = Holder::new(w)?;
+    for step in c.param("steps").split(';') {
+        let f: Vec<&str> = step.split(':').collect();
+        match f[0] {
+            "l1" => prune::l1_unstructured(&mut m, "weight", amount(f[1]))?,
+            "ln" => prune::ln_structured(
+                &mut m,
+                "weight",
+                amount(f[1]),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )?,
+            s => panic!("case {}: unknown step {s}", c.id),
+        }
+    }
+    Ok(m.mask())
+}
+
+/// `global_unstructured` over holders of `x` and `y`: both masks, flat.
+fn prune_global(c: &Case, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    let mut s = Sequential::new();
+    s.add(Holder::new(x)?).add(Holder::new(y)?);
+    prune::global_unstructured(
+        &mut s,
+        &["0.weight", "1.weight"],
+        prune::Unstructured::L1,
+        amount(c.param("amount")),
+    )?;
+    let masks: Vec<Tensor> = s
+        .named_buffers()
+        .into_iter()
+        .map(|(_, m)| m.reshape(&[-1]))
+        .collect::<Result<_>>()?;
+    Tensor::cat(&[&masks[0], &masks[1]], 0)
 }
 
 /// `conv2d` / `conv1d` with the case's options (`x[2]`, if present, is

@@ -12,7 +12,9 @@ use tensorscope::nn::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Module};
 use tensorscope::{memory, DType, Device, PoolOptions, Tensor};
 
 /// Output size and, per output position, the taps `(row, col)` inside
-/// the input (padding excluded) and the window's full size.
+/// the input (padding excluded) and the window's size within the padded
+/// input (the whole window, except a `ceil` window reaching past the
+/// padding: PyTorch's average divisor with `count_include_pad`).
 #[allow(clippy::type_complexity)]
 fn taps(
     hw: [usize; 2],
@@ -20,8 +22,25 @@ fn taps(
     s: [usize; 2],
     p: [usize; 2],
     d: [usize; 2],
+    ceil: bool,
 ) -> ([usize; 2], Vec<(Vec<(usize, usize)>, usize)>) {
-    let out = [0, 1].map(|i| (hw[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1);
+    let out = [0, 1].map(|i| {
+        let room = hw[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1;
+        if !ceil {
+            return room / s[i] + 1;
+        }
+        // PyTorch's pooling_output_shape with ceil_mode.
+        let o = room.div_ceil(s[i]) + 1;
+        if (o - 1) * s[i] >= hw[i] + p[i] {
+            o - 1
+        } else {
+            o
+        }
+    });
+    let within = |o: usize, i: usize| {
+        let a = (o * s[i]) as isize - p[i] as isize;
+        ((a + k[i] as isize).min((hw[i] + p[i]) as isize) - a) as usize
+    };
     let mut v = Vec::new();
     for oh in 0..out[0] {
         for ow in 0..out[1] {
@@ -35,7 +54,7 @@ fn taps(
                     }
                 }
             }
-            v.push((t, k[0] * k[1]));
+            v.push((t, within(oh, 0) * within(ow, 1)));
         }
     }
     (out, v)
@@ -57,8 +76,27 @@ const CASES: [PoolCase; 4] = [
     ([1, 4, 5, 5], [5, 5], Some([1, 1]), [2, 2], [1, 1]),
 ];
 
+/// Run with `ceil_mode`: a last partial window in the rows (7 = 3 x 2 +
+/// 1), one reaching past the padding (8 rows, stride 2, padding 1), and
+/// one that would start in the right padding and is dropped (5 + 1 rows).
+const CEIL_CASES: [PoolCase; 4] = [
+    ([1, 2, 7, 6], [2, 2], None, [0, 0], [1, 1]),
+    ([2, 1, 8, 7], [3, 3], Some([2, 2]), [1, 1], [1, 1]),
+    ([1, 1, 5, 5], [2, 2], None, [1, 1], [1, 1]),
+    ([1, 2, 9, 7], [3, 2], Some([2, 3]), [1, 0], [2, 1]),
+];
+
+/// Every case with its `ceil_mode`.
+fn all_cases() -> Vec<(PoolCase, bool)> {
+    CASES
+        .iter()
+        .map(|&c| (c, false))
+        .chain(CEIL_CASES.iter().map(|&c| (c, true)))
+        .collect()
+}
+
 fn max_pool2d_matches_the_loop(dev: Device) {
-    for (k, (shape, kernel, stride, pad, dil)) in CASES.into_iter().enumerate() {
+    for (k, ((shape, kernel, stride, pad, dil), ceil)) in all_cases().into_iter().enumerate() {
         let n: usize = shape.iter().product();
         let xv = uniform(n, 80 + k as u64, -1.0, 1.0); // distinct values: one argmax
         let (out, windows) = taps(
@@ -67,6 +105,7 @@ fn max_pool2d_matches_the_loop(dev: Device) {
             stride.unwrap_or(kernel),
             pad,
             dil,
+            ceil,
         );
         let plane = shape[2] * shape[3];
         let (mut want, mut want_idx) = (Vec::new(), Vec::new());
@@ -87,6 +126,7 @@ fn max_pool2d_matches_the_loop(dev: Device) {
             stride,
             padding: pad,
             dilation: dil,
+            ceil_mode: ceil,
             ..PoolOptions::default()
         };
         for dt in [DType::F64, DType::F32, DType::F16] {
@@ -170,7 +210,7 @@ fn max_pool2d_propagates_nan(dev: Device) {
 }
 
 fn avg_pool2d_matches_the_loop(dev: Device) {
-    for (k, (shape, kernel, stride, pad, _)) in CASES.into_iter().enumerate() {
+    for (k, ((shape, kernel, stride, pad, _), ceil)) in all_cases().into_iter().enumerate() {
         let n: usize = shape.iter().product();
         let xv = uniform(n, 100 + k as u64, -1.0, 1.0);
         let (out, windows) = taps(
@@ -179,6 +219,7 @@ fn avg_pool2d_matches_the_loop(dev: Device) {
             stride.unwrap_or(kernel),
             pad,
             [1, 1],
+            ceil,
         );
         let plane = shape[2] * shape[3];
         for include in [true, false] {
@@ -196,6 +237,7 @@ fn avg_pool2d_matches_the_loop(dev: Device) {
                 stride,
                 padding: pad,
                 count_include_pad: include,
+                ceil_mode: ceil,
                 ..PoolOptions::default()
             };
             let x = tensor(&xv, &shape, DType::F64, dev)

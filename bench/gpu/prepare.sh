@@ -19,7 +19,7 @@
 #     (the lib's unit tests as `test-lib`; tests/ui.rs is left out: trybuild
 #     runs cargo, which the GPU machine does not have);
 #   * benches/cuda.rs (`bench-cuda`) and the examples tour, digits,
-#     long_running, seeing_memory, double_buffering, triple_buffering, cnn and
+#     long_running, seeing_memory, double_buffering, triple_buffering, cnn, pruning and
 #     data_loader (`example-NAME`), which run on cuda:0 when a GPU is present.
 # The sanitizer step of run.sh runs over the `test-cuda` kind: the lib's
 # tests, tests/cuda*.rs, and tests/data.rs and tests/profiler.rs (the
@@ -55,8 +55,8 @@ for k in ${KEEP:-}; do
     case $k in test-lib) targets+=(--lib) ;; test-*) targets+=(--test "${k#test-}") ;; esac
 done
 cargo test --release --features cuda --no-run "${targets[@]}" --message-format=json-render-diagnostics >"$json"
-echo "== cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn"
-cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn --message-format=json-render-diagnostics >>"$json"
+echo "== cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn --example pruning"
+cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn --example pruning --message-format=json-render-diagnostics >>"$json"
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
@@ -82,7 +82,7 @@ for line in open(sys.argv[1]):
         name = "test-" + t["name"]
     elif kind == "bench" and t["name"] == "cuda":
         name = "bench-cuda"
-    elif kind == "example" and t["name"] in ("tour", "digits", "long_running", "seeing_memory", "double_buffering", "triple_buffering", "data_loader", "cnn"):
+    elif kind == "example" and t["name"] in ("tour", "digits", "long_running", "seeing_memory", "double_buffering", "triple_buffering", "data_loader", "cnn", "pruning"):
         name = "example-" + t["name"]
     else:
         continue
@@ -142,7 +142,7 @@ fi
     printf 'meta\tcommit\t%s%s\n' "$(git rev-parse HEAD)" "$(git diff --quiet HEAD -- src tests benches examples kernels Cargo.toml Cargo.lock || echo ' (dirty)')"
     printf 'meta\tdate\t%s\n' "$(date -Iseconds)"
     printf 'meta\trustc\t%s\n' "$(rustc --version)"
-    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn; objcopy --strip-debug\n'
+    printf 'meta\tbuild\tcargo test --release --features cuda --no-run; cargo build --release --features cuda --bench cuda --example tour --example digits --example long_running --example seeing_memory --example double_buffering --example triple_buffering --example data_loader --example cnn --example pruning; objcopy --strip-debug\n'
     printf 'meta\tarchive\t%s\n' "$ARCHIVE"
     # The newest glibc symbol version any executable needs (the GPU machine's
     # glibc must be at least this: run.sh compares).

@@ -43,6 +43,15 @@ ROWS = [
     ("mlp_adam_step_max_memory_allocated", "`max_memory_allocated` over that step (peak reset before it)", False),
     ("mlp_adam_step_memory_at_start", "memory allocated when the step starts (model, Adam state, batch)", False),
     ("mlp_adam_step_peak_above_start", "peak of the step above its start", False),
+    ("conv2d_32x64x56x56_3x3_fwd", "conv2d 3x3 pad 1, x[32,64,56,56] W[64,64,3,3], f32, forward", False),
+    ("conv2d_32x64x56x56_3x3_fwd_bwd", "the same, forward + backward (input and weight gradients)", False),
+    ("conv2d_32x64x56x56_3x3_fwd_bwd_peak_above_start", "peak allocated of forward + backward above its start", False),
+    ("conv2d_32x128x28x28_3x3_fwd", "conv2d 3x3 pad 1, x[32,128,28,28] W[128,128,3,3], f32, forward", False),
+    ("conv2d_32x128x28x28_3x3_fwd_bwd", "the same, forward + backward (input and weight gradients)", False),
+    ("conv2d_32x128x28x28_3x3_fwd_bwd_peak_above_start", "peak allocated of forward + backward above its start", False),
+    ("conv2d_32x256x14x14_3x3_fwd", "conv2d 3x3 pad 1, x[32,256,14,14] W[256,256,3,3], f32, forward", False),
+    ("conv2d_32x256x14x14_3x3_fwd_bwd", "the same, forward + backward (input and weight gradients)", False),
+    ("conv2d_32x256x14x14_3x3_fwd_bwd_peak_above_start", "peak allocated of forward + backward above its start", False),
 ]
 
 
@@ -95,6 +104,10 @@ def target(name, ts, pt):
         return "≤ PyTorch", None if t is None or p is None else t <= p
     if name == "mlp_adam_step":
         return "≤ 1.0 × PyTorch", None if t is None or p is None else t <= p
+    if name.startswith("conv2d_") and name.endswith(("_fwd", "_fwd_bwd")):
+        return "≤ 1.0 × PyTorch (issue 17 item 9)", None if t is None or p is None else t <= p
+    if name.startswith("conv2d_") and name.endswith("_peak_above_start"):
+        return "≤ PyTorch", None if t is None or p is None else t <= p
     if name == "mlp_adam_step_max_memory_allocated":
         return "≤ PyTorch", None if t is None or p is None else t <= p
     return "", None

@@ -120,3 +120,30 @@ composite_activation!(
     /// `x relu6(x + 3) / 6` ([`Tensor::hardswish`]).
     Hardswish {} => |_s, x| x.hardswish()
 );
+
+/// The identity (`nn.Identity`): the input itself, as a fresh handle to the
+/// same storage (an alias; no copy, no allocation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identity;
+
+impl Module for Identity {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.alias())
+    }
+
+    fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+
+    fn can_work_in_place(&self) -> bool {
+        true
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        Vec::new()
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        Vec::new()
+    }
+}

@@ -1,6 +1,7 @@
 //! `Conv1d` and `Conv2d` (over [`Tensor::conv1d`] / [`Tensor::conv2d`]),
 //! the pooling layers, and `Flatten`.
 
+use super::prune::{self, PruneMasks};
 use super::{init, Module};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -31,6 +32,8 @@ pub struct Conv<const D: usize> {
     pub bias: Option<Tensor>,
     /// Stride, padding, dilation and groups.
     pub options: ConvOptions<D>,
+    /// The masks of pruned parameters ([`nn::prune`](super::prune)).
+    pruning: PruneMasks,
 }
 
 /// A 1-d convolution layer (`nn.Conv1d`): `[N, C, L]` to `[N, O, OL]`.
@@ -100,6 +103,7 @@ impl<const D: usize> Conv<D> {
                 weight: w.requires_grad_(true)?,
                 bias,
                 options,
+                pruning: PruneMasks::default(),
             })
         })()
         .map_err(|e| e.reported_as(name))
@@ -110,26 +114,22 @@ impl<const D: usize> Conv<D> {
 
 impl Module for Conv<1> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.conv1d(&self.weight, self.bias.as_ref(), &self.options)
+        self.pruning
+            .with_weight_and_bias(&self.weight, self.bias.as_ref(), |w, b| {
+                x.conv1d(w, b, &self.options)
+            })
     }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        params(&self.weight, self.bias.as_ref())
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        params_mut(&mut self.weight, self.bias.as_mut())
-    }
+    prune::prunable_weight_and_bias!();
 }
 
 impl Module for Conv<2> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.conv2d(&self.weight, self.bias.as_ref(), &self.options)
+        self.pruning
+            .with_weight_and_bias(&self.weight, self.bias.as_ref(), |w, b| {
+                x.conv2d(w, b, &self.options)
+            })
     }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        params(&self.weight, self.bias.as_ref())
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        params_mut(&mut self.weight, self.bias.as_mut())
-    }
+    prune::prunable_weight_and_bias!();
 }
 
 /// A transposed 2-d convolution layer (`nn.ConvTranspose2d`): `weight`
@@ -151,6 +151,8 @@ pub struct ConvTranspose2d {
     pub bias: Option<Tensor>,
     /// Stride, padding, output padding, groups and dilation.
     pub options: ConvTransposeOptions,
+    /// The masks of pruned parameters ([`nn::prune`](super::prune)).
+    pruning: PruneMasks,
 }
 
 impl ConvTranspose2d {
@@ -184,6 +186,7 @@ impl ConvTranspose2d {
                 weight: w.requires_grad_(true)?,
                 bias: Some(b.requires_grad_(true)?),
                 options,
+                pruning: PruneMasks::default(),
             })
         })()
         .map_err(|e| e.reported_as(NAME))
@@ -192,26 +195,12 @@ impl ConvTranspose2d {
 
 impl Module for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.conv_transpose2d(&self.weight, self.bias.as_ref(), &self.options)
+        self.pruning
+            .with_weight_and_bias(&self.weight, self.bias.as_ref(), |w, b| {
+                x.conv_transpose2d(w, b, &self.options)
+            })
     }
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        params(&self.weight, self.bias.as_ref())
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        params_mut(&mut self.weight, self.bias.as_mut())
-    }
-}
-
-fn params<'a>(w: &'a Tensor, b: Option<&'a Tensor>) -> Vec<(String, &'a Tensor)> {
-    let mut v = vec![("weight".to_string(), w)];
-    v.extend(b.map(|b| ("bias".to_string(), b)));
-    v
-}
-
-fn params_mut<'a>(w: &'a mut Tensor, b: Option<&'a mut Tensor>) -> Vec<(String, &'a mut Tensor)> {
-    let mut v = vec![("weight".to_string(), w)];
-    v.extend(b.map(|b| ("bias".to_string(), b)));
-    v
+    prune::prunable_weight_and_bias!();
 }
 
 /// Flattens dimensions `start..=end` into one (`nn.Flatten`; by default

@@ -1,5 +1,6 @@
 //! `Linear`: `y = x W^T + b`.
 
+use super::prune::PruneMasks;
 use super::{init, Module};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -26,10 +27,13 @@ use crate::tensor::Tensor;
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub struct Linear {
-    /// `[out_features, in_features]`.
+    /// `[out_features, in_features]` (`weight_orig` while it is pruned:
+    /// [`prune::masked`](super::prune::masked) gives the masked value).
     pub weight: Tensor,
     /// `[out_features]`, if the layer has a bias.
     pub bias: Option<Tensor>,
+    /// The masks of pruned parameters ([`nn::prune`](super::prune)).
+    pruning: PruneMasks,
 }
 
 impl Linear {
@@ -63,9 +67,63 @@ impl Linear {
             Ok(Linear {
                 weight: w.requires_grad_(true)?,
                 bias,
+                pruning: PruneMasks::default(),
             })
         })()
         .map_err(|e| e.reported_as("Linear"))
+    }
+
+    /// A layer over the tensors given (candle's `Linear::new`): `weight`
+    /// `[out, in]` of a float dtype, `bias` `[out]` of the same dtype and
+    /// device, used as they are (make them require grad to train them).
+    ///
+    /// ```
+    /// use tensorscope::nn::{Linear, Module};
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let w = Tensor::ones(&[2, 3], DType::F32, Device::Cpu)?;
+    /// let lin = Linear::from_parts(w, None)?;
+    /// let y = lin.forward(&Tensor::ones(&[1, 3], DType::F32, Device::Cpu)?)?;
+    /// assert_eq!(y.to_vec::<f32>()?, [3.0, 3.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn from_parts(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
+        const OP: &str = "Linear::from_parts";
+        if weight.rank() != 2 {
+            bail!(Error::shape(
+                OP,
+                weight.shape(),
+                &[],
+                "the weight must be [out_features, in_features]"
+            ));
+        }
+        if !weight.dtype().is_float() {
+            bail!(Error::dtype(OP, "a float dtype", weight.dtype()));
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [weight.shape()[0]] {
+                bail!(Error::shape(
+                    OP,
+                    weight.shape(),
+                    b.shape(),
+                    "the bias must be [out_features]"
+                ));
+            }
+            if b.dtype() != weight.dtype() {
+                bail!(Error::dtype(OP, weight.dtype().name(), b.dtype()));
+            }
+            if b.device() != weight.device() {
+                bail!(Error::DeviceMismatch {
+                    op: OP,
+                    lhs: weight.device(),
+                    rhs: b.device()
+                });
+            }
+        }
+        Ok(Linear {
+            weight,
+            bias,
+            pruning: PruneMasks::default(),
+        })
     }
 
     /// `in_features`.
@@ -93,22 +151,9 @@ impl Module for Linear {
                 )
             ));
         }
-        x.linear(&self.weight, self.bias.as_ref())
+        self.pruning
+            .with_weight_and_bias(&self.weight, self.bias.as_ref(), |w, b| x.linear(w, b))
     }
 
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        let mut v = vec![("weight".to_string(), &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
+    super::prune::prunable_weight_and_bias!();
 }

@@ -38,11 +38,14 @@ mod linear;
 pub mod loss;
 mod module;
 mod norm;
+pub mod prune;
 mod rms_norm;
 mod sequential;
 pub(crate) mod state;
 
-pub use activation::{Hardswish, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU};
+pub use activation::{
+    Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU,
+};
 pub use conv::{
     AdaptiveAvgPool2d, AvgPool2d, Conv, Conv1d, Conv2d, ConvTranspose2d, Flatten, MaxPool2d,
 };
@@ -55,7 +58,7 @@ pub use loss::{
     smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
 pub use module::{module_scope, Module, ModuleScope};
-pub use norm::{BatchNorm1d, BatchNormOptions, LayerNorm};
+pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm};
 pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};
 pub use sequential::{DonationStats, Sequential};
 pub use state::*;

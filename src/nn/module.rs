@@ -1,5 +1,6 @@
 //! The `Module` trait.
 
+use super::prune::PruneTarget;
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -91,6 +92,16 @@ pub trait Module: Send {
             }
         }
         Ok(())
+    }
+
+    /// The parameter `name` (a dotted name of
+    /// [`named_parameters`](Module::named_parameters) as it reads before
+    /// pruning: `"weight"`, `"0.weight"`) with the masks of the module that
+    /// holds it, for [`nn::prune`](super::prune); `None` if there is no
+    /// such parameter or the module cannot be pruned (the default).
+    fn prune_target(&mut self, name: &str) -> Option<PruneTarget<'_>> {
+        let _ = name;
+        None
     }
 
     /// Sets every parameter's gradient to `None`, freeing it.

@@ -158,8 +158,10 @@ impl Default for BatchNormOptions {
     }
 }
 
-/// Batch normalisation of an `[N, C]` or `[N, C, L]` input, per channel
-/// `C`, with statistics over `N` (and `L`), as PyTorch's `BatchNorm1d`.
+/// Batch normalisation per channel `C`: [`BatchNorm1d`] (`BatchNorm<1>`) of
+/// an `[N, C]` or `[N, C, L]` input, with statistics over `N` (and `L`), as
+/// PyTorch's `BatchNorm1d`; [`BatchNorm2d`] (`BatchNorm<2>`) of an
+/// `[N, C, H, W]` input, over `N`, `H` and `W`.
 ///
 /// * Training mode (the default): normalises with the batch mean and
 ///   **biased** variance, and updates the running statistics under `no_grad`:
@@ -209,7 +211,7 @@ impl Default for BatchNormOptions {
 /// assert_eq!(bn.running_mean.as_ref().unwrap().to_vec::<f32>()?[0], 4.0);
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
-pub struct BatchNorm1d {
+pub struct BatchNorm<const D: usize> {
     num_features: usize,
     opts: BatchNormOptions,
     dtype: DType,
@@ -228,10 +230,36 @@ pub struct BatchNorm1d {
     pub num_batches_tracked: Option<Tensor>,
 }
 
-impl BatchNorm1d {
+/// `BatchNorm1d`: `[N, C]` or `[N, C, L]` inputs.
+pub type BatchNorm1d = BatchNorm<1>;
+
+/// Batch normalisation of an `[N, C, H, W]` input per channel, with
+/// statistics over `N`, `H` and `W`: PyTorch's `BatchNorm2d`, with
+/// everything else as [`BatchNorm1d`] (the same options, buffers, modes
+/// and errors).
+///
+/// ```
+/// use tensorscope::nn::{BatchNorm2d, Module};
+/// use tensorscope::{DType, Device, Tensor};
+/// let bn = BatchNorm2d::new(3)?;
+/// let x = Tensor::randn(&[4, 3, 5, 5], DType::F32, Device::Cpu)?;
+/// let y = bn.forward(&x)?;
+/// // Each channel of the output has mean 0 over the batch and the plane.
+/// let m = y.mean(&[0, 2, 3], false)?.to_vec::<f32>()?;
+/// assert!(m.iter().all(|v| v.abs() < 1e-5));
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub type BatchNorm2d = BatchNorm<2>;
+
+impl<const D: usize> BatchNorm<D> {
+    const NAME: &'static str = if D == 1 { "BatchNorm1d" } else { "BatchNorm2d" };
+    /// `BatchNorm<D>` exists for D = 1 and 2 only (a compile-time error
+    /// otherwise, when the layer is built).
+    const VALID: () = assert!(D == 1 || D == 2, "BatchNorm<D>: D must be 1 or 2");
+
     /// An f32 layer on the CPU with `eps = 1e-5`, `momentum = 0.1`.
-    pub fn new(num_features: usize) -> Result<BatchNorm1d> {
-        BatchNorm1d::with_config(
+    pub fn new(num_features: usize) -> Result<BatchNorm<D>> {
+        BatchNorm::with_config(
             num_features,
             BatchNormOptions::default(),
             DType::F32,
@@ -246,13 +274,13 @@ impl BatchNorm1d {
         momentum: f64,
         dtype: DType,
         device: Device,
-    ) -> Result<BatchNorm1d> {
+    ) -> Result<BatchNorm<D>> {
         let opts = BatchNormOptions {
             eps,
             momentum: Some(momentum),
             ..Default::default()
         };
-        BatchNorm1d::with_config(num_features, opts, dtype, device)
+        BatchNorm::with_config(num_features, opts, dtype, device)
     }
 
     /// A layer with all of PyTorch's options ([`BatchNormOptions`]).
@@ -261,16 +289,19 @@ impl BatchNorm1d {
         opts: BatchNormOptions,
         dtype: DType,
         device: Device,
-    ) -> Result<BatchNorm1d> {
-        (|| -> Result<BatchNorm1d> {
+    ) -> Result<BatchNorm<D>> {
+        let name = Self::NAME;
+        #[allow(clippy::let_unit_value)]
+        let () = Self::VALID;
+        (|| -> Result<BatchNorm<D>> {
         if !dtype.is_float() {
-            bail!(Error::dtype("BatchNorm1d", "a float dtype", dtype));
+            bail!(Error::dtype(name, "a float dtype", dtype));
         }
         let eps = opts.eps;
         let momentum_ok = opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m));
         if !(eps.is_finite() && eps >= 0.0 && momentum_ok) {
             bail!(Error::arg(
-                "BatchNorm1d",
+                name,
                 format!("eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {:?}", opts.momentum)
             ));
         }
@@ -292,7 +323,7 @@ impl BatchNorm1d {
         } else {
             (None, None, None)
         };
-        Ok(BatchNorm1d {
+        Ok(BatchNorm {
             num_features,
             opts,
             dtype,
@@ -304,7 +335,7 @@ impl BatchNorm1d {
             num_batches_tracked,
         })
     })()
-        .map_err(|e| e.reported_as("BatchNorm1d"))
+        .map_err(|e| e.reported_as(name))
     }
 
     /// The options the layer was built with.
@@ -342,16 +373,25 @@ impl BatchNorm1d {
     }
 }
 
-impl Module for BatchNorm1d {
+impl<const D: usize> Module for BatchNorm<D> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let op = "BatchNorm1d";
+        let op = Self::NAME;
         let c = self.num_features;
-        if !(x.rank() == 2 || x.rank() == 3) || x.shape()[1] != c {
+        let rank_ok = if D == 1 {
+            x.rank() == 2 || x.rank() == 3
+        } else {
+            x.rank() == 4
+        };
+        if !rank_ok || x.shape()[1] != c {
             bail!(Error::shape(
                 op,
                 x.shape(),
                 &[c],
-                "the input must be [N, C] or [N, C, L] with C = num_features"
+                if D == 1 {
+                    "the input must be [N, C] or [N, C, L] with C = num_features"
+                } else {
+                    "the input must be [N, C, H, W] with C = num_features"
+                }
             ));
         }
         if x.dtype() != self.dtype {
@@ -361,17 +401,20 @@ impl Module for BatchNorm1d {
                 x.dtype()
             ));
         }
-        let seq = x.rank() == 3;
-        let dims: &[isize] = if seq { &[0, 2] } else { &[0] };
-        // Per-channel tensors [C] seen as [C, 1] for an [N, C, L] input.
+        // Statistics over every dimension but the channels'; per-channel
+        // tensors [C] seen as [C, 1, ...] against [N, C, ...].
+        let dims: Vec<isize> = (0..x.rank() as isize).filter(|&d| d != 1).collect();
+        let dims = &dims[..];
+        let mut chan_shape = vec![c as isize];
+        chan_shape.resize(x.rank() - 1, 1);
         let chan = |t: &Tensor| -> Result<Tensor> {
-            if seq {
-                t.view(&[c as isize, 1])
+            if x.rank() > 2 {
+                t.view(&chan_shape)
             } else {
                 Ok(t.alias())
             }
         };
-        let n = x.shape()[0] * if seq { x.shape()[2] } else { 1 };
+        let n = x.numel() / c.max(1);
         let running = match (&self.running_mean, &self.running_var) {
             (Some(rm), Some(rv)) if !self.training => Some((rm, rv)),
             _ => None,
@@ -401,18 +444,16 @@ impl Module for BatchNorm1d {
                 (xc, var.add_scalar(self.opts.eps)?.rsqrt()?)
             }
         };
-        let y = xc.mul(&inv)?;
-        match (&self.weight, &self.bias) {
-            (Some(w), Some(b)) => y.mul(&chan(w)?)?.add(&chan(b)?),
-            _ => Ok(y),
-        }
+        scale_shift(
+            xc.mul(&inv)?,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            chan,
+        )
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {
-        [("weight", &self.weight), ("bias", &self.bias)]
-            .into_iter()
-            .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t)))
-            .collect()
+        optional_params(&self.weight, &self.bias)
     }
 
     fn named_buffers(&self) -> Vec<(String, &Tensor)> {
@@ -445,5 +486,178 @@ impl Module for BatchNorm1d {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+}
+
+/// `y * weight + bias` per channel, each applied on its own when present (a
+/// user may set either field to `None`); `chan` shapes a `[C]` tensor to
+/// broadcast against `y`.
+fn scale_shift(
+    y: Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    chan: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let y = match weight {
+        Some(w) => y.mul(&chan(w)?)?,
+        None => y,
+    };
+    match bias {
+        Some(b) => y.add(&chan(b)?),
+        None => Ok(y),
+    }
+}
+
+/// The named `weight` and `bias` of a layer where both are optional.
+fn optional_params<'a>(w: &'a Option<Tensor>, b: &'a Option<Tensor>) -> Vec<(String, &'a Tensor)> {
+    [("weight", w), ("bias", b)]
+        .into_iter()
+        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t)))
+        .collect()
+}
+
+/// Group normalisation (`nn.GroupNorm`): the `C` channels of an `[N, C,
+/// ...]` input split into `num_groups` groups, each sample's group
+/// normalised over its channels and positions with its mean and biased
+/// variance, then scaled and shifted per channel by `weight` (1) and
+/// `bias` (0), trainable when `affine`. No running statistics: training
+/// and evaluation compute the same.
+///
+/// The normalisation is the fused LayerNorm kernel over rows of `C /
+/// num_groups * positions` elements (one pass forward, one backward, on
+/// the CPU and on CUDA), then the per-channel affine.
+///
+/// ```
+/// use tensorscope::nn::{GroupNorm, Module};
+/// use tensorscope::{DType, Device, Tensor};
+/// let gn = GroupNorm::new(2, 4)?;
+/// let x = Tensor::randn(&[3, 4, 5, 5], DType::F32, Device::Cpu)?;
+/// let y = gn.forward(&x)?;
+/// // Each sample's group of 2 channels has mean 0.
+/// let m = y.reshape(&[3, 2, 50])?.mean(&[2], false)?.to_vec::<f32>()?;
+/// assert!(m.iter().all(|v| v.abs() < 1e-5));
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub struct GroupNorm {
+    num_groups: usize,
+    num_channels: usize,
+    eps: f64,
+    /// The scale `[C]` (1 at creation); `None` without `affine`.
+    pub weight: Option<Tensor>,
+    /// The shift `[C]` (0 at creation); `None` without `affine`.
+    pub bias: Option<Tensor>,
+}
+
+impl GroupNorm {
+    /// An f32 layer on the CPU with `eps = 1e-5` and affine parameters.
+    pub fn new(num_groups: usize, num_channels: usize) -> Result<GroupNorm> {
+        GroupNorm::with_options(
+            num_groups,
+            num_channels,
+            1e-5,
+            true,
+            DType::F32,
+            Device::Cpu,
+        )
+    }
+
+    /// A layer with PyTorch's options: `eps` (finite, non-negative),
+    /// `affine`, a float dtype and a device. `num_groups` must divide
+    /// `num_channels`.
+    pub fn with_options(
+        num_groups: usize,
+        num_channels: usize,
+        eps: f64,
+        affine: bool,
+        dtype: DType,
+        device: Device,
+    ) -> Result<GroupNorm> {
+        const OP: &str = "GroupNorm";
+        (|| -> Result<GroupNorm> {
+            if !dtype.is_float() {
+                bail!(Error::dtype(OP, "a float dtype", dtype));
+            }
+            if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
+                bail!(Error::arg(
+                    OP,
+                    format!("num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+                ));
+            }
+            if !(eps.is_finite() && eps >= 0.0) {
+                bail!(Error::arg(OP, format!("eps must be finite and non-negative, got {eps}")));
+            }
+            let c = [num_channels];
+            let (weight, bias) = if affine {
+                (
+                    Some(Tensor::ones(&c, dtype, device)?.requires_grad_(true)?),
+                    Some(Tensor::zeros(&c, dtype, device)?.requires_grad_(true)?),
+                )
+            } else {
+                (None, None)
+            };
+            Ok(GroupNorm {
+                num_groups,
+                num_channels,
+                eps,
+                weight,
+                bias,
+            })
+        })()
+        .map_err(|e| e.reported_as(OP))
+    }
+
+    /// The number of groups.
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        const OP: &str = "GroupNorm";
+        let _op = crate::alloc::history::op_context("group_norm");
+        let c = self.num_channels;
+        if x.rank() < 2 || x.shape()[1] != c {
+            bail!(Error::shape(
+                OP,
+                x.shape(),
+                &[c],
+                "the input must be [N, C, ...] with C = num_channels"
+            ));
+        }
+        if let Some(w) = &self.weight {
+            if x.dtype() != w.dtype() {
+                bail!(Error::dtype(
+                    OP,
+                    format!("{} (the layer's dtype) for the input", w.dtype()),
+                    x.dtype()
+                ));
+            }
+        }
+        if !x.dtype().is_float() {
+            bail!(Error::dtype(OP, "a float dtype", x.dtype()));
+        }
+        if x.numel() == 0 {
+            return x.deep_clone();
+        }
+        let (n, g) = (x.shape()[0], self.num_groups);
+        let cols = x.numel() / (n * g);
+        let rows = x.reshape(&[(n * g) as isize, cols as isize])?;
+        let y = fused_norm(OP, &rows, None, None, cols, self.eps, NormKind::Layer)?
+            .reshape(&x.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())?;
+        let mut cs = vec![c as isize];
+        cs.resize(x.rank() - 1, 1);
+        scale_shift(y, self.weight.as_ref(), self.bias.as_ref(), |t| t.view(&cs))
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        optional_params(&self.weight, &self.bias)
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        [("weight", &mut self.weight), ("bias", &mut self.bias)]
+            .into_iter()
+            .filter_map(|(n, t)| t.as_mut().map(|t| (n.to_string(), t)))
+            .collect()
     }
 }

@@ -1,6 +1,7 @@
 //! `Sequential`: a chain of modules that manages its intermediates' lifetimes
 //! and donates buffers to layers that can work in place.
 
+use super::prune::PruneTarget;
 use super::Module;
 use crate::autograd::needs_grad;
 use crate::error::{Error, Result};
@@ -311,6 +312,13 @@ impl Module for Sequential {
             }
         }
         v
+    }
+
+    /// `"<layer>.<name>"`: the layer's own target `<name>`.
+    fn prune_target(&mut self, name: &str) -> Option<PruneTarget<'_>> {
+        let (layer, rest) = name.split_once('.')?;
+        let i = self.names.iter().position(|n| n == layer)?;
+        self.layers[i].prune_target(rest)
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {

@@ -21,7 +21,7 @@ use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
 /// The options of [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`]
-/// (PyTorch's keyword arguments; `ceil_mode` is not supported yet).
+/// (PyTorch's keyword arguments).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolOptions {
     /// The step between windows; `None` is the kernel size (PyTorch's
@@ -36,6 +36,13 @@ pub struct PoolOptions {
     /// `avg_pool2d`: divide by the whole window, padding included (`true`,
     /// PyTorch's default), or by the input elements in it.
     pub count_include_pad: bool,
+    /// Round the output size up (`OH = ceil((H + 2 padding - span) /
+    /// stride) + 1`), so that a last, partial window covers the rows and
+    /// columns a floor would leave out; as in PyTorch, a window that would
+    /// start in the right padding is dropped. The part of such a window
+    /// beyond the padding holds nothing: it is not counted in an average's
+    /// divisor, even with `count_include_pad`.
+    pub ceil_mode: bool,
 }
 
 impl Default for PoolOptions {
@@ -45,6 +52,7 @@ impl Default for PoolOptions {
             padding: [0, 0],
             dilation: [1, 1],
             count_include_pad: true,
+            ceil_mode: false,
         }
     }
 }
@@ -55,7 +63,11 @@ struct Pool {
     nchw: [usize; 4],
     k: [usize; 2],
     s: [usize; 2],
+    /// Padding before the rows and columns.
     p: [usize; 2],
+    /// Padding after them: `p`, plus what `ceil_mode`'s last window needs
+    /// beyond it (filled like the padding; never counted in a divisor).
+    p_hi: [usize; 2],
     d: [usize; 2],
     out: [usize; 2],
 }
@@ -103,6 +115,7 @@ fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Res
         ));
     }
     let mut out = [0; 2];
+    let mut p_hi = o.padding;
     for i in 0..2 {
         // Checked: a dilation near usize::MAX is an Err, not a wrap.
         let span = o.dilation[i]
@@ -125,12 +138,23 @@ fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Res
             ));
         }
         out[i] = (padded - span) / s[i] + 1;
+        if o.ceil_mode {
+            // PyTorch's pooling_output_shape: round up, but drop a last
+            // window that would start in the right padding.
+            out[i] = (padded - span).div_ceil(s[i]) + 1;
+            if (out[i] - 1) * s[i] >= nchw[2 + i] + o.padding[i] {
+                out[i] -= 1;
+            }
+            let reach = (out[i] - 1) * s[i] + span;
+            p_hi[i] = o.padding[i] + reach.saturating_sub(padded);
+        }
     }
     Ok(Pool {
         nchw,
         k,
         s,
         p: o.padding,
+        p_hi,
         d: o.dilation,
         out,
     })
@@ -139,9 +163,9 @@ fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Res
 /// The windows of `x` padded with `value`: `[N, C, OH, OW, kh kw]`, laid
 /// out (the workspace copy).
 fn windows(x: &Tensor, g: &Pool, value: f64) -> Result<Tensor> {
-    let xp = pad2d(x, g.p, g.p, value)?;
+    let xp = pad2d(x, g.p, g.p_hi, value)?;
     let [n, c, h, w] = g.nchw;
-    let (hp, wp) = (h + 2 * g.p[0], w + 2 * g.p[1]);
+    let (hp, wp) = (h + g.p[0] + g.p_hi[0], w + g.p[1] + g.p_hi[1]);
     let v = xp.as_strided(
         &[n, c, g.out[0], g.out[1], g.k[0], g.k[1]],
         &[
@@ -337,9 +361,9 @@ impl Tensor {
 /// The window maxima without indices: `kh kw - 1` elementwise maxima of
 /// the taps' strided views (NaN propagates, as in PyTorch).
 fn max_of_taps(x: &Tensor, g: &Pool) -> Result<Tensor> {
-    let xp = pad2d(x, g.p, g.p, f64::NEG_INFINITY)?;
+    let xp = pad2d(x, g.p, g.p_hi, f64::NEG_INFINITY)?;
     let [n, c, h, w] = g.nchw;
-    let (hp, wp) = (h + 2 * g.p[0], w + 2 * g.p[1]);
+    let (hp, wp) = (h + g.p[0] + g.p_hi[0], w + g.p[1] + g.p_hi[1]);
     let strides = [c * hp * wp, hp * wp, g.s[0] * wp, g.s[1]];
     let tap = |i: usize, j: usize| {
         xp.as_strided(
@@ -415,24 +439,27 @@ fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
     Ok((attach(vals, NODE, &[x], f), idx))
 }
 
-/// The divisor of each output position: the whole window, or the input
-/// elements in it.
+/// The divisor of each output position: the window within the padded
+/// input (the whole window, except a `ceil_mode` window reaching past the
+/// padding), or the input elements in it.
 fn divisors(g: &Pool, include_pad: bool, dtype: DType, like: &Tensor) -> Result<Tensor> {
-    let kk = (g.k[0] * g.k[1]) as f64;
     let [_, _, h, w] = g.nchw;
     let mut d = Vec::with_capacity(g.out[0] * g.out[1]);
     for oh in 0..g.out[0] {
         for ow in 0..g.out[1] {
-            if include_pad {
-                d.push(kk);
-                continue;
-            }
-            let inside = |o: usize, i: usize, len: usize| {
+            // The window's rows (columns) within [lo, hi) of the input's.
+            let inside = |o: usize, i: usize, lo: i64, hi: i64| {
                 let a = (o * g.s[i]) as i64 - g.p[i] as i64;
                 let b = a + g.k[i] as i64;
-                (b.min(len as i64) - a.max(0)).max(0)
+                (b.min(hi) - a.max(lo)).max(0)
             };
-            d.push((inside(oh, 0, h) * inside(ow, 1, w)) as f64);
+            let n = if include_pad {
+                let (ph, pw) = (g.p[0] as i64, g.p[1] as i64);
+                inside(oh, 0, -ph, h as i64 + ph) * inside(ow, 1, -pw, w as i64 + pw)
+            } else {
+                inside(oh, 0, 0, h as i64) * inside(ow, 1, 0, w as i64)
+            };
+            d.push(n as f64);
         }
     }
     Tensor::from_vec(d, &[g.out[0], g.out[1]], crate::device::Device::Cpu)?
@@ -454,7 +481,7 @@ fn avg_pool(x: &Tensor, g: &Pool, include_pad: bool) -> Result<Tensor> {
     let g = *g;
     let f: BackwardFn = Box::new(move |dy| {
         let scaled = dy.div(&div)?;
-        let gx = sum_taps(dy, g.nchw, g.p, g.p, g.k, g.s, g.d, g.out, |_, _| {
+        let gx = sum_taps(dy, g.nchw, g.p, g.p_hi, g.k, g.s, g.d, g.out, |_, _| {
             Ok(scaled.alias())
         })?;
         Ok(vec![Some(gx)])

@@ -143,16 +143,17 @@ impl Adam {
             let Some(g) = p.grad() else { continue };
             check_grad(op, &name, p, &g)?;
             let g = writable_with_grad(op, p, g)?;
-            if !self.state.contains_key(&name) {
+            let key = super::state_key(&name);
+            if !self.state.contains_key(key) {
                 let st = AdamState {
                     step: 0,
                     m: zeros_for(p)?,
                     v: zeros_for(p)?,
                     vmax: if c.amsgrad { Some(zeros_for(p)?) } else { None },
                 };
-                self.state.insert(name.clone(), st);
+                self.state.insert(key.to_string(), st);
             }
-            let st = self.state.get_mut(&name).expect("inserted above");
+            let st = self.state.get_mut(key).expect("inserted above");
             check_state(op, &name, p, &st.m)?;
             st.step += 1;
             let t = st.step as f64;

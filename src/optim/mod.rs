@@ -139,3 +139,12 @@ pub(crate) fn check_range(
     }
     Ok(())
 }
+
+/// The key of a parameter's state in an optimizer: its name without
+/// pruning's `_orig` suffix. `nn::prune` renames `weight` to `weight_orig`
+/// and `prune::remove` back; PyTorch's optimizers hold the parameter
+/// object, which pruning keeps, so its state carries on through both, and
+/// so does ours.
+pub(crate) fn state_key(name: &str) -> &str {
+    name.strip_suffix("_orig").unwrap_or(name)
+}

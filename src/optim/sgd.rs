@@ -120,7 +120,8 @@ impl Optimizer for Sgd {
             let Some(g) = p.grad() else { continue };
             check_grad("Sgd::step", &name, p, &g)?;
             let g = writable_with_grad("Sgd::step", p, g)?;
-            if !self.state.contains_key(&name) {
+            let key = super::state_key(&name);
+            if !self.state.contains_key(key) {
                 let buf = if c.momentum != 0.0 {
                     Some(zeros_for(p)?)
                 } else {
@@ -130,9 +131,9 @@ impl Optimizer for Sgd {
                     buf,
                     started: false,
                 };
-                self.state.insert(name.clone(), st);
+                self.state.insert(key.to_string(), st);
             }
-            let st = self.state.get_mut(&name).expect("inserted above");
+            let st = self.state.get_mut(key).expect("inserted above");
             if let Some(buf) = &st.buf {
                 check_state("Sgd::step", &name, p, buf)?;
             }

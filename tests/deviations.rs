@@ -390,3 +390,26 @@ fn a_pruned_field_holds_the_original_values() {
     );
     assert_eq!(fc.named_parameters()[0].0, "weight_orig");
 }
+
+/// Deviation 19: `clip_grad_value_` with a negative (or NaN) `clip_value`
+/// is an `Err` and changes nothing; PyTorch clamps with `min = -c > max =
+/// c`, which sets every gradient to `c` (printed by torch 2.15:
+/// `clamp([-3, 0.5, 3], min=1, max=-1)` is `[-1, -1, -1]`).
+#[test]
+fn clip_grad_value_refuses_a_negative_value() {
+    use tensorscope::nn::{Linear, Module};
+    let fc = Linear::new(2, 1).unwrap();
+    let x = Tensor::ones(&[1, 2], DType::F32, CPU).unwrap();
+    fc.forward(&x)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let e = tensorscope::optim::clip_grad_value_(&fc, -1.0).unwrap_err();
+    assert!(e.to_string().contains("non-negative"), "{e}");
+    assert_eq!(
+        fc.weight.grad().unwrap().to_vec::<f32>().unwrap(),
+        [1.0, 1.0]
+    );
+}

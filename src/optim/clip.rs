@@ -1,4 +1,4 @@
-//! Gradient clipping by global norm.
+//! Gradient clipping: by global norm and by value.
 
 use super::check_range;
 use crate::backend::optim::sum_squares;
@@ -43,4 +43,50 @@ pub fn clip_grad_norm_(model: &dyn Module, max_norm: f64) -> Result<f64> {
         }
     }
     Ok(total)
+}
+
+/// Clamps every gradient of `model` in place to `[-clip_value,
+/// clip_value]`, as PyTorch's `torch.nn.utils.clip_grad_value_` (NaN stays
+/// NaN). In place: nothing is allocated. Parameters without a gradient are
+/// skipped.
+///
+/// An `Err` (and no gradient changed) for a negative or NaN `clip_value`
+/// (PyTorch clamps with `min > max` there, setting every gradient to the
+/// negative value: deviation 19 in `tests/deviations.rs`), a gradient that
+/// is not a float tensor, or one whose elements share memory.
+///
+/// ```
+/// use tensorscope::nn::{Linear, Module};
+/// use tensorscope::optim::clip_grad_value_;
+/// use tensorscope::{DType, Device, Tensor};
+/// let fc = Linear::new(3, 1)?;
+/// let x = Tensor::full(&[1, 3], 100.0, DType::F32, Device::Cpu)?;
+/// fc.forward(&x)?.sum_all()?.backward()?;
+/// clip_grad_value_(&fc, 0.5)?;
+/// assert_eq!(fc.weight.grad().unwrap().to_vec::<f32>()?, [0.5, 0.5, 0.5]);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+pub fn clip_grad_value_(model: &dyn Module, clip_value: f64) -> Result<()> {
+    const OP: &str = "clip_grad_value_";
+    if clip_value.is_nan() || clip_value < 0.0 {
+        bail!(Error::arg(
+            OP,
+            format!("clip_value must be non-negative, got {clip_value}")
+        ));
+    }
+    let _g = crate::autograd::no_grad_guard();
+    let params = model.parameters();
+    for p in &params {
+        let Some(g) = p.grad() else { continue };
+        if !g.dtype().is_float() {
+            bail!(Error::dtype(OP, "a float gradient", g.dtype()));
+        }
+        g.check_writable(OP)?;
+    }
+    for p in &params {
+        if let Some(mut g) = p.grad() {
+            g.clamp_(Some(-clip_value), Some(clip_value))?;
+        }
+    }
+    Ok(())
 }

@@ -36,7 +36,7 @@ mod schedule;
 mod sgd;
 
 pub use adam::{Adam, AdamConfig, AdamW};
-pub use clip::clip_grad_norm_;
+pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use schedule::{CosineAnnealingLR, LrScheduler, StepLR};
 pub use sgd::{Sgd, SgdConfig};
 

@@ -77,6 +77,40 @@ macro_rules! unary_table {
                 "SinBackward" input(g, x) { g.mul(&x.cos()?) };
             Cos cos cos_ cos_out float "Cosine."
                 "CosBackward" input(g, x) { g.mul(&x.sin()?.neg()?) };
+            Tan tan tan_ tan_out float "Tangent."
+                "TanBackward" output(g, y) {
+                    let mut d = y.square()?;
+                    d.add_scalar_(1.0)?.mul_(g)?;
+                    Ok(d)
+                };
+            Asin asin asin_ asin_out float "Arcsine (NaN outside `[-1, 1]`)."
+                "AsinBackward" input(g, x) {
+                    let mut d = x.square()?;
+                    d.neg_()?.add_scalar_(1.0)?.rsqrt_()?.mul_(g)?;
+                    Ok(d)
+                };
+            Acos acos acos_ acos_out float "Arccosine (NaN outside `[-1, 1]`)."
+                "AcosBackward" input(g, x) {
+                    let mut d = x.square()?;
+                    d.neg_()?.add_scalar_(1.0)?.rsqrt_()?.mul_(g)?.neg_()?;
+                    Ok(d)
+                };
+            Atan atan atan_ atan_out float "Arctangent."
+                "AtanBackward" input(g, x) {
+                    let mut d = x.square()?;
+                    d.add_scalar_(1.0)?;
+                    g.div(&d)
+                };
+            Sinh sinh sinh_ sinh_out float "Hyperbolic sine."
+                "SinhBackward" input(g, x) { g.mul(&x.cosh()?) };
+            Cosh cosh cosh_ cosh_out float "Hyperbolic cosine."
+                "CoshBackward" input(g, x) { g.mul(&x.sinh()?) };
+            Expm1 expm1 expm1_ expm1_out float "`e^x - 1`, accurate for `x` near 0."
+                "Expm1Backward" output(g, y) { g.mul(&y.add_scalar(1.0)?) };
+            Exp2 exp2 exp2_ exp2_out float "`2^x`."
+                "Exp2Backward" output(g, y) { g.mul(&y.mul_scalar(std::f64::consts::LN_2)?) };
+            Log2 log2 log2_ log2_out float "Base-2 logarithm."
+                "Log2Backward" input(g, x) { g.div(&x.mul_scalar(std::f64::consts::LN_2)?) };
             Tanh tanh tanh_ tanh_out float "Hyperbolic tangent."
                 "TanhBackward" output(g, y) {
                     fused_grad(UnaryGrad::Tanh, g, y, || {
@@ -120,6 +154,10 @@ macro_rules! unary_table {
                 };
             Floor floor floor_ floor_out numeric "Largest integer not above `x` (the identity on integers)."
                 "FloorBackward" grad(g) { g.zeros_like() };
+            Ceil ceil ceil_ ceil_out numeric "Smallest integer not below `x` (the identity on integers)."
+                "CeilBackward" grad(g) { g.zeros_like() };
+            Trunc trunc trunc_ trunc_out numeric "`x` rounded toward zero (the identity on integers)."
+                "TruncBackward" grad(g) { g.zeros_like() };
             Round round round_ round_out numeric "Nearest integer, halves to even (the identity on integers)."
                 "RoundBackward" grad(g) { g.zeros_like() };
             Sign sign sign_ sign_out numeric "-1, 0 or 1 by the sign of `x` (NaN gives 0, as in PyTorch)."

@@ -49,6 +49,17 @@ fn unary_ref(name: &str, x: f64) -> f64 {
         }
         "reciprocal" => 1.0 / x,
         "square" => x * x,
+        "ceil" => x.ceil(),
+        "trunc" => x.trunc(),
+        "tan" => x.tan(),
+        "asin" => x.asin(),
+        "acos" => x.acos(),
+        "atan" => x.atan(),
+        "sinh" => x.sinh(),
+        "cosh" => x.cosh(),
+        "expm1" => x.exp_m1(),
+        "exp2" => x.exp2(),
+        "log2" => x.log2(),
         _ => unreachable!("{name}"),
     }
 }
@@ -106,7 +117,7 @@ fn log1p_near_zero_and_in_place(dev: Device) {
 }
 
 fn unary_ops(dev: Device) {
-    let ops: [(&str, Unary, bool); 18] = [
+    let ops: [(&str, Unary, bool); 29] = [
         ("neg", Tensor::neg, false),
         ("abs", Tensor::abs, false),
         ("exp", Tensor::exp, true),
@@ -125,15 +136,39 @@ fn unary_ops(dev: Device) {
         ("sign", Tensor::sign, false),
         ("reciprocal", Tensor::reciprocal, true),
         ("square", Tensor::square, false),
+        ("ceil", Tensor::ceil, false),
+        ("trunc", Tensor::trunc, false),
+        ("tan", Tensor::tan, true),
+        ("asin", Tensor::asin, true),
+        ("acos", Tensor::acos, true),
+        ("atan", Tensor::atan, true),
+        ("sinh", Tensor::sinh, true),
+        ("cosh", Tensor::cosh, true),
+        ("expm1", Tensor::expm1, true),
+        ("exp2", Tensor::exp2, true),
+        ("log2", Tensor::log2, true),
     ];
     for dt in NUMERIC {
         for (name, f, float_only) in ops {
             // Inputs: a transposed [4, 6] view (the strided kernel path);
             // positive for log/sqrt/rsqrt, non-zero for reciprocal.
             let mut v = sample(24, dt, 3);
-            if matches!(name, "log" | "log1p" | "sqrt" | "rsqrt" | "reciprocal") {
+            if matches!(
+                name,
+                "log" | "log1p" | "log2" | "sqrt" | "rsqrt" | "reciprocal"
+            ) {
                 v.iter_mut()
                     .for_each(|x| *x = x.abs() + if dt.is_float() { 0.25 } else { 1.0 });
+            }
+            // asin and acos: inside (-1, 1).
+            if matches!(name, "asin" | "acos") {
+                v.iter_mut().for_each(|x| {
+                    *x = if dt.is_float() {
+                        *x / (1.0 + x.abs())
+                    } else {
+                        x.clamp(0.0, 1.0)
+                    }
+                });
             }
             if name == "neg" && dt == DType::U8 {
                 continue; // wrapping negation of u8 is checked below

@@ -133,6 +133,8 @@ fn bool_unary_ops() {
         vec![true, false]
     );
     assert_eq!(b.round().unwrap().dtype(), DType::Bool);
+    // `ceil` and `trunc` are refused, as in PyTorch.
+    assert!(b.ceil().is_err() && b.trunc().is_err());
     assert!(b.sign().is_err());
     assert!(b.square().is_err());
 }

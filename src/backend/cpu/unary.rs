@@ -91,6 +91,50 @@ pub(crate) mod float {
         x.floor()
     }
     #[inline(always)]
+    pub(crate) fn ceil<C: Float, const F: bool>(x: C) -> C {
+        x.ceil()
+    }
+    #[inline(always)]
+    pub(crate) fn trunc<C: Float, const F: bool>(x: C) -> C {
+        x.trunc()
+    }
+    #[inline(always)]
+    pub(crate) fn tan<C: Float, const F: bool>(x: C) -> C {
+        x.tan()
+    }
+    #[inline(always)]
+    pub(crate) fn asin<C: Float, const F: bool>(x: C) -> C {
+        x.asin()
+    }
+    #[inline(always)]
+    pub(crate) fn acos<C: Float, const F: bool>(x: C) -> C {
+        x.acos()
+    }
+    #[inline(always)]
+    pub(crate) fn atan<C: Float, const F: bool>(x: C) -> C {
+        x.atan()
+    }
+    #[inline(always)]
+    pub(crate) fn sinh<C: Float, const F: bool>(x: C) -> C {
+        x.sinh()
+    }
+    #[inline(always)]
+    pub(crate) fn cosh<C: Float, const F: bool>(x: C) -> C {
+        x.cosh()
+    }
+    #[inline(always)]
+    pub(crate) fn expm1<C: Float, const F: bool>(x: C) -> C {
+        x.exp_m1()
+    }
+    #[inline(always)]
+    pub(crate) fn exp2<C: Float, const F: bool>(x: C) -> C {
+        x.exp2()
+    }
+    #[inline(always)]
+    pub(crate) fn log2<C: Float, const F: bool>(x: C) -> C {
+        x.log2()
+    }
+    #[inline(always)]
     pub(crate) fn round<C: VMath, const F: bool>(x: C) -> C {
         x.v_round_even()
     }
@@ -139,6 +183,14 @@ pub(crate) mod typed {
     }
     #[inline(always)]
     pub(crate) fn floor<T: Num>(x: T) -> T {
+        x
+    }
+    #[inline(always)]
+    pub(crate) fn ceil<T: Num>(x: T) -> T {
+        x
+    }
+    #[inline(always)]
+    pub(crate) fn trunc<T: Num>(x: T) -> T {
         x
     }
     #[inline(always)]

@@ -448,3 +448,28 @@ fn nested_sequential_and_dropout_in_training() {
     assert!(vals(&y).iter().all(|v| *v == 0.0 || *v == 2.0));
     assert_eq!(net.donation_stats().taken, 1);
 }
+
+/// `Identity` passes its input through without a copy, and a `Sequential`
+/// does not count it as a donation taken (it writes nothing).
+#[test]
+fn identity_is_an_alias_and_no_donation() {
+    use tensorscope::nn::Identity;
+    let _l = lock();
+    let mut net = Sequential::new();
+    net.add(Identity).add(ReLU);
+    let x = Tensor::full(&[4], -1.0, DType::F32, Device::Cpu).unwrap();
+    let y = Identity.forward(&x).unwrap();
+    assert_eq!(y.storage_ptr(), x.storage_ptr());
+    drop(y);
+    net.reset_donation_stats();
+    let before = memory::memory_stats(Device::Cpu).allocation.all.allocated;
+    let out = tensorscope::autograd::no_grad(|| net.forward_owned(x)).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), [0.0; 4]);
+    // ReLU took the buffer Identity passed on: nothing allocated.
+    assert_eq!(
+        memory::memory_stats(Device::Cpu).allocation.all.allocated,
+        before
+    );
+    let d = net.donation_stats();
+    assert_eq!((d.offered, d.taken), (1, 1));
+}

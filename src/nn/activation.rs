@@ -122,7 +122,9 @@ composite_activation!(
 );
 
 /// The identity (`nn.Identity`): the input itself, as a fresh handle to the
-/// same storage (an alias; no copy, no allocation).
+/// same storage (an alias; no copy, no allocation). It does not report
+/// [`can_work_in_place`](Module::can_work_in_place): it writes nothing, so
+/// a `Sequential`'s donation counters do not count it as a buffer taken.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Identity;
 
@@ -133,10 +135,6 @@ impl Module for Identity {
 
     fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
         Ok(x)
-    }
-
-    fn can_work_in_place(&self) -> bool {
-        true
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {

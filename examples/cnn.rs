@@ -14,11 +14,10 @@
 //!
 //! `cargo run --release --example cnn` (on cuda:0 when a GPU is present).
 
-#[allow(dead_code)] // the tour's digits task: only its data is used here
+#[allow(dead_code)] // the tour's digits task: its data, shuffle and bar are used here
 #[path = "digits.rs"]
 mod digits;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use tensorscope::nn::{
     cross_entropy, prune, Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential,
 };
@@ -83,11 +82,7 @@ fn train(
 ) -> tensorscope::Result<Run> {
     let dev = d.x_train.device();
     let n_train = d.y_train.numel();
-    let bar = ProgressBar::new((epochs * n_train.div_ceil(batch)) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} epoch {prefix} {msg}")
-            .expect("a valid template"),
-    );
+    let bar = digits::epoch_bar(epochs * n_train.div_ceil(batch));
     let mut run = Run {
         best: 0.0,
         best_epoch: 0,
@@ -95,10 +90,7 @@ fn train(
         step_cost: None,
     };
     for epoch in 1..=epochs {
-        let mut ids: Vec<i64> = (0..n_train as i64).collect();
-        for i in (1..ids.len()).rev() {
-            ids.swap(i, (shuffle.next_u64() % (i as u64 + 1)) as usize);
-        }
+        let ids = digits::shuffled(n_train, shuffle);
         bar.set_prefix(format!("{epoch:>2}"));
         for chunk in ids.chunks(batch) {
             let idx = Tensor::from_slice(chunk, &[chunk.len()], dev)?;

@@ -72,6 +72,26 @@ pub fn accuracy(net: &Sequential, x: &Tensor, y: &Tensor) -> tensorscope::Result
 
 /// Trains, snapshots, saves, reloads and evaluates; returns the reloaded
 /// model's test accuracy. (The tour calls this too.)
+/// The indices `0..n` in a fresh order for one epoch (Fisher-Yates from
+/// `g`): the digits examples' shuffle.
+pub fn shuffled(n: usize, g: &mut Generator) -> Vec<i64> {
+    let mut ids: Vec<i64> = (0..n as i64).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (g.next_u64() % (i as u64 + 1)) as usize);
+    }
+    ids
+}
+
+/// The digits examples' progress bar over `steps` training steps.
+pub fn epoch_bar(steps: usize) -> ProgressBar {
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} epoch {prefix} {msg}")
+            .expect("a valid template"),
+    );
+    bar
+}
+
 pub fn run() -> tensorscope::Result<f64> {
     tensorscope::manual_seed(7);
     let (xs, ys) = load();
@@ -103,18 +123,11 @@ pub fn run() -> tensorscope::Result<f64> {
     })?;
     let (epochs, batch) = (40usize, 64usize);
     let steps_per_epoch = n_train.div_ceil(batch);
-    let bar = ProgressBar::new((epochs * steps_per_epoch) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} epoch {prefix} {msg}")
-            .expect("a valid template"),
-    );
+    let bar = epoch_bar(epochs * steps_per_epoch);
     let mut best = (0.0, Vec::new(), 0);
     let mut shuffle = Generator::new(1);
     for epoch in 1..=epochs {
-        let mut ids: Vec<i64> = (0..n_train as i64).collect();
-        for i in (1..ids.len()).rev() {
-            ids.swap(i, (shuffle.next_u64() % (i as u64 + 1)) as usize);
-        }
+        let ids = shuffled(n_train, &mut shuffle);
         bar.set_prefix(format!("{epoch:>2}"));
         for chunk in ids.chunks(batch) {
             let idx = Tensor::from_slice(chunk, &[chunk.len()], dev())?;

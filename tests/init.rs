@@ -57,6 +57,18 @@ fn the_distributions_have_pytorch_s_scales(dev: Device) {
     assert!(read(&c).iter().all(|&x| x == 0.0));
     init::ones_(&mut c).unwrap();
     assert!(read(&c).iter().all(|&x| x == 1.0));
+    // kaiming_uniform_ (Linear's and the convolutions' default) draws
+    // exactly what uniform_ within kaiming_bound draws.
+    let (mut a, mut b) = (
+        Tensor::empty(&[7, 5], DType::F32, dev).unwrap(),
+        Tensor::empty(&[7, 5], DType::F32, dev).unwrap(),
+    );
+    tensorscope::manual_seed(9);
+    init::kaiming_uniform_(&mut a, 5f64.sqrt()).unwrap();
+    tensorscope::manual_seed(9);
+    let bound = init::kaiming_bound(5f64.sqrt(), 5);
+    init::uniform_(&mut b, -bound, bound).unwrap();
+    assert_eq!(read(&a), read(&b));
     // The gains PyTorch 2.15 printed.
     let g = |n: &str, p: Option<f64>| init::calculate_gain(n, p).unwrap();
     assert_eq!(g("leaky_relu", None), 1.4141428569978354);
@@ -140,23 +152,8 @@ on_both!(
 );
 
 #[cfg(not(feature = "cuda"))]
-mod cpu {
-    use tensorscope::Device;
-    /// The generator and the allocator's statistics are global.
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    #[test]
-    fn the_distributions_have_pytorch_s_scales() {
-        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        super::the_distributions_have_pytorch_s_scales(Device::Cpu)
-    }
-    #[test]
-    fn orthogonal_gives_orthonormal_rows_or_columns() {
-        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        super::orthogonal_gives_orthonormal_rows_or_columns(Device::Cpu)
-    }
-    #[test]
-    fn clip_grad_value_clamps_in_place() {
-        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        super::clip_grad_value_clamps_in_place(Device::Cpu)
-    }
-}
+common::on_cpu!(
+    the_distributions_have_pytorch_s_scales,
+    orthogonal_gives_orthonormal_rows_or_columns,
+    clip_grad_value_clamps_in_place,
+);

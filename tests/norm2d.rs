@@ -155,18 +155,7 @@ on_both!(
 );
 
 #[cfg(not(feature = "cuda"))]
-mod cpu {
-    use tensorscope::Device;
-    /// The allocator's statistics are global: one test at a time.
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    #[test]
-    fn batch_norm2d_uses_batch_then_running_statistics() {
-        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        super::batch_norm2d_uses_batch_then_running_statistics(Device::Cpu)
-    }
-    #[test]
-    fn group_norm_normalises_each_group_of_each_sample() {
-        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        super::group_norm_normalises_each_group_of_each_sample(Device::Cpu)
-    }
-}
+common::on_cpu!(
+    batch_norm2d_uses_batch_then_running_statistics,
+    group_norm_normalises_each_group_of_each_sample,
+);

@@ -515,28 +515,14 @@ on_both!(
 );
 
 #[cfg(not(feature = "cuda"))]
-mod cpu {
-    use tensorscope::Device;
-    /// The allocator's statistics are global: one test at a time.
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    macro_rules! cpu_tests {
-        ($($name:ident),*) => {$(
-            #[test]
-            fn $name() {
-                let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                super::$name(Device::Cpu)
-            }
-        )*};
-    }
-    cpu_tests!(
-        l1_masks_the_smallest_and_the_layer_uses_the_mask,
-        repeated_pruning_counts_what_is_left,
-        ln_structured_prunes_whole_channels,
-        global_pruning_cuts_at_one_threshold,
-        random_pruning_is_exact_in_count_and_seeded,
-        dropping_pruned_units_keeps_the_function_and_frees_memory,
-        a_pruned_layer_moves_and_saves_with_its_mask,
-        bad_arguments_are_errors_naming_the_call,
-        where_pytorch_and_an_earlier_version_differed
-    );
-}
+common::on_cpu!(
+    l1_masks_the_smallest_and_the_layer_uses_the_mask,
+    repeated_pruning_counts_what_is_left,
+    ln_structured_prunes_whole_channels,
+    global_pruning_cuts_at_one_threshold,
+    random_pruning_is_exact_in_count_and_seeded,
+    dropping_pruned_units_keeps_the_function_and_frees_memory,
+    a_pruned_layer_moves_and_saves_with_its_mask,
+    bad_arguments_are_errors_naming_the_call,
+    where_pytorch_and_an_earlier_version_differed,
+);

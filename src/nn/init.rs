@@ -46,9 +46,7 @@ pub fn constant_(t: &mut Tensor, value: f64) -> Result<()> {
 /// `U(-b, b)` with `b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(fan_in)`. With
 /// `a = sqrt(5)` (Linear's default) this is `b = 1 / sqrt(fan_in)`.
 pub fn kaiming_uniform_(t: &mut Tensor, a: f64) -> Result<()> {
-    let (fan_in, _) = fan_in_and_fan_out(t)?;
-    let bound = kaiming_bound(a, fan_in);
-    uniform_(t, -bound, bound)
+    kaiming_uniform_with(t, a, FanMode::FanIn, "leaky_relu")
 }
 
 /// The bound of [`kaiming_uniform_`] for `fan_in` (0 when `fan_in` is 0).
@@ -136,20 +134,24 @@ fn fan(op: &'static str, t: &Tensor, mode: FanMode) -> Result<usize> {
     })
 }
 
-/// The Kaiming standard deviation `gain / sqrt(fan)` (0 for an empty fan).
-fn kaiming_std(
+/// `k * gain / sqrt(fan)` (0 for an empty fan): the Kaiming standard
+/// deviation for `k = 1`, the uniform bound for `k = sqrt(3)` (in the
+/// order of [`kaiming_bound`], so `kaiming_uniform_` draws what it drew
+/// before it was written in terms of `kaiming_uniform_with`).
+fn kaiming_scale(
     op: &'static str,
     t: &Tensor,
     a: f64,
     mode: FanMode,
     nonlinearity: &str,
+    k: f64,
 ) -> Result<f64> {
     let gain = calculate_gain(nonlinearity, Some(a)).map_err(|e| e.reported_as(op))?;
     let f = fan(op, t, mode)?;
     Ok(if f == 0 {
         0.0
     } else {
-        gain / (f as f64).sqrt()
+        k * gain / (f as f64).sqrt()
     })
 }
 
@@ -162,7 +164,7 @@ pub fn kaiming_uniform_with(
     mode: FanMode,
     nonlinearity: &str,
 ) -> Result<()> {
-    let b = 3f64.sqrt() * kaiming_std("kaiming_uniform_", t, a, mode, nonlinearity)?;
+    let b = kaiming_scale("kaiming_uniform_", t, a, mode, nonlinearity, 3f64.sqrt())?;
     uniform_(t, -b, b)
 }
 
@@ -179,7 +181,7 @@ pub fn kaiming_uniform_with(
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn kaiming_normal_(t: &mut Tensor, a: f64, mode: FanMode, nonlinearity: &str) -> Result<()> {
-    let std = kaiming_std("kaiming_normal_", t, a, mode, nonlinearity)?;
+    let std = kaiming_scale("kaiming_normal_", t, a, mode, nonlinearity, 1.0)?;
     normal_(t, 0.0, std)
 }
 

@@ -488,7 +488,7 @@ fn prune_channels(
     t: PruneTarget<'_>,
     amount: Amount,
     dim: isize,
-    score: impl FnOnce(&[f64], usize, &dyn Fn(usize) -> usize, usize) -> Result<Vec<f64>>,
+    score: impl FnOnce(&[f64], usize, &dyn Fn(usize) -> usize) -> Result<Vec<f64>>,
 ) -> Result<()> {
     check_float(op, &t)?;
     let shape = t.param.shape().to_vec();
@@ -518,7 +518,7 @@ fn prune_channels(
     let live_channels: Vec<usize> = (0..channels).filter(|&c| sums[c] != 0.0).collect();
     let k = amount.of(op, live_channels.len())?;
     if k > 0 {
-        let s = score(&w, channels, &ch, live_channels.len())?;
+        let s = score(&w, channels, &ch)?;
         let mut order = live_channels.clone();
         // Kept first: the largest scores, then the lower channel.
         order.sort_by(|&a, &b| s[b].total_cmp(&s[a]).then(a.cmp(&b)));
@@ -576,7 +576,7 @@ pub fn ln_structured(
         bail!(Error::arg(OP, "the norm's order n is NaN"));
     }
     let t = target(OP, module, name)?;
-    prune_channels(OP, t, amount.into(), dim, |w, channels, ch, _| {
+    prune_channels(OP, t, amount.into(), dim, |w, channels, ch| {
         let mut per: Vec<Vec<f64>> = vec![Vec::new(); channels];
         for (i, &x) in w.iter().enumerate() {
             per[ch(i)].push(x);
@@ -598,9 +598,7 @@ pub fn random_structured(
 ) -> Result<()> {
     const OP: &str = "prune::random_structured";
     let t = target(OP, module, name)?;
-    prune_channels(OP, t, amount.into(), dim, |_, channels, _, _| {
-        draws(channels)
-    })
+    prune_channels(OP, t, amount.into(), dim, |_, channels, _| draws(channels))
 }
 
 /// Prunes `amount` of the unpruned entries of all the parameters `names`

@@ -9,6 +9,31 @@ pub mod layouts;
 pub mod optim_ref;
 
 use tensorscope::nn::Module;
+
+/// One test at a time, for the bodies that read the allocator's global
+/// statistics or the global generator, in the build without the `cuda`
+/// feature (where `devices::lock` does not exist).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The CPU-only build's twin of `devices::on_both!`: `on_cpu!(a, b)` makes
+/// tests `cpu::a`, `cpu::b` calling the bodies `a(Device::Cpu)`,
+/// `b(Device::Cpu)` of the invoking module, each under [`serial`].
+#[allow(unused_macros)] // test binaries that include tests/common without using it
+macro_rules! on_cpu {
+    ($($name:ident),* $(,)?) => {
+        mod cpu {
+            $(#[test] fn $name() {
+                let _g = $crate::common::serial();
+                super::$name(tensorscope::Device::Cpu)
+            })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_cpu;
 use tensorscope::{bf16, f16, DType, Device, Result, Tensor};
 
 /// A module that is only its named parameters (its forward is the

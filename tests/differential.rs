@@ -26,6 +26,7 @@ mod common;
 use common::devices::on_both;
 use common::Params;
 use tensorscope::nn::{
+    scaled_dot_product_attention_with, SdpaOptions,
     bce_with_logits, binary_cross_entropy, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss,
     nll_loss, prune, smooth_l1_loss, BatchNorm2d, GroupNorm, LayerNorm, Module, Sequential,
 };
@@ -340,6 +341,15 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "where" => Tensor::where_cond(a, b(), &x[2])?,
         "sgd" | "adam" | "adamw" => optimize(c, x)?,
         "conv2d" | "conv1d" => convolve(c, x)?,
+        "sdpa" => {
+            let o = SdpaOptions {
+                attn_mask: x.get(3),
+                is_causal: c.f("causal") == 1.0,
+                scale: c.opt("scale"),
+                ..Default::default()
+            };
+            scaled_dot_product_attention_with(a, b(), &x[2], &o)?
+        }
         "conv_transpose2d" => {
             let o = ConvTransposeOptions {
                 stride: c.pair("stride"),

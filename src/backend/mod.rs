@@ -411,6 +411,7 @@ pub(crate) fn unary_grad(
     })
 }
 
+pub(crate) mod attention;
 mod index;
 pub(crate) mod nn;
 pub(crate) mod optim;

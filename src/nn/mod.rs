@@ -28,6 +28,8 @@
 //! ```
 
 mod activation;
+mod attention;
+mod attention_blocked;
 mod conv;
 mod cross_entropy_fused;
 mod dropout;
@@ -45,6 +47,9 @@ pub(crate) mod state;
 
 pub use activation::{
     Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU,
+};
+pub use attention::{
+    scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaKernel, SdpaOptions,
 };
 pub use conv::{
     AdaptiveAvgPool2d, AvgPool2d, Conv, Conv1d, Conv2d, ConvTranspose2d, Flatten, MaxPool2d,

@@ -6,6 +6,7 @@
 //! be the same memory.
 
 pub(crate) mod alloc;
+pub(crate) mod attention;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fused;

@@ -1,0 +1,691 @@
+//! Scaled dot-product attention on the CPU, forward and backward, blocked
+//! as FlashAttention is: the `[L, S]` score matrix of a head is never
+//! materialised. Memory beyond the outputs is per worker thread and
+//! independent of the sequence length in the forward (`BQ x E + BK x (E +
+//! Ev) + BQ x BK + BQ x Ev` values in `T::C`); the backward of one head
+//! also keeps that head's scaled queries, output gradient and query
+//! gradient in `T::C` (`L x (2E + Ev)` values: O(L), not O(L S)).
+//!
+//! Operands (the op layer makes them so): dense `q [N, L, E]`, `k [N, S, E]`,
+//! `v [N, S, Ev]`, `out [N, L, Ev]` of one float dtype `T`; `lse [N, L]`
+//! dense in `T::C` (f32 for f32/f16/bf16, f64 for f64); an optional mask as
+//! a strided `[N, L, S]` view (stride 0 where it broadcasts), bool (`true`:
+//! may attend) or `T` (added to the scaled scores).
+//!
+//! Forward, per head `n` and block of `BQ` query rows: for each block of
+//! `BK` keys, `s = scale * q k^T` (gemm), masked; the running row maximum
+//! `m`, the running sum `l` of `exp(s - m)` and the unnormalised output
+//! `acc` are rescaled by `exp(m_old - m_new)` (the online softmax), the
+//! block's probabilities (dropped and rescaled when dropout is on) are
+//! multiplied into `acc` (gemm). The output is `acc / l`, and
+//! `lse = m + ln l` is saved for the backward. A row whose every key is
+//! masked has `l = 0`: its output is 0 (PyTorch's safe softmax since 2.5)
+//! and its `lse` is `+inf`, so the backward's `exp(s - lse)` is 0 there.
+//!
+//! Backward, per head, per key block, per query block (FlashAttention-2's
+//! loop order on one thread: no atomics): `p = exp(s - lse)`, `dV += pd^T
+//! dO`, `dpd = dO V^T`, `ds = p (dp - D)` with `D = rowsum(dO * O)`,
+//! `dQ += scale ds K`, `dK += scale ds^T Q`. Causal attention skips the
+//! key blocks after a query block (forward) and the query blocks before a
+//! key block (backward).
+//!
+//! Dropout: element `(n, i, j)` is kept when a hash of the seed and
+//! `(n L + i) S + j` (SplitMix64's finaliser) gives a uniform number
+//! `>= p`, so the backward regenerates the forward's mask without storing
+//! it.
+
+use super::num::{FastExp, Flt};
+use super::pool::par_for;
+use super::ptr;
+use super::simd;
+use super::strided::SendPtr;
+use crate::backend::attention::{MaskKind, SdpaArgs, SdpaGrads};
+use crate::backend::Operand;
+use crate::with_float_dtype;
+use gemm::Parallelism;
+use num_traits::{Float, One, Zero};
+
+/// Query rows per block.
+const BQ: usize = 64;
+/// Keys per block.
+const BK: usize = 64;
+
+/// The sizes of a call.
+#[derive(Clone, Copy)]
+struct Dims {
+    n: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+impl SdpaArgs<'_> {
+    fn dims(&self) -> Dims {
+        let (qs, vs) = (self.q.layout.shape(), self.v.layout.shape());
+        Dims {
+            n: qs[0],
+            l: qs[1],
+            s: self.k.layout.shape()[1],
+            e: qs[2],
+            ev: vs[2],
+        }
+    }
+}
+
+/// Whether element `idx` of the score tensor survives dropout `p`.
+#[inline(always)]
+fn keep(seed: u64, idx: u64, p: f64) -> bool {
+    let mut x = seed.wrapping_add(idx.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    ((x >> 11) as f64) * (1.0 / (1u64 << 53) as f64) >= p
+}
+
+/// `dst[m x n] = (acc ? dst : 0) + beta * A B` through gemm on this thread,
+/// with `dst` row-major (row stride `d_rs`), `A[i, p]` at
+/// `a[i a_st.0 + p a_st.1]` and `B[p, j]` at `b[p b_st.0 + j b_st.1]`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn mm<C: 'static + Copy + Zero + One>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [C],
+    d_rs: usize,
+    a: &[C],
+    a_st: (usize, usize),
+    b: &[C],
+    b_st: (usize, usize),
+    acc: bool,
+    beta: C,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let extent = |rows: usize, cols: usize, (rs, cs): (usize, usize)| {
+        (rows.max(1) - 1) * rs + (cols.max(1) - 1) * cs + 1
+    };
+    // Checked in every build: the unsafe call below relies on it.
+    assert!(
+        extent(m, n, (d_rs, 1)) <= dst.len()
+            && (k == 0 || (extent(m, k, a_st) <= a.len() && extent(k, n, b_st) <= b.len())),
+        "attention gemm operands out of their scratch"
+    );
+    let alpha = if acc { C::one() } else { C::zero() };
+    // SAFETY: the assertion above puts every element gemm reads or writes
+    // (rows and columns with the given strides) inside the three slices;
+    // `dst` is a `&mut` slice, so it overlaps neither `a` nor `b`; gemm
+    // reads `dst` only when `acc` (then it is initialised: a slice of `C`).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            d_rs as isize,
+            acc,
+            a.as_ptr(),
+            a_st.1 as isize,
+            a_st.0 as isize,
+            b.as_ptr(),
+            b_st.1 as isize,
+            b_st.0 as isize,
+            alpha,
+            beta,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}
+
+/// Reads the dense rows `r0..r0 + rows` of a `[.., cols]` matrix starting at
+/// element `base` of `p` into `dst`, widened to `T::C` and times `mul`.
+///
+/// # Safety
+/// The rows lie in one live allocation of `T` nobody writes meanwhile.
+#[inline(always)]
+unsafe fn load<T: Flt>(
+    p: SendPtr<T>,
+    base: usize,
+    rows: usize,
+    cols: usize,
+    mul: T::C,
+    dst: &mut [T::C],
+) {
+    // SAFETY: the caller's contract.
+    let src = unsafe { std::slice::from_raw_parts(p.get().add(base), rows * cols) };
+    for (d, &x) in dst[..rows * cols].iter_mut().zip(src) {
+        *d = x.up() * mul;
+    }
+}
+
+/// The mask and causal structure of one call, read per block.
+struct Masker<T> {
+    mask: Option<(SendPtr<u8>, [usize; 3], usize, MaskKind)>,
+    causal: bool,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Flt> Masker<T> {
+    fn new(a: &SdpaArgs) -> Masker<T> {
+        let mask = a.mask.map(|(m, kind)| {
+            let st = m.layout.strides();
+            (
+                SendPtr(ptr::<u8>(m.storage)),
+                [st[0], st[1], st[2]],
+                m.layout.offset(),
+                kind,
+            )
+        });
+        Masker {
+            mask,
+            causal: a.causal,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// Applies the masks to the scores `s [bq x bk]` of head `n`, rows from
+    /// `i0`, keys from `j0`.
+    ///
+    /// # Safety
+    /// The mask operand's layout `[N, L, S]` covers `n`, the rows and keys.
+    #[inline(always)]
+    unsafe fn apply(
+        &self,
+        s: &mut [T::C],
+        n: usize,
+        (i0, bq): (usize, usize),
+        (j0, bk): (usize, usize),
+    ) {
+        let ninf = <T::C as Float>::neg_infinity();
+        if self.causal && j0 + bk > i0 + 1 {
+            for r in 0..bq {
+                let first = (i0 + r + 1).saturating_sub(j0);
+                for x in s[r * bk..(r + 1) * bk].iter_mut().skip(first) {
+                    *x = ninf;
+                }
+            }
+        }
+        let Some((p, st, off, kind)) = self.mask else {
+            return;
+        };
+        for r in 0..bq {
+            let row = off + n * st[0] + (i0 + r) * st[1] + j0 * st[2];
+            let out = &mut s[r * bk..(r + 1) * bk];
+            match kind {
+                MaskKind::Keep => {
+                    for (c, x) in out.iter_mut().enumerate() {
+                        // SAFETY: the caller's contract: element (n, i0 + r, j0 + c).
+                        if unsafe { *p.get().add(row + c * st[2]) } == 0 {
+                            *x = ninf;
+                        }
+                    }
+                }
+                MaskKind::Add => {
+                    let pt = p.get() as *const T;
+                    for (c, x) in out.iter_mut().enumerate() {
+                        // SAFETY: as above; the mask has the queries' dtype `T`.
+                        *x = *x + unsafe { *pt.add(row + c * st[2]) }.up();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything a unit of work needs, shared by the threads.
+struct Shared<T> {
+    pq: SendPtr<T>,
+    pk: SendPtr<T>,
+    pv: SendPtr<T>,
+    d: Dims,
+    scale: f64,
+    dropout: Option<(f64, u64)>,
+    masker: Masker<T>,
+}
+
+impl<T: Flt> Shared<T> {
+    fn new(a: &SdpaArgs) -> Shared<T> {
+        let base = |o: &Operand| SendPtr(ptr::<T>(o.storage).wrapping_add(o.layout.offset()));
+        Shared {
+            pq: base(a.q),
+            pk: base(a.k),
+            pv: base(a.v),
+            d: a.dims(),
+            scale: a.scale,
+            dropout: a.dropout,
+            masker: Masker::new(a),
+        }
+    }
+
+    /// The query rows `i0..i0 + bq` of head `n` whose keys reach into the
+    /// block from `j0`, and the keys end: causal attention stops at the
+    /// last row's position.
+    fn key_end(&self, i0: usize, bq: usize) -> usize {
+        if self.masker.causal {
+            self.d.s.min(i0 + bq)
+        } else {
+            self.d.s
+        }
+    }
+}
+
+/// One forward unit: head `n`, query block `qb`.
+struct FwdUnit<'a, T: Flt> {
+    sh: &'a Shared<T>,
+    po: SendPtr<T>,
+    plse: Option<SendPtr<T::C>>,
+    n: usize,
+    qb: usize,
+}
+
+impl<T: Flt> simd::Kernel for FwdUnit<'_, T>
+where
+    T: Flt,
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call<const F: bool>(self) {
+        let FwdUnit {
+            sh,
+            po,
+            plse,
+            n,
+            qb,
+        } = self;
+        let Dims { l, s, e, ev, .. } = sh.d;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+        let ninf = <T::C as Float>::neg_infinity();
+        let i0 = qb * BQ;
+        let bq = BQ.min(l - i0);
+        let scale: T::C = num_traits::cast(sh.scale).unwrap_or(one);
+        let mut qs = vec![zero; bq * e];
+        let mut kb = vec![zero; BK * e];
+        let mut vb = vec![zero; BK * ev];
+        let mut sc = vec![zero; bq * BK];
+        let mut acc = vec![zero; bq * ev];
+        let mut m = vec![ninf; bq];
+        let mut lsum = vec![zero; bq];
+        // SAFETY: rows i0..i0 + bq of head n are inside the dense q [N, L, E].
+        unsafe { load::<T>(sh.pq, (n * l + i0) * e, bq, e, scale, &mut qs) };
+        let kend = sh.key_end(i0, bq);
+        let mut j0 = 0;
+        while j0 < kend {
+            let bk = BK.min(kend - j0);
+            // SAFETY: keys j0..j0 + bk of head n are inside k [N, S, E] and v [N, S, Ev].
+            unsafe {
+                load::<T>(sh.pk, (n * s + j0) * e, bk, e, one, &mut kb);
+                load::<T>(sh.pv, (n * s + j0) * ev, bk, ev, one, &mut vb);
+            }
+            let sblk = &mut sc[..bq * bk];
+            mm((bq, bk, e), sblk, bk, &qs, (e, 1), &kb, (1, e), false, one);
+            // SAFETY: the op layer made the mask's layout [N, L, S].
+            unsafe { sh.masker.apply(sblk, n, (i0, bq), (j0, bk)) };
+            for r in 0..bq {
+                let row = &mut sblk[r * bk..(r + 1) * bk];
+                let bmax = row_max(row);
+                let m_new = if bmax > m[r] || bmax.is_nan() {
+                    bmax
+                } else {
+                    m[r]
+                };
+                if m_new == ninf {
+                    // Every key so far is masked: nothing to add.
+                    row.iter_mut().for_each(|x| *x = zero);
+                    continue;
+                }
+                let alpha = (m[r] - m_new).fexp::<F>();
+                for x in row.iter_mut() {
+                    *x = (*x - m_new).fexp::<F>();
+                }
+                lsum[r] = lsum[r] * alpha + lane_sum(row);
+                if alpha != one {
+                    acc[r * ev..(r + 1) * ev]
+                        .iter_mut()
+                        .for_each(|a| *a = *a * alpha);
+                }
+                m[r] = m_new;
+                if let Some((p, seed)) = sh.dropout {
+                    let inv: T::C = num_traits::cast(1.0 / (1.0 - p)).unwrap_or(one);
+                    let base = ((n * l + i0 + r) * s + j0) as u64;
+                    for (c, x) in row.iter_mut().enumerate() {
+                        *x = if keep(seed, base + c as u64, p) {
+                            *x * inv
+                        } else {
+                            zero
+                        };
+                    }
+                }
+            }
+            mm(
+                (bq, ev, bk),
+                &mut acc,
+                ev,
+                sblk,
+                (bk, 1),
+                &vb,
+                (ev, 1),
+                true,
+                one,
+            );
+            j0 += bk;
+        }
+        for r in 0..bq {
+            let (o, lse) = if lsum[r] == zero {
+                (zero, <T::C as Float>::infinity())
+            } else {
+                (one / lsum[r], m[r] + lsum[r].ln())
+            };
+            let ob = (n * l + i0 + r) * ev;
+            for c in 0..ev {
+                // SAFETY: row i0 + r of head n in the dense out [N, L, Ev], written by this unit only.
+                unsafe { po.get().add(ob + c).write(T::down(acc[r * ev + c] * o)) };
+            }
+            if let Some(pl) = plse {
+                // SAFETY: element (n, i0 + r) of the dense lse [N, L], this unit's alone.
+                unsafe { pl.get().add(n * l + i0 + r).write(lse) };
+            }
+        }
+    }
+}
+
+/// Lanes of the row reductions (a plain loop over them vectorises).
+const LANES: usize = 8;
+
+/// The maximum of a row of scores (NaN if any is), in [`LANES`] lanes of a
+/// plain maximum and a NaN flag (a NaN-sticky maximum would not vectorise).
+#[inline(always)]
+fn row_max<C: Float>(x: &[C]) -> C {
+    let mut ml = [C::neg_infinity(); LANES];
+    let mut nan = [false; LANES];
+    let mut it = x.chunks_exact(LANES);
+    for c in &mut it {
+        for j in 0..LANES {
+            ml[j] = if c[j] > ml[j] { c[j] } else { ml[j] };
+            nan[j] |= c[j].is_nan();
+        }
+    }
+    let mut m = C::neg_infinity();
+    for &v in ml.iter().chain(it.remainder()) {
+        m = if v > m { v } else { m };
+    }
+    if nan.iter().any(|&n| n) || it.remainder().iter().any(|v| v.is_nan()) {
+        C::nan()
+    } else {
+        m
+    }
+}
+
+/// The sum of a row in [`LANES`] lanes.
+#[inline(always)]
+fn lane_sum<C: Float>(x: &[C]) -> C {
+    let mut sl = [C::zero(); LANES];
+    let mut it = x.chunks_exact(LANES);
+    for c in &mut it {
+        for j in 0..LANES {
+            sl[j] = sl[j] + c[j];
+        }
+    }
+    let tail = it.remainder().iter().fold(C::zero(), |a, &b| a + b);
+    ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7])) + tail
+}
+
+fn forward_typed<T: Flt>(a: &SdpaArgs, out: &Operand, lse: Option<&Operand>)
+where
+    T::C: FastExp,
+{
+    let sh = Shared::<T>::new(a);
+    let Dims { n, l, .. } = sh.d;
+    if n == 0 || l == 0 {
+        return;
+    }
+    let po = SendPtr(ptr::<T>(out.storage).wrapping_add(out.layout.offset()));
+    let plse = lse.map(|o| SendPtr(ptr::<T::C>(o.storage).wrapping_add(o.layout.offset())));
+    let blocks = l.div_ceil(BQ);
+    par_for(n * blocks, |u| {
+        simd::run(FwdUnit {
+            sh: &sh,
+            po,
+            plse,
+            n: u / blocks,
+            qb: u % blocks,
+        })
+    });
+}
+
+/// The attention forward: `out` and, when given, `lse` (see the module docs).
+pub(crate) fn forward(a: &SdpaArgs, out: &Operand, lse: Option<&Operand>) {
+    with_float_dtype!(a.q.dtype, T => forward_typed::<T>(a, out, lse), _ => {
+        unreachable!("attention on {}: the op layer refuses it", a.q.dtype)
+    })
+}
+
+/// One backward unit: head `n`, all of it.
+struct BwdUnit<'a, T: Flt> {
+    sh: &'a Shared<T>,
+    po: SendPtr<T>,
+    pdo: SendPtr<T>,
+    plse: SendPtr<T::C>,
+    pdq: SendPtr<T>,
+    pdk: SendPtr<T>,
+    pdv: SendPtr<T>,
+    n: usize,
+}
+
+impl<T: Flt> simd::Kernel for BwdUnit<'_, T>
+where
+    T::C: FastExp,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn call<const F: bool>(self) {
+        let BwdUnit {
+            sh,
+            po,
+            pdo,
+            plse,
+            pdq,
+            pdk,
+            pdv,
+            n,
+        } = self;
+        let Dims { l, s, e, ev, .. } = sh.d;
+        let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
+        let scale: T::C = num_traits::cast(sh.scale).unwrap_or(one);
+        let mut qs = vec![zero; l * e];
+        let mut dob = vec![zero; l * ev];
+        let mut dq = vec![zero; l * e];
+        let mut dd = vec![zero; l];
+        let mut kb = vec![zero; BK * e];
+        let mut vb = vec![zero; BK * ev];
+        let mut dkb = vec![zero; BK * e];
+        let mut dvb = vec![zero; BK * ev];
+        let mut p = [zero; BQ * BK];
+        let mut pd = [zero; BQ * BK];
+        let mut dp = [zero; BQ * BK];
+        // SAFETY: head n's rows of the dense q, dout and out [N, L, _], and of lse [N, L].
+        let lse = unsafe {
+            load::<T>(sh.pq, n * l * e, l, e, scale, &mut qs);
+            load::<T>(pdo, n * l * ev, l, ev, one, &mut dob);
+            let o = std::slice::from_raw_parts(po.get().add(n * l * ev), l * ev);
+            for (i, d) in dd.iter_mut().enumerate() {
+                let mut acc = zero;
+                for c in 0..ev {
+                    acc = acc + dob[i * ev + c] * o[i * ev + c].up();
+                }
+                *d = acc;
+            }
+            std::slice::from_raw_parts(plse.get().add(n * l), l)
+        };
+        let inv: T::C = sh.dropout.map_or(one, |(p, _)| {
+            num_traits::cast(1.0 / (1.0 - p)).unwrap_or(one)
+        });
+        let mut j0 = 0;
+        while j0 < s {
+            let bk = BK.min(s - j0);
+            // SAFETY: keys j0..j0 + bk of head n in k [N, S, E] and v [N, S, Ev].
+            unsafe {
+                load::<T>(sh.pk, (n * s + j0) * e, bk, e, one, &mut kb);
+                load::<T>(sh.pv, (n * s + j0) * ev, bk, ev, one, &mut vb);
+            }
+            dkb[..bk * e].iter_mut().for_each(|x| *x = zero);
+            dvb[..bk * ev].iter_mut().for_each(|x| *x = zero);
+            // Causal: rows before j0 see none of these keys.
+            let mut i0 = if sh.masker.causal { j0.min(l) } else { 0 };
+            while i0 < l {
+                let bq = BQ.min(l - i0);
+                let (pb, pdb, dpb) = (&mut p[..bq * bk], &mut pd[..bq * bk], &mut dp[..bq * bk]);
+                mm(
+                    (bq, bk, e),
+                    pb,
+                    bk,
+                    &qs[i0 * e..],
+                    (e, 1),
+                    &kb,
+                    (1, e),
+                    false,
+                    one,
+                );
+                // SAFETY: the op layer made the mask's layout [N, L, S].
+                unsafe { sh.masker.apply(pb, n, (i0, bq), (j0, bk)) };
+                for r in 0..bq {
+                    let lr = lse[i0 + r];
+                    let (row, drow) = (
+                        &mut pb[r * bk..(r + 1) * bk],
+                        &mut pdb[r * bk..(r + 1) * bk],
+                    );
+                    for (x, d) in row.iter_mut().zip(drow.iter_mut()) {
+                        *x = (*x - lr).fexp::<F>();
+                        *d = *x;
+                    }
+                    if let Some((pr, seed)) = sh.dropout {
+                        let base = ((n * l + i0 + r) * s + j0) as u64;
+                        for (c, d) in drow.iter_mut().enumerate() {
+                            *d = if keep(seed, base + c as u64, pr) {
+                                *d * inv
+                            } else {
+                                zero
+                            };
+                        }
+                    }
+                }
+                // dV += pd^T dO
+                mm(
+                    (bk, ev, bq),
+                    &mut dvb,
+                    ev,
+                    pdb,
+                    (1, bk),
+                    &dob[i0 * ev..],
+                    (ev, 1),
+                    true,
+                    one,
+                );
+                // dpd = dO V^T
+                mm(
+                    (bq, bk, ev),
+                    dpb,
+                    bk,
+                    &dob[i0 * ev..],
+                    (ev, 1),
+                    &vb,
+                    (1, ev),
+                    false,
+                    one,
+                );
+                for r in 0..bq {
+                    let di = dd[i0 + r];
+                    let base = ((n * l + i0 + r) * s + j0) as u64;
+                    let (row, drow) = (&mut pb[r * bk..(r + 1) * bk], &dpb[r * bk..(r + 1) * bk]);
+                    for (c, (x, &g)) in row.iter_mut().zip(drow).enumerate() {
+                        let g = match sh.dropout {
+                            Some((pr, seed)) if !keep(seed, base + c as u64, pr) => zero,
+                            Some(_) => g * inv,
+                            None => g,
+                        };
+                        // ds = p (dp - D); a masked p is 0.
+                        *x = *x * (g - di);
+                    }
+                }
+                // dQ += scale ds K;  dK += ds^T (scale Q)
+                mm(
+                    (bq, e, bk),
+                    &mut dq[i0 * e..],
+                    e,
+                    pb,
+                    (bk, 1),
+                    &kb,
+                    (e, 1),
+                    true,
+                    scale,
+                );
+                mm(
+                    (bk, e, bq),
+                    &mut dkb,
+                    e,
+                    pb,
+                    (1, bk),
+                    &qs[i0 * e..],
+                    (e, 1),
+                    true,
+                    one,
+                );
+                i0 += bq;
+            }
+            for (idx, &x) in dkb[..bk * e].iter().enumerate() {
+                // SAFETY: keys j0..j0 + bk of head n in the dense dk [N, S, E], this unit's alone.
+                unsafe { pdk.get().add((n * s + j0) * e + idx).write(T::down(x)) };
+            }
+            for (idx, &x) in dvb[..bk * ev].iter().enumerate() {
+                // SAFETY: as above, in dv [N, S, Ev].
+                unsafe { pdv.get().add((n * s + j0) * ev + idx).write(T::down(x)) };
+            }
+            j0 += bk;
+        }
+        for (idx, &x) in dq.iter().enumerate() {
+            // SAFETY: head n's rows of the dense dq [N, L, E], this unit's alone.
+            unsafe { pdq.get().add(n * l * e + idx).write(T::down(x)) };
+        }
+    }
+}
+
+fn backward_typed<T: Flt>(a: &SdpaArgs, g: &SdpaGrads)
+where
+    T::C: FastExp,
+{
+    let sh = Shared::<T>::new(a);
+    let base = |o: &Operand| SendPtr(ptr::<T>(o.storage).wrapping_add(o.layout.offset()));
+    let (po, pdo, pdq, pdk, pdv) = (
+        base(g.out),
+        base(g.dout),
+        base(g.dq),
+        base(g.dk),
+        base(g.dv),
+    );
+    let plse = SendPtr(ptr::<T::C>(g.lse.storage).wrapping_add(g.lse.layout.offset()));
+    par_for(sh.d.n, |n| {
+        simd::run(BwdUnit {
+            sh: &sh,
+            po,
+            pdo,
+            plse,
+            pdq,
+            pdk,
+            pdv,
+            n,
+        })
+    });
+}
+
+/// The attention backward: `dq`, `dk`, `dv` (see the module docs).
+pub(crate) fn backward(a: &SdpaArgs, g: &SdpaGrads) {
+    with_float_dtype!(a.q.dtype, T => backward_typed::<T>(a, g), _ => {
+        unreachable!("attention on {}: the op layer refuses it", a.q.dtype)
+    })
+}

@@ -39,21 +39,26 @@ class Block(nn.Module):
         self.fc = nn.Linear(D, 4 * D)
         self.out = nn.Linear(4 * D, D)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, sdpa):
         b, t = x.shape[0], x.shape[1]
         hd = D // HEADS
         qkv = self.qkv(self.ln1(x))
         q, k, v = (qkv.narrow(2, i * D, D).reshape(b, t, HEADS, hd).transpose(1, 2) for i in range(3))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).contiguous().reshape(b, t, D)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().reshape(b, t, D)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
 class CharTransformer(nn.Module):
-    def __init__(self):
+    def __init__(self, sdpa):
         super().__init__()
+        self.sdpa = sdpa
         self.tok = nn.Embedding(VOCAB, D)
         self.pos = nn.Embedding(SEQ, D)
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
@@ -69,12 +74,13 @@ class CharTransformer(nn.Module):
         mask = self.mask[:t, :t]
         x = self.tok(idx) + pos
         for b in self.blocks:
-            x = b(x, mask)
+            x = b(x, mask, self.sdpa)
         return self.head(self.ln_f(x))
 
 
-def transformer(out):
-    model = CharTransformer()
+def transformer(out, sdpa):
+    name = "transformer_train_step_sdpa" if sdpa else "transformer_train_step"
+    model = CharTransformer(sdpa)
     text = torch.randint(0, VOCAB, (BATCH, SEQ + 1))
     x = text[:, :SEQ].contiguous()
     y = text[:, 1:].reshape(-1)
@@ -91,10 +97,11 @@ def transformer(out):
 
     s = measure_budget(4.0, 10, step)
     nparams = sum(p.numel() for p in model.parameters())
-    print(f"transformer_train_step {statistics.median(s) * 1e3:.3f} ms ({len(s)} samples; loss {losses[0]:.4f} "
+    print(f"{name} {statistics.median(s) * 1e3:.3f} ms ({len(s)} samples; loss {losses[0]:.4f} "
           f"at step 1, {losses[-1]:.4f} at step {len(losses)}; {nparams} parameters)", file=sys.stderr)
-    out["transformer_train_step"] = row(s, "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: "
-                                          "fwd + CE + bwd + Adam")
+    what = ("the same step, attention by scaled_dot_product_attention(is_causal)" if sdpa else
+            "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam")
+    out[name] = row(s, what)
 
 
 def row(s, what):
@@ -150,8 +157,10 @@ def main():
     want = lambda n: not flt or any(f in n for f in flt)
     print(f"torch {torch.__version__} end-to-end (intra-op threads: {torch.get_num_threads()})", file=sys.stderr)
     out = {}
-    if want("transformer_train_step"):
-        transformer(out)
+    for sdpa in (False, True):
+        name = "transformer_train_step_sdpa" if sdpa else "transformer_train_step"
+        if not flt or any(name == f or (f != "transformer_train_step" and f in name) for f in flt):
+            transformer(out, sdpa)
     service(out, want)
     if a.json:
         with open(a.json, "w") as f:

@@ -139,6 +139,9 @@ def shape_str(s):
     return "[" + ",".join(str(d) for d in s) + "]"
 
 
+SDPA_SEQS = (128, 512, 2048)
+
+
 def attention(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1) / 8.0, -1) @ v
 
@@ -201,6 +204,12 @@ def fixed_rows(rows):
     rows.run("embedding", size, "Embedding(50000,256), idx [16,32]", lambda: emb(tok))
     q, k, v = inp((8, 4, 64, 64)), inp((8, 4, 64, 64)), inp((8, 4, 64, 64))
     rows.run("attention", size, "softmax(q k^T / 8) v, q,k,v [8,4,64,64]", lambda: attention(q, k, v))
+    rows.run("sdpa", size, "scaled_dot_product_attention, q,k,v [8,4,64,64]",
+             lambda: F.scaled_dot_product_attention(q, k, v))
+    for seq in SDPA_SEQS:
+        q, k, v = inp((1, 8, seq, 64)), inp((1, 8, seq, 64)), inp((1, 8, seq, 64))
+        rows.run(f"sdpa_causal_{seq}", size, f"scaled_dot_product_attention, causal, q,k,v [1,8,{seq},64]",
+                 lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     x = inp((8, 64, 32, 32))
     w = inp((64, 64, 3, 3))
     rows.run("conv2d", size, "x[8,64,32,32] W[64,64,3,3] padding 1", lambda: F.conv2d(x, w, None, 1, 1))
@@ -242,6 +251,13 @@ def fwd_bwd_rows(rows):
     ga = inp((8, 4, 64, 64))
     rows.run("attention_fwd_bwd", size, "softmax(q k^T / 8) v, q,k,v [8,4,64,64]",
              step(lambda: attention(q, k, v), [q, k, v], ga))
+    rows.run("sdpa_fwd_bwd", size, "scaled_dot_product_attention, q,k,v [8,4,64,64]",
+             step(lambda: F.scaled_dot_product_attention(q, k, v), [q, k, v], ga))
+    for seq in SDPA_SEQS:
+        q, k, v = (inp((1, 8, seq, 64)).requires_grad_(True) for _ in range(3))
+        ga = inp((1, 8, seq, 64))
+        rows.run(f"sdpa_causal_{seq}_fwd_bwd", size, f"scaled_dot_product_attention, causal, q,k,v [1,8,{seq},64]",
+                 step(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v], ga))
     x = inp((8, 64, 32, 32)).requires_grad_(True)
     w = inp((64, 64, 3, 3)).requires_grad_(True)
     gy = inp((8, 64, 32, 32))

@@ -14,6 +14,9 @@
 //!     `arange` and `gt`, filled with `-inf` by `masked_fill` (the library
 //!     has no `triu` or fused masked softmax; `masked_fill` is PyTorch's
 //!     `masked_fill` too).
+//!     `transformer_train_step_sdpa`: the same step with the attention as
+//!     `scaled_dot_product_attention(q, k, v, is_causal)` on both sides
+//!     (PyTorch's `F.scaled_dot_product_attention`).
 //! (b) `mlp_serve_bN`: an inference service, MLP 784-1024-1024-10 (ReLU),
 //!     answering one request of batch N = 1, 8, 64 under `no_grad`: the
 //!     request's host data becomes a tensor (`from_slice`), the model runs
@@ -33,7 +36,10 @@
 
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
-use tensorscope::nn::{cross_entropy, Embedding, LayerNorm, Linear, Module, ReLU, Sequential};
+use tensorscope::nn::{
+    cross_entropy, scaled_dot_product_attention_with, Embedding, LayerNorm, Linear, Module, ReLU,
+    SdpaOptions, Sequential,
+};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{DType, Device, Result, Tensor};
 
@@ -89,7 +95,7 @@ impl Block {
 
     /// `x [B, T, D]` -> `[B, T, D]`; `mask [T, T]` is true where a position
     /// may not attend (the future).
-    fn forward(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, mask: &Tensor, sdpa: bool) -> Result<Tensor> {
         let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
         let hd = D / HEADS;
         let qkv = self.qkv.forward(&self.ln1.forward(x)?)?; // [B, T, 3D]
@@ -99,6 +105,19 @@ impl Block {
                 .transpose(1, 2) // [B, H, T, hd]
         };
         let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        if sdpa {
+            let causal = SdpaOptions {
+                is_causal: true,
+                ..Default::default()
+            };
+            let y = scaled_dot_product_attention_with(&q, &k, &v, &causal)?
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape(&[b, t, D as isize])?;
+            let x = x.add(&self.proj.forward(&y)?)?;
+            let h = self.fc.forward(&self.ln2.forward(&x)?)?.gelu()?;
+            return x.add(&self.out.forward(&h)?);
+        }
         let att = q
             .matmul(&k.transpose(-2, -1)?)?
             .mul_scalar(1.0 / (hd as f64).sqrt())?
@@ -146,10 +165,13 @@ struct CharTransformer {
     positions: Tensor,
     /// `[SEQ, SEQ]` bool, true above the diagonal.
     mask: Tensor,
+    /// Attention through `scaled_dot_product_attention` (causal) instead
+    /// of matmul / masked_fill / softmax / matmul.
+    sdpa: bool,
 }
 
 impl CharTransformer {
-    fn new() -> Result<CharTransformer> {
+    fn new(sdpa: bool) -> Result<CharTransformer> {
         let positions = Tensor::arange(0.0, SEQ as f64, 1.0, DType::I64, CPU)?;
         let rows = positions.view(&[SEQ as isize, 1])?;
         let cols = positions.view(&[1, SEQ as isize])?;
@@ -161,6 +183,7 @@ impl CharTransformer {
             head: Linear::new(D, VOCAB)?,
             mask: cols.gt(&rows)?,
             positions,
+            sdpa,
         })
     }
 }
@@ -172,7 +195,7 @@ impl Module for CharTransformer {
         let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
         let mut x = self.tok.forward(idx)?.add(&pos)?; // [B, T, D]
         for b in &self.blocks {
-            x = b.forward(&x, &mask)?;
+            x = b.forward(&x, &mask, self.sdpa)?;
         }
         self.head.forward(&self.ln_f.forward(&x)?)
     }
@@ -225,8 +248,8 @@ impl Lcg {
     }
 }
 
-fn transformer(rows: &mut Vec<Measured>) -> R<()> {
-    let mut model = CharTransformer::new()?;
+fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
+    let mut model = CharTransformer::new(sdpa)?;
     let mut rng = Lcg(7);
     let text: Vec<i64> = (0..BATCH * (SEQ + 1))
         .map(|_| (rng.next() % VOCAB as u64) as i64)
@@ -239,23 +262,28 @@ fn transformer(rows: &mut Vec<Measured>) -> R<()> {
         ..Default::default()
     })?;
     let mut losses = Vec::new();
-    let m = measure_budget(
-        "transformer_train_step",
-        "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam",
-        4.0,
-        10,
-        || {
-            opt.zero_grad(&model);
-            let logits = model.forward(&x)?;
-            let loss = cross_entropy(&logits.reshape(&[-1, VOCAB as isize])?, &y)?;
-            loss.backward()?;
-            opt.step(&mut model)?;
-            losses.push(loss.item::<f32>()?);
-            Ok(())
-        },
-    )?;
+    let (name, what) = if sdpa {
+        (
+            "transformer_train_step_sdpa",
+            "the same step, attention by scaled_dot_product_attention(is_causal)",
+        )
+    } else {
+        (
+            "transformer_train_step",
+            "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam",
+        )
+    };
+    let m = measure_budget(name, what, 4.0, 10, || {
+        opt.zero_grad(&model);
+        let logits = model.forward(&x)?;
+        let loss = cross_entropy(&logits.reshape(&[-1, VOCAB as isize])?, &y)?;
+        loss.backward()?;
+        opt.step(&mut model)?;
+        losses.push(loss.item::<f32>()?);
+        Ok(())
+    })?;
     eprintln!(
-        "transformer_train_step {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
+        "{name} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
         m.median() * 1e3,
         m.samples.len(),
         losses[0],
@@ -352,8 +380,19 @@ fn main() -> R<()> {
         env!("CARGO_PKG_VERSION")
     );
     let mut rows = Vec::new();
-    if want("transformer_train_step") {
-        transformer(&mut rows)?;
+    for sdpa in [false, true] {
+        let name = if sdpa {
+            "transformer_train_step_sdpa"
+        } else {
+            "transformer_train_step"
+        };
+        if filter.is_empty()
+            || filter
+                .iter()
+                .any(|f| name == f || (f != "transformer_train_step" && name.contains(f.as_str())))
+        {
+            transformer(&mut rows, sdpa)?;
+        }
     }
     service(&mut rows, &want)?;
     if let Some(path) = json {

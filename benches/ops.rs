@@ -31,7 +31,10 @@
 
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
-use tensorscope::nn::{cross_entropy, Embedding, LayerNorm, Module};
+use tensorscope::nn::{
+    cross_entropy, scaled_dot_product_attention, scaled_dot_product_attention_with, Embedding,
+    LayerNorm, Module, SdpaKernel, SdpaOptions,
+};
 use tensorscope::{ConvOptions, DType, Device, Padding, PoolOptions, Tensor};
 
 #[path = "common/timing.rs"]
@@ -432,6 +435,29 @@ fn fixed_rows(rows: &mut Rows) -> R<()> {
                 Ok(())
             },
         )?;
+        rows.run(
+            "sdpa",
+            size,
+            "scaled_dot_product_attention, q,k,v [8,4,64,64]".into(),
+            || {
+                black_box(scaled_dot_product_attention(&q, &k, &v)?);
+                Ok(())
+            },
+        )?;
+    }
+    for seq in SDPA_SEQS {
+        let q = input(&[1, 8, seq, 64], Domain::Any)?;
+        let k = input(&[1, 8, seq, 64], Domain::Any)?;
+        let v = input(&[1, 8, seq, 64], Domain::Any)?;
+        rows.run(
+            &format!("sdpa_causal_{seq}"),
+            size,
+            format!("scaled_dot_product_attention, causal, q,k,v [1,8,{seq},64]"),
+            || {
+                black_box(scaled_dot_product_attention_with(&q, &k, &v, &CAUSAL)?);
+                Ok(())
+            },
+        )?;
     }
     {
         // A ResNet stage's 3x3 convolution, and a 2x2 max-pool.
@@ -457,6 +483,17 @@ fn fixed_rows(rows: &mut Rows) -> R<()> {
     }
     Ok(())
 }
+
+/// The sequence lengths of the causal attention rows (issue 17 item 9).
+const SDPA_SEQS: [usize; 3] = [128, 512, 2048];
+
+const CAUSAL: SdpaOptions<'static> = SdpaOptions {
+    attn_mask: None,
+    dropout_p: 0.0,
+    is_causal: true,
+    scale: None,
+    kernel: SdpaKernel::Auto,
+};
 
 fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> tensorscope::Result<Tensor> {
     q.matmul(&k.transpose(-2, -1)?)?
@@ -547,6 +584,37 @@ fn fwd_bwd_rows(rows: &mut Rows) -> R<()> {
             Ok(())
         },
     )?;
+    rows.run(
+        "sdpa_fwd_bwd",
+        size,
+        "scaled_dot_product_attention, q,k,v [8,4,64,64]".into(),
+        || {
+            scaled_dot_product_attention(&q, &k, &v)?.backward_with(&ga, false)?;
+            for p in [&q, &k, &v] {
+                p.zero_grad();
+            }
+            Ok(())
+        },
+    )?;
+    for seq in SDPA_SEQS {
+        let q = input(&[1, 8, seq, 64], Domain::Any)?.requires_grad_(true)?;
+        let k = input(&[1, 8, seq, 64], Domain::Any)?.requires_grad_(true)?;
+        let v = input(&[1, 8, seq, 64], Domain::Any)?.requires_grad_(true)?;
+        let ga = input(&[1, 8, seq, 64], Domain::Any)?;
+        rows.run(
+            &format!("sdpa_causal_{seq}_fwd_bwd"),
+            size,
+            format!("scaled_dot_product_attention, causal, q,k,v [1,8,{seq},64]"),
+            || {
+                scaled_dot_product_attention_with(&q, &k, &v, &CAUSAL)?
+                    .backward_with(&ga, false)?;
+                for p in [&q, &k, &v] {
+                    p.zero_grad();
+                }
+                Ok(())
+            },
+        )?;
+    }
     let x = input(&[8, 64, 32, 32], Domain::Any)?.requires_grad_(true)?;
     let w = input(&[64, 64, 3, 3], Domain::Any)?.requires_grad_(true)?;
     let gy = input(&[8, 64, 32, 32], Domain::Any)?;

@@ -84,7 +84,8 @@ fn run(
     let wv = values(y.numel(), 7);
     let w = tensor(&wv, y.shape(), y.dtype(), y.device());
     y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
-    let g = |t: &Tensor| read(&t.grad().unwrap());
+    // Views (not leaves) have no gradient of their own: empty.
+    let g = |t: &Tensor| t.grad().map(|g| read(&g)).unwrap_or_default();
     let r = (read(&y), g(q), g(k), g(v));
     for t in [q, k, v] {
         t.zero_grad();
@@ -94,14 +95,14 @@ fn run(
 
 /// Every kernel agrees with the direct f64 forward, and the kernels'
 /// gradients agree with the Math composition's (autograd through matmul
-/// and softmax), in f64 and f32, across block edges (L = 70 > 64 rows,
-/// S = 300 > 256 keys), causal or not.
+/// and softmax), in f64 and f32, across block edges (L = 150 > 64 rows,
+/// S = 300 > 256 keys: both kernels cross their blocks), causal or not.
 fn kernels_agree_with_the_reference(dev: Device) {
     for (dt, tol) in [(DType::F64, 1e-10), (DType::F32, 2e-4)] {
         for (l, s, causal) in [
             (5, 7, false),
-            (70, 300, false),
-            (70, 300, true),
+            (150, 300, false),
+            (150, 300, true),
             (9, 4, true),
         ] {
             let (b, e, ev) = (2, 8, 5);
@@ -221,8 +222,14 @@ fn masks_broadcasts_and_empty_rows(dev: Device) {
 fn dropout_masks_are_regenerated_by_the_backward(dev: Device) {
     let (l, s, e) = (40, 70, 8);
     let dt = DType::F64;
-    for kernel in kernels(dev) {
-        let ctx = format!("{kernel:?}");
+    // Causal too: with L < S the forward's last causal key block is
+    // narrower than the backward's (the Blocked kernel once drew a
+    // different mask for it).
+    for (kernel, causal) in kernels(dev)
+        .into_iter()
+        .flat_map(|k| [(k, false), (k, true)])
+    {
+        let ctx = format!("{kernel:?} causal={causal}");
         let q = leaf(&[1, l, e], 1, dt, dev);
         let k = leaf(&[1, s, e], 2, dt, dev);
         let eye = Tensor::eye(s, s, dt, dev)
@@ -231,12 +238,18 @@ fn dropout_masks_are_regenerated_by_the_backward(dev: Device) {
             .unwrap();
         let o = SdpaOptions {
             dropout_p: 0.4,
+            is_causal: causal,
             kernel,
             ..Default::default()
         };
         manual_seed(11);
         let pd = read(&sdpa(&q, &k, &eye, &o).unwrap()); // [L, S]
-        let zeros = pd.iter().filter(|&&x| x == 0.0).count() as f64 / pd.len() as f64;
+                                                         // The dropped share of the weights that attention allows.
+        let allowed: Vec<f64> = (0..l * s)
+            .filter(|&ij| !causal || ij % s <= ij / s)
+            .map(|ij| pd[ij])
+            .collect();
+        let zeros = allowed.iter().filter(|&&x| x == 0.0).count() as f64 / allowed.len() as f64;
         assert!(
             (0.3..0.5).contains(&zeros),
             "{ctx}: {zeros} of the weights dropped"
@@ -262,36 +275,107 @@ fn dropout_masks_are_regenerated_by_the_backward(dev: Device) {
         assert_close(&dv, &want_dv, 1e-10, &format!("{ctx}: dv = P_d^T dO"));
         let all = SdpaOptions {
             dropout_p: 1.0,
-            kernel,
-            ..Default::default()
+            ..o
         };
         let (y, dq, _, _) = run(&q, &k, &v, &all);
         assert!(y.iter().chain(&dq).all(|&x| x == 0.0), "{ctx}: p = 1");
     }
 }
 
-/// f16 and bf16 compute in f32 and round once: within the dtype's rounding
-/// of the f64 result.
+/// Queries broadcast over batch and heads (a stride-0 view), keys and
+/// values that are a prefix of longer buffers (a cache) and a padding mask
+/// broadcast over heads are read in place: the forward allocates only its
+/// output, and values and gradients match Math's.
+fn strided_operands_are_read_in_place(dev: Device) {
+    let dt = DType::F64;
+    let (l, s, e) = (5, 7, 4);
+    let q = leaf(&[1, 1, l, e], 1, dt, dev);
+    let kbuf = leaf(&[2, 3, 12, e], 2, dt, dev);
+    let vbuf = leaf(&[2, 3, 12, e], 3, dt, dev);
+    // Fresh views for every run (a backward releases its graph).
+    let kv = || (kbuf.narrow(2, 0, s).unwrap(), vbuf.narrow(2, 0, s).unwrap());
+    // A padding mask [B, 1, 1, S] (key 5 of batch 0, key 2 of batch 1):
+    // broadcast over heads and rows, never copied per head.
+    let pad: Vec<bool> = (0..2 * s).map(|i| i != 5 && i != s + 2).collect();
+    let pad = Tensor::from_slice(&pad, &[2, 1, 1, s], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let o = |kernel| SdpaOptions {
+        attn_mask: Some(&pad),
+        kernel,
+        ..Default::default()
+    };
+    let (k, v) = kv();
+    let math = run(&q, &k, &v, &o(SdpaKernel::Math));
+    let grads = |t: &Tensor| read(&t.grad().unwrap());
+    let (gk, gv) = (grads(&kbuf), grads(&vbuf));
+    for t in [&kbuf, &vbuf] {
+        t.zero_grad();
+    }
+    for kernel in kernels(dev) {
+        let ctx = format!("{kernel:?}");
+        let (k, v) = kv();
+        let got = run(&q, &k, &v, &o(kernel));
+        assert_close(&got.0, &math.0, 1e-12, &format!("{ctx}: output"));
+        assert_close(&got.1, &math.1, 1e-12, &format!("{ctx}: dq"));
+        assert_close(&grads(&kbuf), &gk, 1e-12, &format!("{ctx}: dk"));
+        assert_close(&grads(&vbuf), &gv, 1e-12, &format!("{ctx}: dv"));
+        for t in [&kbuf, &vbuf] {
+            t.zero_grad();
+        }
+    }
+    if dev.is_cpu() {
+        let (k, v) = kv();
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let before = memory::memory_allocated(dev);
+        memory::reset_peak_memory_stats(dev);
+        let y = sdpa(&q, &k, &v, &o(SdpaKernel::Fused)).unwrap();
+        let out = round_size(y.numel() * 8);
+        assert_eq!(
+            memory::max_memory_allocated(dev) - before,
+            out,
+            "no copy of q, k, v or the mask"
+        );
+    }
+}
+
+/// The f64 leaf holding `t`'s values.
+fn leaf_of(t: &Tensor) -> Tensor {
+    t.detach()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
+
+/// f16 and bf16 compute in f32 and round once: the output and the
+/// gradients within the dtype's rounding of the f64 results (from the same
+/// rounded inputs).
 fn half_precision_inputs(dev: Device) {
     for (dt, tol) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
         let q = leaf(&[3, 20, 8], 1, dt, dev);
         let k = leaf(&[3, 30, 8], 2, dt, dev);
         let v = leaf(&[3, 30, 8], 3, dt, dev);
-        let wide = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
         let o = SdpaOptions {
             is_causal: true,
             kernel: SdpaKernel::Math,
             ..Default::default()
         };
-        let want = read(&sdpa(&wide(&q), &wide(&k), &wide(&v), &o).unwrap());
+        let (wq, wk, wv) = (leaf_of(&q), leaf_of(&k), leaf_of(&v));
+        let want = run(&wq, &wk, &wv, &o);
         for kernel in kernels(dev) {
             if kernel == SdpaKernel::Math {
                 continue;
             }
             let o = SdpaOptions { kernel, ..o };
-            let y = sdpa(&q, &k, &v, &o).unwrap();
-            assert_eq!(y.dtype(), dt);
-            assert_close(&read(&y), &want, tol, &format!("{kernel:?} {dt}"));
+            assert_eq!(sdpa(&q, &k, &v, &o).unwrap().dtype(), dt);
+            let got = run(&q, &k, &v, &o);
+            let ctx = format!("{kernel:?} {dt}");
+            assert_close(&got.0, &want.0, tol, &format!("{ctx}: output"));
+            assert_close(&got.1, &want.1, tol, &format!("{ctx}: dq"));
+            assert_close(&got.2, &want.2, tol, &format!("{ctx}: dk"));
+            assert_close(&got.3, &want.3, tol, &format!("{ctx}: dv"));
         }
     }
 }
@@ -482,6 +566,7 @@ on_both!(
     masks_broadcasts_and_empty_rows,
     dropout_masks_are_regenerated_by_the_backward,
     half_precision_inputs,
+    strided_operands_are_read_in_place,
     memory_is_the_output_and_o_of_l,
     errors_name_the_op,
 );
@@ -492,6 +577,7 @@ common::on_cpu!(
     masks_broadcasts_and_empty_rows,
     dropout_masks_are_regenerated_by_the_backward,
     half_precision_inputs,
+    strided_operands_are_read_in_place,
     memory_is_the_output_and_o_of_l,
     errors_name_the_op,
 );

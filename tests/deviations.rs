@@ -415,3 +415,84 @@ fn clip_grad_value_refuses_a_negative_value() {
         [1.0, 1.0]
     );
 }
+
+/// Deviation 20: `MultiheadAttention` returns no weights unless asked
+/// (`MhaForward::need_weights` is `false` by default); PyTorch's
+/// `need_weights=True` default returns them (and materialises them).
+#[test]
+fn multihead_attention_returns_no_weights_by_default() {
+    use tensorscope::nn::{MhaForward, MultiheadAttention};
+    let mha = MultiheadAttention::new(4, 2).unwrap();
+    let x = Tensor::ones(&[3, 1, 4], DType::F32, CPU).unwrap();
+    let (_, w) = mha.attend(&x, &x, &x, &MhaForward::default()).unwrap();
+    assert!(w.is_none());
+    let asked = MhaForward {
+        need_weights: true,
+        ..Default::default()
+    };
+    let (_, w) = mha.attend(&x, &x, &x, &asked).unwrap();
+    assert_eq!(w.unwrap().shape(), &[1, 3, 3]);
+}
+
+/// Deviation 21: `MultiheadAttention`'s `is_causal` needs no `attn_mask`
+/// and is combined (and-ed) with one that is given; PyTorch refuses
+/// `is_causal` without `attn_mask` ("Need attn_mask if specifying the
+/// is_causal hint") and takes a given mask to be the causal one.
+#[test]
+fn multihead_attention_is_causal_needs_no_mask() {
+    use tensorscope::nn::{MhaForward, MultiheadAttention};
+    let mha = MultiheadAttention::new(4, 2).unwrap();
+    let x = Tensor::randn(&[3, 1, 4], DType::F64, CPU)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let causal = MhaForward {
+        is_causal: true,
+        need_weights: true,
+        ..Default::default()
+    };
+    let (_, w) = mha.attend(&x, &x, &x, &causal).unwrap();
+    // Query 0 attends key 0 only.
+    assert_eq!(w.unwrap().to_vec::<f32>().unwrap()[..3], [1.0, 0.0, 0.0]);
+    // A mask that hides key 0 from every query, and-ed with causality:
+    // query 0 sees nothing (0 weights), query 1 only key 1.
+    let hide0 = Tensor::from_slice(
+        &[true, false, false, true, false, false, true, false, false],
+        &[3, 3],
+        CPU,
+    )
+    .unwrap();
+    let both = MhaForward {
+        attn_mask: Some(&hide0),
+        ..causal
+    };
+    let (_, w) = mha.attend(&x, &x, &x, &both).unwrap();
+    assert_eq!(
+        w.unwrap().to_vec::<f32>().unwrap()[..6],
+        [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    );
+}
+
+/// Deviation 22: a query masked from every key gets zero weights with
+/// `need_weights` too (its output is the output projection's bias), as
+/// without it; PyTorch's `need_weights=True` path gives NaN for it
+/// (printed by torch 2.15: weights `[nan, nan, nan]`, output `nan`), its
+/// `need_weights=False` path 0.
+#[test]
+fn multihead_attention_fully_masked_query_is_zero_with_weights() {
+    use tensorscope::nn::{MhaForward, MultiheadAttention};
+    let mut mha = MultiheadAttention::new(4, 2).unwrap();
+    mha.out_proj.bias = Some(Tensor::from_slice(&[1.0f32, -2.0, 3.0, 0.5], &[4], CPU).unwrap());
+    let x = Tensor::randn(&[3, 1, 4], DType::F32, CPU).unwrap();
+    let mut hide = vec![false; 9];
+    hide[..3].fill(true); // query 0 sees no key
+    let am = Tensor::from_slice(&hide, &[3, 3], CPU).unwrap();
+    let f = MhaForward {
+        attn_mask: Some(&am),
+        need_weights: true,
+        ..Default::default()
+    };
+    let (y, w) = mha.attend(&x, &x, &x, &f).unwrap();
+    assert_eq!(w.unwrap().to_vec::<f32>().unwrap()[..3], [0.0, 0.0, 0.0]);
+    assert_eq!(y.to_vec::<f32>().unwrap()[..4], [1.0, -2.0, 3.0, 0.5]);
+}

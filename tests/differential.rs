@@ -26,9 +26,9 @@ mod common;
 use common::devices::on_both;
 use common::Params;
 use tensorscope::nn::{
-    scaled_dot_product_attention_with, SdpaOptions,
     bce_with_logits, binary_cross_entropy, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss,
-    nll_loss, prune, smooth_l1_loss, BatchNorm2d, GroupNorm, LayerNorm, Module, Sequential,
+    nll_loss, prune, scaled_dot_product_attention_with, smooth_l1_loss, BatchNorm2d, GroupNorm,
+    LayerNorm, Linear, MhaForward, MhaOptions, Module, MultiheadAttention, SdpaOptions, Sequential,
 };
 use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
@@ -341,6 +341,7 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "where" => Tensor::where_cond(a, b(), &x[2])?,
         "sgd" | "adam" | "adamw" => optimize(c, x)?,
         "conv2d" | "conv1d" => convolve(c, x)?,
+        "mha" => attend(c, x)?,
         "sdpa" => {
             let o = SdpaOptions {
                 attn_mask: x.get(3),
@@ -483,6 +484,46 @@ fn prune_global(c: &Case, x: &Tensor, y: &Tensor) -> Result<Tensor> {
         .map(|(_, m)| m.reshape(&[-1]))
         .collect::<Result<_>>()?;
     Tensor::cat(&[&masks[0], &masks[1]], 0)
+}
+
+/// `MultiheadAttention` (seq-first) over the case's inputs: the query (and
+/// key and value for cross-attention), the four parameters, the masks named
+/// by `masks`; `weights` returns the output and the averaged weights,
+/// flattened and concatenated.
+fn attend(c: &Case, x: &[Tensor]) -> Result<Tensor> {
+    let kind = c.param("kind");
+    let nin = if kind == "cross" { 3 } else { 1 };
+    let (q, k, v) = if nin == 1 {
+        (&x[0], &x[0], &x[0])
+    } else {
+        (&x[0], &x[1], &x[2])
+    };
+    let p = &x[nin..nin + 4];
+    let out = Linear::from_parts(p[2].alias(), Some(p[3].alias()))?;
+    let heads = c.f("heads") as usize;
+    let mha = MultiheadAttention::from_parts(
+        p[0].alias(),
+        Some(p[1].alias()),
+        out,
+        heads,
+        MhaOptions::default(),
+    )?;
+    let names: Vec<&str> = match c.param("masks") {
+        "none" => vec![],
+        m => m.split(',').collect(),
+    };
+    let mask = |n: &str| names.iter().position(|&m| m == n).map(|i| &x[nin + 4 + i]);
+    let f = MhaForward {
+        key_padding_mask: mask("kpm"),
+        attn_mask: mask("attn"),
+        need_weights: kind == "weights",
+        ..Default::default()
+    };
+    let (y, w) = mha.attend(q, k, v, &f)?;
+    match w {
+        Some(w) => Tensor::cat(&[&y.reshape(&[-1])?, &w.reshape(&[-1])?], 0),
+        None => Ok(y),
+    }
 }
 
 /// `conv2d` / `conv1d` with the case's options (`x[2]`, if present, is

@@ -73,7 +73,8 @@ pub struct SdpaOptions<'a> {
     pub kernel: SdpaKernel,
 }
 
-/// A mask as the kernels read it: a `[N, L, S]` view.
+/// A mask as the kernels read it: a `[batch.., L, S]` view (expanded, not
+/// copied), whose batch elements are the `N` heads in row-major order.
 pub(super) enum Mask {
     /// bool, `true`: may attend.
     Keep(Tensor),
@@ -166,13 +167,21 @@ pub fn scaled_dot_product_attention_with(
             dropout.map(|d| d.0),
         );
     }
-    // [.., L, E] -> dense [N, L, E] over the broadcast batch.
+    // [.., L, E] -> [N, L, E] over the broadcast batch, with dense rows
+    // within each head (a copy only when the view has none: a key/value
+    // cache's prefix, or one head broadcast over the batch, is read in place).
     let flat = |t: &Tensor, rows: usize, cols: usize| -> Result<Tensor> {
         let mut shape: Vec<isize> = g.batch.iter().map(|&d| d as isize).collect();
         shape.extend([rows as isize, cols as isize]);
-        t.expand(&shape)?
-            .reshape(&[g.n as isize, rows as isize, cols as isize])?
-            .contiguous()
+        let t = t
+            .expand(&shape)?
+            .reshape(&[g.n as isize, rows as isize, cols as isize])?;
+        let st = t.strides();
+        if (cols <= 1 || st[2] == 1) && (rows <= 1 || st[1] == cols) {
+            Ok(t)
+        } else {
+            t.contiguous()
+        }
     };
     let (qc, kc, vc) = (flat(q, g.l, g.e)?, flat(k, g.s, g.e)?, flat(v, g.s, g.ev)?);
     let mask = match o.attn_mask {
@@ -185,9 +194,9 @@ pub fn scaled_dot_product_attention_with(
             };
             let mut shape: Vec<isize> = g.batch.iter().map(|&d| d as isize).collect();
             shape.extend([g.l as isize, g.s as isize]);
-            let m = m
-                .expand(&shape)?
-                .reshape(&[g.n as isize, g.l as isize, g.s as isize])?;
+            // A broadcast view (a padding mask `[B, 1, 1, S]` stays that
+            // size); the kernels read it with its strides.
+            let m = m.expand(&shape)?;
             Some(if m.dtype() == DType::Bool {
                 Mask::Keep(m)
             } else {

@@ -24,8 +24,8 @@ use crate::tensor::Tensor;
 /// Keys per block.
 pub(super) const BLOCK: usize = 256;
 
-/// What one call computes (the tensors dense `[N, L, E]`, `[N, S, E]`,
-/// `[N, S, Ev]`; the mask a `[N, L, S]` view).
+/// What one call computes (`[N, L, E]`, `[N, S, E]`, `[N, S, Ev]`; the
+/// mask a `[batch.., L, S]` view over the `N` heads).
 pub(super) struct Blocked<'a> {
     pub q: &'a Tensor,
     pub k: &'a Tensor,
@@ -68,14 +68,19 @@ impl Blocked<'_> {
                 .view(&[1, bk as isize])?;
             s.masked_fill_(&c.gt(&r)?, f64::NEG_INFINITY)?;
         }
+        // The mask's block `[N, rows, bk]` (a copy of the block at most).
+        let block = |m: &Tensor| -> Result<Tensor> {
+            let n = self.q.shape()[0] as isize;
+            m.narrow(-2, i0, rows)?
+                .narrow(-1, j0, bk)?
+                .reshape(&[n, rows as isize, bk as isize])
+        };
         match self.mask {
             Some(Mask::Keep(m)) => {
-                let blk = m.narrow(1, i0, rows)?.narrow(2, j0, bk)?;
-                s.masked_fill_(&blk.logical_not()?, f64::NEG_INFINITY)?;
+                s.masked_fill_(&block(m)?.logical_not()?, f64::NEG_INFINITY)?;
             }
             Some(Mask::Add(m)) => {
-                let blk = m.narrow(1, i0, rows)?.narrow(2, j0, bk)?;
-                s.add_(&blk.to_dtype(s.dtype())?)?;
+                s.add_(&block(m)?.to_dtype(s.dtype())?)?;
             }
             None => {}
         }
@@ -95,8 +100,13 @@ impl Blocked<'_> {
             return Ok(None);
         };
         let (n, l, _) = self.dims();
+        // Always a full [N, L, BLOCK] draw, narrowed: the forward's last
+        // causal block can be narrower than the backward's, and the value
+        // at (i, j) must not depend on the width.
         let mut g = Generator::new(seed ^ (j0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let u = Tensor::rand_with(&[n, l, bk], DType::F32, dev, &mut g)?.narrow(1, i0, rows)?;
+        let u = Tensor::rand_with(&[n, l, BLOCK], DType::F32, dev, &mut g)?
+            .narrow(1, i0, rows)?
+            .narrow(2, 0, bk)?;
         let inv = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
         Ok(Some(u.ge_scalar(p)?.to_dtype(dt)?.mul_scalar(inv)?))
     }

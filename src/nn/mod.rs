@@ -38,6 +38,7 @@ mod fused_norm;
 pub mod init;
 mod linear;
 pub mod loss;
+mod mha;
 mod module;
 mod norm;
 pub mod prune;
@@ -62,6 +63,7 @@ pub use loss::{
     huber_loss, kl_div, kl_div_with, l1_loss, l1_loss_with, mse_loss, mse_loss_with, nll_loss,
     smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
+pub use mha::{KvCache, MhaForward, MhaOptions, MultiheadAttention};
 pub use module::{module_scope, Module, ModuleScope};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm};
 pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};

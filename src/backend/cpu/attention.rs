@@ -1,19 +1,26 @@
 //! Scaled dot-product attention on the CPU, forward and backward, blocked
 //! as FlashAttention is: the `[L, S]` score matrix of a head is never
 //! materialised. Memory beyond the outputs is per worker thread and
-//! independent of the sequence length in the forward (`BQ x E + BK x (E +
-//! Ev) + BQ x BK + BQ x Ev` values in `T::C`); the backward of one head
-//! also keeps that head's scaled queries, output gradient and query
-//! gradient in `T::C` (`L x (2E + Ev)` values: O(L), not O(L S)).
+//! independent of the sequence length in the forward (`BQ x BK + BQ x Ev`
+//! values in `T::C`, plus `BQ x E + BK x (E + Ev)` for f16 and bf16, which
+//! are widened to f32 block by block; f32 and f64 are read in place); the
+//! backward of one head also keeps its query gradient in `T::C` (and, for
+//! f16 and bf16, its queries and output gradient widened): O(L), not
+//! O(L S). The block products are the `gemm` crate's, on one thread each
+//! (the units of work are spread over the pool), with the score scale as
+//! gemm's `beta`.
 //!
-//! Operands (the op layer makes them so): dense `q [N, L, E]`, `k [N, S, E]`,
-//! `v [N, S, Ev]`, `out [N, L, Ev]` of one float dtype `T`; `lse [N, L]`
+//! Operands (the op layer makes them so): `q [N, L, E]`, `k [N, S, E]`,
+//! `v [N, S, Ev]` with dense rows within each head (heads at any distance:
+//! a key/value cache's prefix is read in place), dense `out [N, L, Ev]`, all
+//! of one float dtype `T`; `lse [N, L]`
 //! dense in `T::C` (f32 for f32/f16/bf16, f64 for f64); an optional mask as
-//! a strided `[N, L, S]` view (stride 0 where it broadcasts), bool (`true`:
+//! a strided `[batch.., L, S]` view over the `N` heads (stride 0 where it
+//! broadcasts: a padding mask is never copied per head), bool (`true`:
 //! may attend) or `T` (added to the scaled scores).
 //!
 //! Forward, per head `n` and block of `BQ` query rows: for each block of
-//! `BK` keys, `s = scale * q k^T` (gemm), masked; the running row maximum
+//! `BK` keys, `s = scale * q k^T`, masked; the running row maximum
 //! `m`, the running sum `l` of `exp(s - m)` and the unnormalised output
 //! `acc` are rescaled by `exp(m_old - m_new)` (the online softmax), the
 //! block's probabilities (dropped and rescaled when dropout is on) are
@@ -141,44 +148,89 @@ fn mm<C: 'static + Copy + Zero + One>(
     }
 }
 
-/// Reads the dense rows `r0..r0 + rows` of a `[.., cols]` matrix starting at
-/// element `base` of `p` into `dst`, widened to `T::C` and times `mul`.
+/// The dense rows `rows x cols` starting at element `base` of `p`, as
+/// `T::C`: the tensor's own memory when `T` is `T::C` (f32, f64), else
+/// widened into `scratch` (f16, bf16).
 ///
 /// # Safety
-/// The rows lie in one live allocation of `T` nobody writes meanwhile.
+/// The rows lie in one live allocation of `T` nobody writes while the
+/// returned slice lives.
 #[inline(always)]
-unsafe fn load<T: Flt>(
+unsafe fn rows<T: Flt>(
     p: SendPtr<T>,
     base: usize,
     rows: usize,
     cols: usize,
-    mul: T::C,
-    dst: &mut [T::C],
-) {
+    scratch: &mut [T::C],
+) -> &[T::C] {
+    let n = rows * cols;
     // SAFETY: the caller's contract.
-    let src = unsafe { std::slice::from_raw_parts(p.get().add(base), rows * cols) };
-    for (d, &x) in dst[..rows * cols].iter_mut().zip(src) {
-        *d = x.up() * mul;
+    let src = unsafe { std::slice::from_raw_parts(p.get().add(base), n) };
+    if same_type::<T, T::C>() {
+        // SAFETY: `T` and `T::C` are the same type (checked by TypeId), so
+        // the slice of `T` is a slice of `T::C`, with the caller's lifetime.
+        return unsafe { std::slice::from_raw_parts(src.as_ptr() as *const T::C, n) };
     }
+    for (d, &x) in scratch[..n].iter_mut().zip(src) {
+        *d = x.up();
+    }
+    &scratch[..n]
+}
+
+/// Whether `A` and `B` are one type.
+#[inline(always)]
+fn same_type<A: 'static, B: 'static>() -> bool {
+    std::any::TypeId::of::<A>() == std::any::TypeId::of::<B>()
 }
 
 /// The mask and causal structure of one call, read per block.
 struct Masker<T> {
-    mask: Option<(SendPtr<u8>, [usize; 3], usize, MaskKind)>,
+    mask: Option<MaskView>,
     causal: bool,
     _t: std::marker::PhantomData<T>,
+}
+
+/// A mask operand `[batch.., L, S]` (any strides, 0 where it broadcasts):
+/// head `n` is the row-major index over the batch dimensions.
+struct MaskView {
+    p: SendPtr<u8>,
+    offset: usize,
+    batch: Vec<(usize, usize)>,
+    /// The strides of the rows and the keys.
+    si: usize,
+    sj: usize,
+    kind: MaskKind,
+}
+
+impl MaskView {
+    /// The element offset of head `n`'s `[0, 0]`.
+    fn head(&self, mut n: usize) -> usize {
+        let mut off = self.offset;
+        for &(size, stride) in self.batch.iter().rev() {
+            off += (n % size) * stride;
+            n /= size;
+        }
+        off
+    }
 }
 
 impl<T: Flt> Masker<T> {
     fn new(a: &SdpaArgs) -> Masker<T> {
         let mask = a.mask.map(|(m, kind)| {
-            let st = m.layout.strides();
-            (
-                SendPtr(ptr::<u8>(m.storage)),
-                [st[0], st[1], st[2]],
-                m.layout.offset(),
+            let (sh, st) = (m.layout.shape(), m.layout.strides());
+            let r = sh.len();
+            MaskView {
+                p: SendPtr(ptr::<u8>(m.storage)),
+                offset: m.layout.offset(),
+                batch: sh[..r - 2]
+                    .iter()
+                    .copied()
+                    .zip(st[..r - 2].iter().copied())
+                    .collect(),
+                si: st[r - 2],
+                sj: st[r - 1],
                 kind,
-            )
+            }
         });
         Masker {
             mask,
@@ -191,7 +243,8 @@ impl<T: Flt> Masker<T> {
     /// `i0`, keys from `j0`.
     ///
     /// # Safety
-    /// The mask operand's layout `[N, L, S]` covers `n`, the rows and keys.
+    /// The mask operand's layout `[batch.., L, S]` (batch elements `N`)
+    /// covers `n`, the rows and keys.
     #[inline(always)]
     unsafe fn apply(
         &self,
@@ -209,26 +262,27 @@ impl<T: Flt> Masker<T> {
                 }
             }
         }
-        let Some((p, st, off, kind)) = self.mask else {
+        let Some(m) = &self.mask else {
             return;
         };
+        let head = m.head(n);
         for r in 0..bq {
-            let row = off + n * st[0] + (i0 + r) * st[1] + j0 * st[2];
+            let row = head + (i0 + r) * m.si + j0 * m.sj;
             let out = &mut s[r * bk..(r + 1) * bk];
-            match kind {
+            match m.kind {
                 MaskKind::Keep => {
                     for (c, x) in out.iter_mut().enumerate() {
                         // SAFETY: the caller's contract: element (n, i0 + r, j0 + c).
-                        if unsafe { *p.get().add(row + c * st[2]) } == 0 {
+                        if unsafe { *m.p.get().add(row + c * m.sj) } == 0 {
                             *x = ninf;
                         }
                     }
                 }
                 MaskKind::Add => {
-                    let pt = p.get() as *const T;
+                    let pt = m.p.get() as *const T;
                     for (c, x) in out.iter_mut().enumerate() {
                         // SAFETY: as above; the mask has the queries' dtype `T`.
-                        *x = *x + unsafe { *pt.add(row + c * st[2]) }.up();
+                        *x = *x + unsafe { *pt.add(row + c * m.sj) }.up();
                     }
                 }
             }
@@ -241,6 +295,9 @@ struct Shared<T> {
     pq: SendPtr<T>,
     pk: SendPtr<T>,
     pv: SendPtr<T>,
+    /// The distance between heads of q, k and v, in elements (their rows
+    /// are dense within a head; k and v may be views of a longer cache).
+    heads: [usize; 3],
     d: Dims,
     scale: f64,
     dropout: Option<(f64, u64)>,
@@ -254,6 +311,7 @@ impl<T: Flt> Shared<T> {
             pq: base(a.q),
             pk: base(a.k),
             pv: base(a.v),
+            heads: [a.q, a.k, a.v].map(|o| o.layout.strides()[0]),
             d: a.dims(),
             scale: a.scale,
             dropout: a.dropout,
@@ -304,27 +362,31 @@ where
         let i0 = qb * BQ;
         let bq = BQ.min(l - i0);
         let scale: T::C = num_traits::cast(sh.scale).unwrap_or(one);
-        let mut qs = vec![zero; bq * e];
-        let mut kb = vec![zero; BK * e];
-        let mut vb = vec![zero; BK * ev];
+        // Scratch for f16 / bf16 only (f32 and f64 are read in place).
+        let widen = !same_type::<T, T::C>();
+        let scratch = |len: usize| vec![zero; if widen { len } else { 0 }];
+        let (mut qbuf, mut kbuf) = (scratch(bq * e), scratch(BK * e));
+        let mut vbuf = scratch(BK * ev);
         let mut sc = vec![zero; bq * BK];
         let mut acc = vec![zero; bq * ev];
         let mut m = vec![ninf; bq];
         let mut lsum = vec![zero; bq];
         // SAFETY: rows i0..i0 + bq of head n are inside the dense q [N, L, E].
-        unsafe { load::<T>(sh.pq, (n * l + i0) * e, bq, e, scale, &mut qs) };
+        let qs = unsafe { rows::<T>(sh.pq, n * sh.heads[0] + i0 * e, bq, e, &mut qbuf) };
         let kend = sh.key_end(i0, bq);
         let mut j0 = 0;
         while j0 < kend {
             let bk = BK.min(kend - j0);
             // SAFETY: keys j0..j0 + bk of head n are inside k [N, S, E] and v [N, S, Ev].
-            unsafe {
-                load::<T>(sh.pk, (n * s + j0) * e, bk, e, one, &mut kb);
-                load::<T>(sh.pv, (n * s + j0) * ev, bk, ev, one, &mut vb);
-            }
+            let (kb, vb) = unsafe {
+                (
+                    rows::<T>(sh.pk, n * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
+                    rows::<T>(sh.pv, n * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
+                )
+            };
             let sblk = &mut sc[..bq * bk];
-            mm((bq, bk, e), sblk, bk, &qs, (e, 1), &kb, (1, e), false, one);
-            // SAFETY: the op layer made the mask's layout [N, L, S].
+            mm((bq, bk, e), sblk, bk, qs, (e, 1), kb, (1, e), false, scale);
+            // SAFETY: the op layer made the mask's layout [batch.., L, S] over N heads.
             unsafe { sh.masker.apply(sblk, n, (i0, bq), (j0, bk)) };
             for r in 0..bq {
                 let row = &mut sblk[r * bk..(r + 1) * bk];
@@ -368,7 +430,7 @@ where
                 ev,
                 sblk,
                 (bk, 1),
-                &vb,
+                vb,
                 (ev, 1),
                 true,
                 one,
@@ -498,21 +560,20 @@ where
         let Dims { l, s, e, ev, .. } = sh.d;
         let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
         let scale: T::C = num_traits::cast(sh.scale).unwrap_or(one);
-        let mut qs = vec![zero; l * e];
-        let mut dob = vec![zero; l * ev];
+        let widen = !same_type::<T, T::C>();
+        let scratch = |len: usize| vec![zero; if widen { len } else { 0 }];
+        let (mut qbuf, mut dobuf) = (scratch(l * e), scratch(l * ev));
+        let (mut kbuf, mut vbuf) = (scratch(BK * e), scratch(BK * ev));
         let mut dq = vec![zero; l * e];
         let mut dd = vec![zero; l];
-        let mut kb = vec![zero; BK * e];
-        let mut vb = vec![zero; BK * ev];
         let mut dkb = vec![zero; BK * e];
         let mut dvb = vec![zero; BK * ev];
-        let mut p = [zero; BQ * BK];
-        let mut pd = [zero; BQ * BK];
-        let mut dp = [zero; BQ * BK];
+        let blk = BQ.min(l) * BK.min(s);
+        let (mut p, mut pd, mut dp) = (vec![zero; blk], vec![zero; blk], vec![zero; blk]);
         // SAFETY: head n's rows of the dense q, dout and out [N, L, _], and of lse [N, L].
-        let lse = unsafe {
-            load::<T>(sh.pq, n * l * e, l, e, scale, &mut qs);
-            load::<T>(pdo, n * l * ev, l, ev, one, &mut dob);
+        let (qs, dob, lse) = unsafe {
+            let qs = rows::<T>(sh.pq, n * sh.heads[0], l, e, &mut qbuf);
+            let dob = rows::<T>(pdo, n * l * ev, l, ev, &mut dobuf);
             let o = std::slice::from_raw_parts(po.get().add(n * l * ev), l * ev);
             for (i, d) in dd.iter_mut().enumerate() {
                 let mut acc = zero;
@@ -521,7 +582,11 @@ where
                 }
                 *d = acc;
             }
-            std::slice::from_raw_parts(plse.get().add(n * l), l)
+            (
+                qs,
+                dob,
+                std::slice::from_raw_parts(plse.get().add(n * l), l),
+            )
         };
         let inv: T::C = sh.dropout.map_or(one, |(p, _)| {
             num_traits::cast(1.0 / (1.0 - p)).unwrap_or(one)
@@ -530,10 +595,12 @@ where
         while j0 < s {
             let bk = BK.min(s - j0);
             // SAFETY: keys j0..j0 + bk of head n in k [N, S, E] and v [N, S, Ev].
-            unsafe {
-                load::<T>(sh.pk, (n * s + j0) * e, bk, e, one, &mut kb);
-                load::<T>(sh.pv, (n * s + j0) * ev, bk, ev, one, &mut vb);
-            }
+            let (kb, vb) = unsafe {
+                (
+                    rows::<T>(sh.pk, n * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
+                    rows::<T>(sh.pv, n * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
+                )
+            };
             dkb[..bk * e].iter_mut().for_each(|x| *x = zero);
             dvb[..bk * ev].iter_mut().for_each(|x| *x = zero);
             // Causal: rows before j0 see none of these keys.
@@ -547,12 +614,12 @@ where
                     bk,
                     &qs[i0 * e..],
                     (e, 1),
-                    &kb,
+                    kb,
                     (1, e),
                     false,
-                    one,
+                    scale,
                 );
-                // SAFETY: the op layer made the mask's layout [N, L, S].
+                // SAFETY: the op layer made the mask's layout [batch.., L, S] over N heads.
                 unsafe { sh.masker.apply(pb, n, (i0, bq), (j0, bk)) };
                 for r in 0..bq {
                     let lr = lse[i0 + r];
@@ -594,7 +661,7 @@ where
                     bk,
                     &dob[i0 * ev..],
                     (ev, 1),
-                    &vb,
+                    vb,
                     (1, ev),
                     false,
                     one,
@@ -613,14 +680,14 @@ where
                         *x = *x * (g - di);
                     }
                 }
-                // dQ += scale ds K;  dK += ds^T (scale Q)
+                // dQ += scale ds K;  dK += scale ds^T Q
                 mm(
                     (bq, e, bk),
                     &mut dq[i0 * e..],
                     e,
                     pb,
                     (bk, 1),
-                    &kb,
+                    kb,
                     (e, 1),
                     true,
                     scale,
@@ -634,7 +701,7 @@ where
                     &qs[i0 * e..],
                     (e, 1),
                     true,
-                    one,
+                    scale,
                 );
                 i0 += bq;
             }

@@ -1,0 +1,386 @@
+//! A small decoder-only transformer (issue 17 item 8): token and position
+//! embeddings, pre-norm blocks of RMSNorm, causal multi-head attention
+//! (`nn::MultiheadAttention` over the blocked `scaled_dot_product_attention`)
+//! and a GELU MLP, a final RMSNorm, and an output layer tied to the token
+//! embedding. It trains as a character-level model on a bundled text
+//! (`data/guide.txt`: chapters 1 to 9 of this repository's GUIDE, frozen,
+//! 98 KB), with a progress bar; prints the loss on held-out text, tokens
+//! per second and the peak memory of a training step; then samples with
+//! the key/value cache (each block's keys and values written into buffers
+//! allocated once) and without it, and prints what each costs.
+//!
+//! `cargo run --release --example gpt` (on cuda:0 when a GPU is present).
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::time::Instant;
+use tensorscope::nn::{
+    cross_entropy, Embedding, KvCache, Linear, MhaForward, MhaOptions, Module, MultiheadAttention,
+    RMSNorm,
+};
+use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::{autograd, memory, DType, Device, Generator, Result, Tensor};
+
+const D: usize = 128;
+const HEADS: usize = 4;
+const LAYERS: usize = 2;
+/// The context: the sequence length of training and the longest sample.
+const SEQ: usize = 128;
+const BATCH: usize = 16;
+const STEPS: usize = 300;
+
+/// Prefixes every name of `m`'s parameters with `prefix.`.
+fn named<'a>(prefix: &str, m: &'a dyn Module) -> Vec<(String, &'a Tensor)> {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+fn named_mut<'a>(prefix: &str, m: &'a mut dyn Module) -> Vec<(String, &'a mut Tensor)> {
+    m.named_parameters_mut()
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+struct Block {
+    ln1: RMSNorm,
+    attn: MultiheadAttention,
+    ln2: RMSNorm,
+    fc: Linear,
+    proj: Linear,
+}
+
+impl Block {
+    fn new(dev: Device) -> Result<Block> {
+        let o = MhaOptions {
+            batch_first: true,
+            device: dev,
+            ..Default::default()
+        };
+        let lin = |i, o| Linear::with_options(i, o, true, DType::F32, dev);
+        Ok(Block {
+            ln1: RMSNorm::with_options(&[D], None, true, DType::F32, dev)?,
+            attn: MultiheadAttention::with_options(D, HEADS, o)?,
+            ln2: RMSNorm::with_options(&[D], None, true, DType::F32, dev)?,
+            fc: lin(D, 4 * D)?,
+            proj: lin(4 * D, D)?,
+        })
+    }
+
+    /// `x [B, T, D]`: causal self-attention over the sequence, or over the
+    /// cache and the new positions.
+    fn forward(&self, x: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let h = self.ln1.forward(x)?;
+        let a = match cache {
+            Some(c) => self.attn.forward_cached(&h, c)?,
+            None => {
+                let causal = MhaForward {
+                    is_causal: true,
+                    ..Default::default()
+                };
+                self.attn.attend(&h, &h, &h, &causal)?.0
+            }
+        };
+        let x = x.add(&a)?;
+        let m = self
+            .proj
+            .forward(&self.fc.forward(&self.ln2.forward(&x)?)?.gelu()?)?;
+        x.add(&m)
+    }
+}
+
+struct Gpt {
+    tok: Embedding,
+    pos: Embedding,
+    blocks: Vec<Block>,
+    ln_f: RMSNorm,
+}
+
+impl Gpt {
+    fn new(vocab: usize, dev: Device) -> Result<Gpt> {
+        let mut g = Gpt {
+            tok: Embedding::new(vocab, D)?,
+            pos: Embedding::new(SEQ, D)?,
+            blocks: (0..LAYERS)
+                .map(|_| Block::new(dev))
+                .collect::<Result<_>>()?,
+            ln_f: RMSNorm::with_options(&[D], None, true, DType::F32, dev)?,
+        };
+        // GPT-2's initialisation of the embeddings: normal, std 0.02.
+        for e in [&mut g.tok, &mut g.pos] {
+            e.weight = Tensor::randn(e.weight.shape(), DType::F32, dev)?
+                .mul_scalar(0.02)?
+                .requires_grad_(true)?;
+        }
+        Ok(g)
+    }
+
+    /// Logits `[B, T, vocab]` of tokens `idx [B, T]` at positions
+    /// `past..past + T`; with caches, each block attends its cache too.
+    fn logits(&self, idx: &Tensor, past: usize, caches: Option<&mut [KvCache]>) -> Result<Tensor> {
+        let t = idx.shape()[1];
+        let positions = Tensor::arange(
+            past as f64,
+            (past + t) as f64,
+            1.0,
+            DType::I64,
+            idx.device(),
+        )?;
+        let mut x = self.tok.forward(idx)?.add(&self.pos.forward(&positions)?)?;
+        match caches {
+            Some(cs) => {
+                for (b, c) in self.blocks.iter().zip(cs.iter_mut()) {
+                    x = b.forward(&x, Some(c))?;
+                }
+            }
+            None => {
+                for b in &self.blocks {
+                    x = b.forward(&x, None)?;
+                }
+            }
+        }
+        // The output layer is the token embedding, transposed (tied).
+        self.ln_f.forward(&x)?.matmul(&self.tok.weight.t()?)
+    }
+}
+
+impl Module for Gpt {
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        self.logits(idx, 0, None)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        let mut v = named("tok", &self.tok);
+        v.extend(named("pos", &self.pos));
+        for (i, b) in self.blocks.iter().enumerate() {
+            let p = |n: &str| format!("blocks.{i}.{n}");
+            v.extend(named(&p("ln1"), &b.ln1));
+            v.extend(named(&p("attn"), &b.attn));
+            v.extend(named(&p("ln2"), &b.ln2));
+            v.extend(named(&p("fc"), &b.fc));
+            v.extend(named(&p("proj"), &b.proj));
+        }
+        v.extend(named("ln_f", &self.ln_f));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = named_mut("tok", &mut self.tok);
+        v.extend(named_mut("pos", &mut self.pos));
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            let p = |n: &str| format!("blocks.{i}.{n}");
+            v.extend(named_mut(&p("ln1"), &mut b.ln1));
+            v.extend(named_mut(&p("attn"), &mut b.attn));
+            v.extend(named_mut(&p("ln2"), &mut b.ln2));
+            v.extend(named_mut(&p("fc"), &mut b.fc));
+            v.extend(named_mut(&p("proj"), &mut b.proj));
+        }
+        v.extend(named_mut("ln_f", &mut self.ln_f));
+        v
+    }
+}
+
+/// The text as token ids, and the alphabet.
+fn corpus() -> (Vec<i64>, Vec<char>) {
+    let text = include_str!("../data/guide.txt");
+    let mut chars: Vec<char> = text.chars().collect();
+    chars.sort_unstable();
+    chars.dedup();
+    let ids = text
+        .chars()
+        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
+        .collect();
+    (ids, chars)
+}
+
+/// `BATCH` windows of `SEQ + 1` tokens from `data` at random offsets:
+/// inputs `[BATCH, SEQ]` and next-token targets `[BATCH * SEQ]`.
+fn batch(data: &[i64], g: &mut Generator, dev: Device) -> Result<(Tensor, Tensor)> {
+    let mut x = Vec::with_capacity(BATCH * SEQ);
+    let mut y = Vec::with_capacity(BATCH * SEQ);
+    for _ in 0..BATCH {
+        let at = (g.next_u64() % (data.len() - SEQ - 1) as u64) as usize;
+        x.extend_from_slice(&data[at..at + SEQ]);
+        y.extend_from_slice(&data[at + 1..at + SEQ + 1]);
+    }
+    Ok((
+        Tensor::from_vec(x, &[BATCH, SEQ], dev)?,
+        Tensor::from_vec(y, &[BATCH * SEQ], dev)?,
+    ))
+}
+
+/// The mean loss over `n` batches of held-out text.
+fn eval_loss(model: &Gpt, data: &[i64], vocab: usize, dev: Device) -> Result<f32> {
+    let mut g = Generator::new(99);
+    autograd::no_grad(|| {
+        let mut total = 0.0;
+        for _ in 0..8 {
+            let (x, y) = batch(data, &mut g, dev)?;
+            let logits = model.forward(&x)?.reshape(&[-1, vocab as isize])?;
+            total += cross_entropy(&logits, &y)?.item::<f32>()?;
+        }
+        Ok(total / 8.0)
+    })
+}
+
+/// The next token from the last position's logits `[1, T, vocab]`,
+/// sampled at temperature 0.8.
+fn sample(logits: &Tensor, g: &mut Generator) -> Result<i64> {
+    let t = logits.shape()[1];
+    let p = logits
+        .narrow(1, t - 1, 1)?
+        .div_scalar(0.8)?
+        .softmax(-1)?
+        .to_vec::<f32>()?;
+    let mut u = g.next_f64() as f32;
+    for (i, &pi) in p.iter().enumerate() {
+        if u < pi {
+            return Ok(i as i64);
+        }
+        u -= pi;
+    }
+    Ok(p.len() as i64 - 1)
+}
+
+/// `n` new tokens after `prompt`, with the caches or by recomputing the
+/// whole sequence every token; the text and the time.
+fn generate(
+    model: &Gpt,
+    prompt: &[i64],
+    n: usize,
+    cached: bool,
+    dev: Device,
+) -> Result<(Vec<i64>, f64)> {
+    let mut g = Generator::new(5);
+    let mut out = prompt.to_vec();
+    let start = Instant::now();
+    autograd::no_grad(|| -> Result<()> {
+        let mut caches: Vec<KvCache> = model
+            .blocks
+            .iter()
+            .map(|b| b.attn.new_kv_cache(1, SEQ))
+            .collect::<Result<_>>()?;
+        let ids = Tensor::from_slice(prompt, &[1, prompt.len()], dev)?;
+        let mut logits = if cached {
+            model.logits(&ids, 0, Some(&mut caches))?
+        } else {
+            model.forward(&ids)?
+        };
+        for _ in 0..n {
+            let next = sample(&logits, &mut g)?;
+            out.push(next);
+            logits = if cached {
+                let past = out.len() - 1;
+                model.logits(
+                    &Tensor::from_slice(&[next], &[1, 1], dev)?,
+                    past,
+                    Some(&mut caches),
+                )?
+            } else {
+                model.forward(&Tensor::from_slice(&out, &[1, out.len()], dev)?)?
+            };
+        }
+        Ok(())
+    })?;
+    Ok((out, start.elapsed().as_secs_f64()))
+}
+
+fn main() -> Result<()> {
+    let dev = Device::cuda_if_available();
+    tensorscope::manual_seed(1);
+    let (ids, chars) = corpus();
+    let vocab = chars.len();
+    let split = ids.len() * 9 / 10;
+    let (train, held) = (&ids[..split], &ids[split..]);
+    let mut model = Gpt::new(vocab, dev)?;
+    model.to_device(dev)?;
+    let n_params: usize = model.parameters().iter().map(|p| p.numel()).sum();
+    println!(
+        "gpt on {dev}: {LAYERS} blocks, d {D}, {HEADS} heads, context {SEQ}, vocabulary {vocab} characters, \
+         {n_params} parameters (the output layer tied to the token embedding); text: {} characters \
+         ({} for training, {} held out)",
+        ids.len(),
+        train.len(),
+        held.len()
+    );
+    let before = eval_loss(&model, held, vocab, dev)?;
+    let mut opt = Adam::new(AdamConfig {
+        lr: 2e-3,
+        ..Default::default()
+    })?;
+    let mut g = Generator::new(3);
+    let bar = ProgressBar::new(STEPS as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps {msg}").expect("a valid template"),
+    );
+    let start = Instant::now();
+    let mut peak = 0;
+    let mut last = 0.0;
+    for step in 0..STEPS {
+        let (x, y) = batch(train, &mut g, dev)?;
+        let (loss, m) = memory::measure(dev, || -> Result<f32> {
+            opt.zero_grad(&model);
+            let logits = model.forward(&x)?.reshape(&[-1, vocab as isize])?;
+            let loss = cross_entropy(&logits, &y)?;
+            loss.backward()?;
+            opt.step(&mut model)?;
+            loss.item::<f32>()
+        })?;
+        let loss = loss?;
+        // Step 0 creates Adam's state; later steps show the steady peak.
+        if step > 0 {
+            peak = peak.max(m.peak_delta);
+        }
+        last = loss;
+        bar.set_message(format!("loss {loss:.3}"));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let after = eval_loss(&model, held, vocab, dev)?;
+    println!(
+        "trained {STEPS} steps of {BATCH}x{SEQ} tokens in {secs:.1} s: {:.0} tokens/s; training loss {last:.3}; \
+         held-out loss {before:.3} -> {after:.3} (uniform guess: {:.3})",
+        (STEPS * BATCH * SEQ) as f64 / secs,
+        (vocab as f64).ln()
+    );
+    println!(
+        "a training step peaks {} over its start (activations, gradients; Adam's state made at step 1 excluded); \
+         {} allocated now (model, Adam state)",
+        memory::fmt_bytes(peak),
+        memory::fmt_bytes(memory::memory_allocated(dev))
+    );
+    let prompt: Vec<i64> = "A tensor "
+        .chars()
+        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
+        .collect();
+    let n = SEQ - prompt.len();
+    let text = |t: &[i64]| t.iter().map(|&i| chars[i as usize]).collect::<String>();
+    let held_before = memory::memory_allocated(dev);
+    memory::reset_peak_memory_stats(dev);
+    let (with, t_with) = generate(&model, &prompt, n, true, dev)?;
+    let peak_with = memory::max_memory_allocated(dev) - held_before;
+    memory::reset_peak_memory_stats(dev);
+    let (without, t_without) = generate(&model, &prompt, n, false, dev)?;
+    let peak_without = memory::max_memory_allocated(dev) - held_before;
+    println!("sample (temperature 0.8):\n---\n{}\n---", text(&with));
+    let cache_bytes = 2 * LAYERS * SEQ * D * 4;
+    println!(
+        "{n} tokens with the KV cache: {:.0} tokens/s, peak {} (the caches: {}); without it (the whole sequence \
+         again every token): {:.0} tokens/s, peak {}; same text: {}",
+        n as f64 / t_with,
+        memory::fmt_bytes(peak_with),
+        memory::fmt_bytes(cache_bytes),
+        n as f64 / t_without,
+        memory::fmt_bytes(peak_without),
+        with == without
+    );
+    drop(opt);
+    drop(model);
+    println!(
+        "at the end: {} allocated",
+        memory::fmt_bytes(memory::memory_allocated(dev))
+    );
+    Ok(())
+}

@@ -26,7 +26,7 @@ const LAYERS: usize = 2;
 /// The context: the sequence length of training and the longest sample.
 const SEQ: usize = 128;
 const BATCH: usize = 16;
-const STEPS: usize = 300;
+const STEPS: usize = 1000;
 
 /// Prefixes every name of `m`'s parameters with `prefix.`.
 fn named<'a>(prefix: &str, m: &'a dyn Module) -> Vec<(String, &'a Tensor)> {

@@ -163,6 +163,42 @@ DEV float op_maximum(float a, float b) { return (a != a || b != b) ? __int_as_fl
 DEV double op_maximum(double a, double b) { return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a > b ? a : b); }
 DEV float op_minimum(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b); }
 DEV double op_minimum(double a, double b) { return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a < b ? a : b); }
+DEV float op_atan2(float a, float b) { return atan2f(a, b); }
+DEV double op_atan2(double a, double b) { return atan2(a, b); }
+DEV float op_fmod(float a, float b) { return fmodf(a, b); }
+DEV double op_fmod(double a, double b) { return fmod(a, b); }
+// ATen's remainder: fmod moved to the divisor's sign.
+DEV float op_remainder(float a, float b) {
+    const float m = fmodf(a, b);
+    return (m != 0.f && ((b < 0.f) != (m < 0.f))) ? m + b : m;
+}
+DEV double op_remainder(double a, double b) {
+    const double m = fmod(a, b);
+    return (m != 0.0 && ((b < 0.0) != (m < 0.0))) ? m + b : m;
+}
+// ATen's div_floor_floating (see cpu/num.rs).
+DEV float op_floor_divide(float a, float b) {
+    if (b == 0.f) return a / b;
+    const float m = fmodf(a, b);
+    float d = (a - m) / b;
+    if (m != 0.f && ((b < 0.f) != (m < 0.f))) d -= 1.f;
+    if (d != 0.f) {
+        const float f = floorf(d);
+        return (d - f > 0.5f) ? f + 1.f : f;
+    }
+    return copysignf(0.f, a / b);
+}
+DEV double op_floor_divide(double a, double b) {
+    if (b == 0.0) return a / b;
+    const double m = fmod(a, b);
+    double d = (a - m) / b;
+    if (m != 0.0 && ((b < 0.0) != (m < 0.0))) d -= 1.0;
+    if (d != 0.0) {
+        const double f = floor(d);
+        return (d - f > 0.5) ? f + 1.0 : f;
+    }
+    return copysign(0.0, a / b);
+}
 
 // Integer arithmetic wraps (computed in the unsigned type of the same width).
 #define INT_BINARY(T, U)                                                             \
@@ -204,10 +240,27 @@ DEV i32 op_div(i32 a, i32 b) {
     return q;
 }
 
+// fmod truncates, remainder floors (the divisor's sign); 0 for a zero
+// divisor, and for -1 (MIN % -1 would trap; every x % -1 is 0).
+#define INT_REM(T, U)                                                                  \
+    DEV T op_fmod(T a, T b) { return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b); }     \
+    DEV T op_remainder(T a, T b) {                                                     \
+        if (b == 0 || b == (T)-1) return 0;                                            \
+        const T r = a % b;                                                             \
+        return (r != 0 && ((r < 0) != (b < 0))) ? (T)((U)r + (U)b) : r;                \
+    }                                                                                  \
+    DEV T op_floor_divide(T a, T b) { return op_div(a, b); }
+
+INT_REM(i64, u64)
+INT_REM(i32, u32)
+
 DEV u8 op_add(u8 a, u8 b) { return (u8)(a + b); }
 DEV u8 op_sub(u8 a, u8 b) { return (u8)(a - b); }
 DEV u8 op_mul(u8 a, u8 b) { return (u8)((u32)a * (u32)b); }
 DEV u8 op_div(u8 a, u8 b) { return b == 0 ? 0 : (u8)(a / b); }
+DEV u8 op_fmod(u8 a, u8 b) { return b == 0 ? 0 : (u8)(a % b); }
+DEV u8 op_remainder(u8 a, u8 b) { return op_fmod(a, b); }
+DEV u8 op_floor_divide(u8 a, u8 b) { return op_div(a, b); }
 DEV u8 op_maximum(u8 a, u8 b) { return a > b ? a : b; }
 DEV u8 op_minimum(u8 a, u8 b) { return a < b ? a : b; }
 DEV u8 op_pow(u8 a, u8 b) {
@@ -270,13 +323,25 @@ template <typename C> DEV u8 op_ge(C a, C b) { return a >= b; }
     COMPARE_KERNEL(gt, SUF, T)        \
     COMPARE_KERNEL(ge, SUF, T)
 
-BINARY_ALL_OPS(f32, float)
-BINARY_ALL_OPS(f64, double)
-BINARY_ALL_OPS(f16, f16)
-BINARY_ALL_OPS(bf16, bf16)
-BINARY_ALL_OPS(i64, i64)
-BINARY_ALL_OPS(i32, i32)
-BINARY_ALL_OPS(u8, u8)
+// Not on bool (BinaryOp::computes_in): fmod, remainder, floor_divide on
+// every numeric dtype, atan2 on floats only.
+#define BINARY_NUMERIC_OPS(SUF, T)     \
+    BINARY_ALL_OPS(SUF, T)             \
+    BINARY_KERNEL(fmod, SUF, T)        \
+    BINARY_KERNEL(remainder, SUF, T)   \
+    BINARY_KERNEL(floor_divide, SUF, T)
+
+#define BINARY_FLOAT_OPS(SUF, T)       \
+    BINARY_NUMERIC_OPS(SUF, T)         \
+    BINARY_KERNEL(atan2, SUF, T)
+
+BINARY_FLOAT_OPS(f32, float)
+BINARY_FLOAT_OPS(f64, double)
+BINARY_FLOAT_OPS(f16, f16)
+BINARY_FLOAT_OPS(bf16, bf16)
+BINARY_NUMERIC_OPS(i64, i64)
+BINARY_NUMERIC_OPS(i32, i32)
+BINARY_NUMERIC_OPS(u8, u8)
 
 // bool: add/maximum are `or`; sub/mul/div/pow/minimum are `and` (the op layer
 // refuses sub/div/pow on bool); comparisons order false < true.

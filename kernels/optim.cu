@@ -3,6 +3,7 @@
 //
 //   adam_step_<dtype>(Geom<5> g, i64 n, T* p, const T* grad, T* m, T* v, T* vmax, AdamK k)
 //   sgd_step_<dtype>(Geom<3> g, i64 n, T* p, const T* grad, T* buf, SgdK k)
+//   rule_step_<dtype>(Geom<5> g, i64 n, T* p, const T* grad, T* s0, T* s1, T* s2, RuleK k)
 //   sum_squares_<dtype>(Geom<1> g, i64 n, const T* x, double* partials)
 //
 // The updates are those of src/backend/cpu/optim.rs (PyTorch's
@@ -137,12 +138,101 @@ DEV void sum_squares_impl(const Geom<1>& g, i64 n, const T* x, double* partials)
     if (threadIdx.x == 0) partials[blockIdx.x] = r;
 }
 
+// rule_step_<dtype>(Geom<5> g, i64 n, T* p, const T* grad, T* s0, T* s1, T* s2, RuleK k)
+//
+// The optimizers of `UpdateRule` (src/backend/optim.rs), each the update of
+// src/backend/cpu/optim.rs operation for operation: RMSprop (kind 0; slots
+// square_avg, momentum_buffer when k.mom, grad_avg when k.centered),
+// Adagrad (kind 1; slot sum) and Lion (kind 2; slot exp_avg). Geometry
+// operands: 0 p, 1 grad, 2..4 the slots (p's layout for an unused slot,
+// never touched then).
+struct RuleK {
+    double sign;             // 1 or -1 (maximize)
+    double wd;               // L2 weight decay (RMSprop, Adagrad)
+    double decay;            // Lion: 1 - lr * weight_decay
+    double a;                // RMSprop: alpha; Lion: beta1
+    double one_minus_a;      // 1 - a (RMSprop: the squares' and grad_avg's weight)
+    double b;                // RMSprop: momentum; Lion: beta2
+    double one_minus_b;      // Lion: 1 - beta2
+    double eps;
+    double neg_lr;           // -lr (Adagrad: -lr / (1 + (t - 1) * lr_decay))
+    i32 kind;                // 0 RMSprop, 1 Adagrad, 2 Lion
+    i32 l2;                  // weight_decay != 0 (RMSprop, Adagrad)
+    i32 mom;                 // RMSprop: momentum > 0
+    i32 centered;            // RMSprop: centered
+    i32 w_small;             // RMSprop: |1 - alpha| < 0.5 (ATen's first lerp form)
+    i32 pad_;
+};
+
+// torch.sign: 1, -1, or 0 for +-0 and NaN.
+template <typename C>
+DEV C sign_of(C x) { return x > (C)0 ? (C)1 : (x < (C)0 ? (C)-1 : (C)0); }
+
+template <typename T>
+DEV void rule_impl(const Geom<5>& g, i64 n, T* p, const T* gr, T* s0, T* s1, T* s2, const RuleK& k) {
+    typedef decltype(load(T{})) C;
+    const C sign = (C)k.sign, wd = (C)k.wd, decay = (C)k.decay, a = (C)k.a, oma = (C)k.one_minus_a;
+    const C b = (C)k.b, omb = (C)k.one_minus_b, eps = (C)k.eps, neg_lr = (C)k.neg_lr;
+    const C one_minus_oma = r_sub((C)1, oma);
+    const bool l2 = k.l2 != 0, mom = k.mom != 0, centered = k.centered != 0, w_small = k.w_small != 0;
+    const int kind = k.kind;
+    for_each<5>(g, n, [&](const i64* o) {
+        C pv = load(p[o[0]]);
+        C gv = r_mul(load(gr[o[1]]), sign);
+        if (kind == 2) {
+            // Lion: p.mul_(1 - lr * wd); p.add_(sign(m * b1 + (1 - b1) * g), alpha=-lr);
+            // m.mul_(b2).add_(g, alpha=1 - b2)
+            pv = r_mul(pv, decay);
+            const C m = load(s0[o[2]]);
+            const C u = sign_of(r_add(r_mul(m, a), r_mul(oma, gv)));
+            s0[o[2]] = Store<T>::from(r_add(r_mul(m, b), r_mul(omb, gv)));
+            p[o[0]] = Store<T>::from(r_add(pv, r_mul(neg_lr, u)));
+            return;
+        }
+        if (l2) gv = r_add(gv, r_mul(wd, pv));
+        if (kind == 1) {
+            // Adagrad: sum.addcmul_(g, g); p.addcdiv_(g, sqrt(sum) + eps, value=-clr)
+            const C sum = r_add(load(s0[o[2]]), r_mul(gv, gv));
+            s0[o[2]] = Store<T>::from(sum);
+            p[o[0]] = Store<T>::from(r_add(pv, r_div(r_mul(neg_lr, gv), r_add(r_sqrt(sum), eps))));
+            return;
+        }
+        // RMSprop: square_avg.mul_(alpha).addcmul_(g, g, value=1 - alpha)
+        const C sq = r_add(r_mul(load(s0[o[2]]), a), r_mul(r_mul(oma, gv), gv));
+        s0[o[2]] = Store<T>::from(sq);
+        C avg;
+        if (centered) {
+            // grad_avg.lerp_(g, 1 - alpha); avg = sqrt(square_avg - grad_avg^2)
+            const C ga0 = load(s2[o[4]]);
+            const C ga = w_small ? r_add(ga0, r_mul(oma, r_sub(gv, ga0)))
+                                 : r_sub(gv, r_mul(r_sub(gv, ga0), one_minus_oma));
+            s2[o[4]] = Store<T>::from(ga);
+            avg = r_sqrt(r_sub(sq, r_mul(ga, ga)));
+        } else {
+            avg = r_sqrt(sq);
+        }
+        avg = r_add(avg, eps);
+        if (mom) {
+            // buf.mul_(momentum).addcdiv_(g, avg); p.add_(buf, alpha=-lr)
+            const C bv = r_add(r_mul(load(s1[o[3]]), b), r_div(gv, avg));
+            s1[o[3]] = Store<T>::from(bv);
+            p[o[0]] = Store<T>::from(r_add(pv, r_mul(neg_lr, bv)));
+        } else {
+            // p.addcdiv_(g, avg, value=-lr)
+            p[o[0]] = Store<T>::from(r_add(pv, r_div(r_mul(neg_lr, gv), avg)));
+        }
+    });
+}
+
 #define OPTIM_KERNELS(SUF, T)                                                                         \
     KERNEL void adam_step_##SUF(Geom<5> g, i64 n, T* p, const T* grad, T* m, T* v, T* vmax, AdamK k) { \
         adam_impl<T>(g, n, p, grad, m, v, vmax, k);                                                   \
     }                                                                                                 \
     KERNEL void sgd_step_##SUF(Geom<3> g, i64 n, T* p, const T* grad, T* buf, SgdK k) {               \
         sgd_impl<T>(g, n, p, grad, buf, k);                                                           \
+    }                                                                                                 \
+    KERNEL void rule_step_##SUF(Geom<5> g, i64 n, T* p, const T* grad, T* s0, T* s1, T* s2, RuleK k) { \
+        rule_impl<T>(g, n, p, grad, s0, s1, s2, k);                                                   \
     }                                                                                                 \
     KERNEL void sum_squares_##SUF(Geom<1> g, i64 n, const T* x, double* partials) {                  \
         sum_squares_impl<T>(g, n, x, partials);                                                       \

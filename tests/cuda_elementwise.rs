@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::devices::{also_cpu, cast_ref, on_both, sample, tensor, tol, wrap};
-use common::{assert_close, read, ALL, FLOATS, NUMERIC};
+use common::devices::{also_cpu, cast_ref, on_both, sample, tensor, wrap};
+use common::{assert_close, read, tol, ALL, FLOATS, NUMERIC};
 use tensorscope::{memory, DType, Device, Error, Tensor};
 
 on_both!(

@@ -8,11 +8,12 @@
 
 mod common;
 
-use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, tol, wrap};
-use common::optim_ref::{adam_option_sets, ref_adam, ref_sgd, sgd_option_sets, RefStep};
-use common::{assert_close, read, store, Params, ALL, FLOATS, NUMERIC};
+use common::devices::{also_cpu, cast_ref, layout_456, on_both, sample, tensor, wrap};
+use common::optim_ref::{adam_option_sets, ref_adam, ref_sgd, sgd_option_sets};
+use common::optim_steps::{check_cases, grad_vals, laid_out, Case, Lay};
+use common::{assert_close, read, store, tol, Params, ALL, FLOATS, NUMERIC};
 use tensorscope::nn::{LayerNorm, Module};
-use tensorscope::optim::{clip_grad_norm_, Adam, AdamW, Optimizer, Sgd};
+use tensorscope::optim::{clip_grad_norm_, Adam, AdamW, Sgd};
 use tensorscope::{memory, DType, Device, Error, Tensor};
 
 on_both!(
@@ -1256,44 +1257,6 @@ fn index_ops(dev: Device) {
 
 // ------------------------------------------------------- optimizers ---
 
-/// How a `[r, c]` parameter or gradient is laid out on the device.
-#[derive(Clone, Copy, Debug)]
-enum Lay {
-    Contiguous,
-    /// The transpose of a contiguous `[c, r]` tensor.
-    Transposed,
-    /// Every other column of a contiguous `[r, 2c]` tensor.
-    Stepped,
-    /// One row broadcast over the rows (stride 0; gradients only).
-    Expanded,
-}
-
-/// The row-major values `v` of shape `[r, c]` in layout `lay` on `dev`
-/// (for `Expanded`, the first row of `v` repeated).
-fn laid_out(v: &[f64], r: usize, c: usize, dt: DType, dev: Device, lay: Lay) -> Tensor {
-    match lay {
-        Lay::Contiguous => tensor(v, &[r, c], dt, dev),
-        Lay::Transposed => {
-            let vt: Vec<f64> = (0..r * c).map(|i| v[(i % r) * c + i / r]).collect();
-            tensor(&vt, &[c, r], dt, dev).t().unwrap()
-        }
-        Lay::Stepped => {
-            let wide: Vec<f64> = (0..r * 2 * c)
-                .map(|i| if i % 2 == 0 { v[i / 2] } else { 99.0 })
-                .collect();
-            tensor(&wide, &[r, 2 * c], dt, dev)
-                .slice(1, 0, 2 * c, 2)
-                .unwrap()
-        }
-        Lay::Expanded => tensor(&v[..c], &[1, c], dt, dev)
-            .expand(&[r as isize, c as isize])
-            .unwrap(),
-    }
-}
-
-/// A label, a maker of a fresh optimizer, and its reference.
-type Case = (String, Box<dyn Fn() -> Box<dyn Optimizer>>, Box<RefStep>);
-
 /// The optimizers the device test runs, with their references.
 fn optimizer_cases(dt: DType) -> Vec<Case> {
     let mut v: Vec<Case> = Vec::new();
@@ -1319,114 +1282,14 @@ fn optimizer_cases(dt: DType) -> Vec<Case> {
     v
 }
 
-/// The parameters of the optimizer test: `[5, 7]` contiguous, transposed
-/// and stepped, and a `[1, 300]` row.
-const PARAMS: [(usize, usize, Lay); 4] = [
-    (5, 7, Lay::Contiguous),
-    (5, 7, Lay::Transposed),
-    (5, 7, Lay::Stepped),
-    (1, 300, Lay::Contiguous),
-];
-
-/// Gradient values of step `t` for parameter `k` (larger on the first step,
-/// so that amsgrad's running maximum differs from `v` later).
-fn grad_vals(n: usize, t: usize, k: usize) -> Vec<f64> {
-    let scale = if t == 1 { 3.0 } else { 0.5 + 0.25 * t as f64 };
-    (0..n)
-        .map(|i| ((i * 37 + t * 101 + k * 13) as f64 * 0.7).sin() * scale)
-        .collect()
-}
-
-/// Four steps of `opt` on [`PARAMS`] on `dev` with gradients in layout
-/// `gl`; returns each parameter's values after each step.
-fn run_steps(dev: Device, dt: DType, gl: Lay, opt: &mut dyn Optimizer) -> Vec<Vec<Vec<f64>>> {
-    let mut model = Params(
-        PARAMS
-            .iter()
-            .enumerate()
-            .map(|(k, &(r, c, lay))| {
-                let v: Vec<f64> = (0..r * c)
-                    .map(|i| ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0)
-                    .collect();
-                let p = laid_out(&v, r, c, dt, dev, lay)
-                    .requires_grad_(true)
-                    .unwrap();
-                (format!("p{k}"), p)
-            })
-            .collect(),
-    );
-    let mut out = Vec::new();
-    for t in 1..=4 {
-        for (k, (&(r, c, _), (_, p))) in PARAMS.iter().zip(&model.0).enumerate() {
-            let g = laid_out(&grad_vals(r * c, t, k), r, c, dt, dev, gl);
-            p.set_grad(Some(g)).unwrap();
-        }
-        opt.step(&mut model).unwrap();
-        out.push(model.0.iter().map(|(_, p)| read(p)).collect());
-    }
-    out
-}
-
 /// Adam, AdamW and SGD (several option sets each) for four steps on
 /// contiguous, transposed and stepped parameters with contiguous,
 /// transposed and expanded gradients, in every float dtype: against the
-/// naive f64 reference, and on CUDA against the CPU's fused kernels.
+/// naive f64 reference, and on CUDA against the CPU's fused kernels
+/// (`optim_steps::check_cases`).
 fn optimizer_steps(dev: Device) {
     for dt in FLOATS {
-        let tl = tol(dt);
-        for (label, make_opt, reference) in optimizer_cases(dt) {
-            for gl in [Lay::Contiguous, Lay::Transposed, Lay::Expanded] {
-                let mut opt = make_opt();
-                let got = run_steps(dev, dt, gl, &mut *opt);
-                // The reference, on the values as stored in `dt`.
-                let mut want: Vec<Vec<f64>> = PARAMS
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(r, c, _))| {
-                        (0..r * c)
-                            .map(|i| store(dt, ((i * 7 + k * 3) as f64 * 0.31).cos() * 2.0))
-                            .collect()
-                    })
-                    .collect();
-                let mut states: Vec<Vec<Vec<f64>>> = PARAMS
-                    .iter()
-                    .map(|&(r, c, _)| vec![vec![0.0; r * c]; 3])
-                    .collect();
-                for (t, got_t) in got.iter().enumerate() {
-                    for (k, &(r, c, _)) in PARAMS.iter().enumerate() {
-                        let mut gv: Vec<f64> = grad_vals(r * c, t + 1, k);
-                        if matches!(gl, Lay::Expanded) {
-                            gv = (0..r * c).map(|i| gv[i % c]).collect();
-                        }
-                        let gv: Vec<f64> = gv.iter().map(|&x| store(dt, x)).collect();
-                        reference(&mut want[k], &gv, &mut states[k], t + 1);
-                        assert_close(
-                            &got_t[k],
-                            &want[k],
-                            tl,
-                            &format!("{label} {dt} grads {gl:?} step {} param {k}", t + 1),
-                        );
-                    }
-                }
-                if dev.is_cuda() {
-                    let mut cpu_opt = make_opt();
-                    let cpu = run_steps(Device::Cpu, dt, gl, &mut *cpu_opt);
-                    for (t, (g, c)) in got.iter().zip(&cpu).enumerate() {
-                        for (k, (g, c)) in g.iter().zip(c).enumerate() {
-                            assert_close(
-                                g,
-                                c,
-                                tl,
-                                &format!(
-                                    "{label} {dt} grads {gl:?} step {} param {k} (CUDA vs CPU)",
-                                    t + 1
-                                ),
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        check_cases(dev, dt, optimizer_cases(dt));
     }
 }
 
@@ -1627,8 +1490,8 @@ fn layer_norm_forward_backward(dev: Device) {
 
 /// Cases found reviewing the CUDA kernels, run on both devices.
 mod kernel_review {
-    use super::common::devices::{also_cpu, on_both, tol};
-    use super::common::{assert_close, read, store};
+    use super::common::devices::{also_cpu, on_both};
+    use super::common::{assert_close, read, store, tol};
     use tensorscope::{DType, Device, Tensor};
 
     on_both!(reductions_accumulate_in_f64);

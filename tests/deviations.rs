@@ -496,3 +496,44 @@ fn multihead_attention_fully_masked_query_is_zero_with_weights() {
     assert_eq!(w.unwrap().to_vec::<f32>().unwrap()[..3], [0.0, 0.0, 0.0]);
     assert_eq!(y.to_vec::<f32>().unwrap()[..4], [1.0, -2.0, 3.0, 0.5]);
 }
+
+/// Deviation 23: integer `fmod`, `remainder` and `floor_divide` by a tensor
+/// holding 0 give 0 there; PyTorch's CPU raises ZeroDivisionError (its CUDA
+/// returns an unspecified value). A zero scalar divisor is an `Err`, as in
+/// PyTorch.
+#[test]
+fn integer_division_by_a_zero_tensor_element_is_zero() {
+    let a = Tensor::from_slice(&[7i64, -7, 5], &[3], CPU).unwrap();
+    let b = Tensor::from_slice(&[0i64, 0, 2], &[3], CPU).unwrap();
+    assert_eq!(a.fmod(&b).unwrap().to_vec::<i64>().unwrap(), [0, 0, 1]);
+    assert_eq!(a.remainder(&b).unwrap().to_vec::<i64>().unwrap(), [0, 0, 1]);
+    assert_eq!(
+        a.floor_divide(&b).unwrap().to_vec::<i64>().unwrap(),
+        [0, 0, 2]
+    );
+    let e = a.floor_divide_scalar(0.0).unwrap_err().to_string();
+    assert!(
+        e.contains("floor_divide") && e.contains("division by zero"),
+        "{e}"
+    );
+}
+
+/// Deviation 24: `floor_divide`'s gradient is zero (as `floor`'s); PyTorch
+/// records a node whose backward raises "the derivative for
+/// 'floor_divide' is not implemented".
+#[test]
+fn floor_divide_has_a_zero_gradient() {
+    let a = Tensor::from_slice(&[3.5f64, -1.25], &[2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let b = Tensor::from_slice(&[2.0f64, 0.5], &[2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = a.floor_divide(&b).unwrap();
+    assert!(y.requires_grad());
+    y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(v(&a.grad().unwrap()), [0.0, 0.0]);
+    assert_eq!(v(&b.grad().unwrap()), [0.0, 0.0]);
+}

@@ -30,7 +30,10 @@ use tensorscope::nn::{
     nll_loss, prune, scaled_dot_product_attention_with, smooth_l1_loss, BatchNorm2d, GroupNorm,
     LayerNorm, Linear, MhaForward, MhaOptions, Module, MultiheadAttention, SdpaOptions, Sequential,
 };
-use tensorscope::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use tensorscope::optim::{
+    Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, Lion, LionConfig, Optimizer, RMSprop,
+    RMSpropConfig, Sgd, SgdConfig,
+};
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
 use tensorscope::{DType, Device, Result, Tensor};
 
@@ -262,6 +265,13 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "maximum" => a.maximum(b())?,
         "minimum" => a.minimum(b())?,
         "pow" => a.pow(b())?,
+        "atan2" => a.atan2(b())?,
+        "fmod" => a.fmod(b())?,
+        "remainder" => a.remainder(b())?,
+        "floor_divide" => a.floor_divide(b())?,
+        "fmod_scalar" => a.fmod_scalar(c.f("s"))?,
+        "remainder_scalar" => a.remainder_scalar(c.f("s"))?,
+        "floor_divide_scalar" => a.floor_divide_scalar(c.f("s"))?,
         "eq" => a.eq(b())?,
         "ne" => a.ne(b())?,
         "lt" => a.lt(b())?,
@@ -339,7 +349,7 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,
         "stack" => Tensor::stack(&[a, b()], c.f("dim") as isize)?,
         "where" => Tensor::where_cond(a, b(), &x[2])?,
-        "sgd" | "adam" | "adamw" => optimize(c, x)?,
+        "sgd" | "adam" | "adamw" | "rmsprop" | "adagrad" | "lion" => optimize(c, x)?,
         "conv2d" | "conv1d" => convolve(c, x)?,
         "mha" => attend(c, x)?,
         "sdpa" => {
@@ -574,6 +584,32 @@ fn optimize(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             dampening: c.f("dampening"),
             weight_decay: c.f("weight_decay"),
             nesterov: flag("nesterov"),
+            maximize: flag("maximize"),
+        })?)
+    } else if c.op == "rmsprop" {
+        Box::new(RMSprop::new(RMSpropConfig {
+            lr: c.f("lr"),
+            alpha: c.f("alpha"),
+            eps: c.f("eps"),
+            weight_decay: c.f("weight_decay"),
+            momentum: c.f("momentum"),
+            centered: flag("centered"),
+            maximize: flag("maximize"),
+        })?)
+    } else if c.op == "adagrad" {
+        Box::new(Adagrad::new(AdagradConfig {
+            lr: c.f("lr"),
+            lr_decay: c.f("lr_decay"),
+            weight_decay: c.f("weight_decay"),
+            initial_accumulator_value: c.f("initial_accumulator_value"),
+            eps: c.f("eps"),
+            maximize: flag("maximize"),
+        })?)
+    } else if c.op == "lion" {
+        Box::new(Lion::new(LionConfig {
+            lr: c.f("lr"),
+            betas: (c.f("beta1"), c.f("beta2")),
+            weight_decay: c.f("weight_decay"),
             maximize: flag("maximize"),
         })?)
     } else {

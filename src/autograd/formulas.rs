@@ -42,6 +42,10 @@ fn name_of(op: BinaryOp) -> &'static str {
         BinaryOp::Pow => "PowBackward",
         BinaryOp::Maximum => "MaximumBackward",
         BinaryOp::Minimum => "MinimumBackward",
+        BinaryOp::Atan2 => "Atan2Backward",
+        BinaryOp::Fmod => "FmodBackward",
+        BinaryOp::Remainder => "RemainderBackward",
+        BinaryOp::FloorDivide => "FloorDivideBackward",
         _ => "CompareBackward",
     }
 }
@@ -162,6 +166,50 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
                 Ok(vec![ga, gb])
             })
         }
+        BinaryOp::Atan2 => {
+            let ka = Saved::new(a, name)?;
+            let kb = Saved::new(b, name)?;
+            Box::new(move |g| {
+                let (a, b) = (ka.get()?, kb.get()?);
+                // d atan2(a, b) = (b da - a db) / (a^2 + b^2); 0 at the
+                // origin (where PyTorch's formula gives 0, not 0 * inf).
+                let d = a.mul(a)?.add(&b.mul(b)?)?;
+                let r = g.div(&d)?.masked_fill(&d.eq_scalar(0.0)?, 0.0)?;
+                let ga = ra.then(|| sum_to(&r.mul(b)?, &sa, da)).transpose()?;
+                let gb = rb.then(|| sum_to(&r.mul(a)?.neg()?, &sb, db)).transpose()?;
+                Ok(vec![ga, gb])
+            })
+        }
+        BinaryOp::Fmod | BinaryOp::Remainder => {
+            // d/da = 1; d/db = -trunc(a / b) (fmod) or -floor(a / b)
+            // (remainder), as PyTorch's formulas.
+            let k = if rb {
+                Some((Saved::new(a, name)?, Saved::new(b, name)?))
+            } else {
+                None
+            };
+            let floor = op == BinaryOp::Remainder;
+            Box::new(move |g| {
+                let ga = ra.then(|| sum_to(g, &sa, da)).transpose()?;
+                let gb = match &k {
+                    Some((ka, kb)) => {
+                        let q = ka.get()?.div(kb.get()?)?;
+                        let q = if floor { q.floor()? } else { q.trunc()? };
+                        Some(sum_to(&g.mul(&q)?.neg()?, &sb, db)?)
+                    }
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }
+        // Piecewise constant: zero gradients, as `floor` (PyTorch records a
+        // node whose backward fails; GUIDE 10, deviation 24).
+        BinaryOp::FloorDivide => Box::new(move |g| {
+            Ok(vec![
+                ra.then(|| sum_to(&g.zeros_like()?, &sa, da)).transpose()?,
+                rb.then(|| sum_to(&g.zeros_like()?, &sb, db)).transpose()?,
+            ])
+        }),
         _ => return Ok(out),
     };
     Ok(attach(out, name, &[a, b], f))
@@ -207,6 +255,17 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Tensor, s: f64, out: Tensor) -> Re
                 Ok(vec![Some(g.mul(&m)?.to_dtype(da)?)])
             })
         }
+        BinaryOp::Atan2 => {
+            let ka = Saved::new(a, name)?;
+            Box::new(move |g| {
+                let a = ka.get()?;
+                let d = a.mul(a)?.add_scalar(s * s)?;
+                let r = g.div(&d)?.masked_fill(&d.eq_scalar(0.0)?, 0.0)?;
+                Ok(vec![Some(r.mul_scalar(s)?.to_dtype(da)?)])
+            })
+        }
+        BinaryOp::Fmod | BinaryOp::Remainder => Box::new(move |g| Ok(vec![Some(g.to_dtype(da)?)])),
+        BinaryOp::FloorDivide => Box::new(move |g| Ok(vec![Some(g.zeros_like()?.to_dtype(da)?)])),
         _ => return Ok(out),
     };
     Ok(attach(out, name, &[a], f))

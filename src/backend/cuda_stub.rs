@@ -205,6 +205,15 @@ pub(crate) fn sgd_step(
 ) -> Result<()> {
     err(op, ordinal(p))
 }
+pub(crate) fn rule_step(
+    op: &'static str,
+    p: &Operand,
+    _g: &Operand,
+    _states: [Option<&Operand>; 3],
+    _r: &crate::backend::optim::UpdateRule,
+) -> Result<()> {
+    err(op, ordinal(p))
+}
 pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     err(op, ordinal(src))
 }

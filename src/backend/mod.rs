@@ -125,6 +125,15 @@ pub enum BinaryOp {
     Le,
     Gt,
     Ge,
+    /// `atan2(a, b)`, the angle of the point `(b, a)`: float only.
+    Atan2,
+    /// C's `fmod`: the remainder of the division truncated toward zero (the
+    /// sign of `a`).
+    Fmod,
+    /// Python's `%`: the remainder of the floor division (the sign of `b`).
+    Remainder,
+    /// Python's `//`: the quotient rounded toward minus infinity.
+    FloorDivide,
 }
 
 impl BinaryOp {
@@ -144,6 +153,21 @@ impl BinaryOp {
             BinaryOp::Le => "le",
             BinaryOp::Gt => "gt",
             BinaryOp::Ge => "ge",
+            BinaryOp::Atan2 => "atan2",
+            BinaryOp::Fmod => "fmod",
+            BinaryOp::Remainder => "remainder",
+            BinaryOp::FloorDivide => "floor_divide",
+        }
+    }
+    /// Whether the op has a kernel computing in `dt` (the op layer promotes
+    /// or refuses the other dtypes): the float-only `atan2`, the
+    /// numeric-only `fmod`, `remainder` and `floor_divide`, every dtype for
+    /// the rest.
+    pub(crate) fn computes_in(self, dt: DType) -> bool {
+        match self {
+            BinaryOp::Atan2 => dt.is_float(),
+            BinaryOp::Fmod | BinaryOp::Remainder | BinaryOp::FloorDivide => dt != DType::Bool,
+            _ => true,
         }
     }
     /// Comparisons return bool.

@@ -117,3 +117,91 @@ pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
         Device::Cuda(_) => cuda::sum_squares(op, src),
     }
 }
+
+/// The optimizers whose update is one elementwise pass over the parameter,
+/// its gradient and up to three state buffers, with their step's constants
+/// (host doubles; each kernel converts them to its compute type). The
+/// state slots are fixed per optimizer; an unused slot is never touched.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) enum UpdateRule {
+    /// PyTorch's `_single_tensor_rmsprop`: slots `[square_avg,
+    /// momentum_buffer (momentum > 0), grad_avg (centered)]`.
+    RmsProp {
+        /// Learning rate.
+        lr: f64,
+        /// Decay of the running averages.
+        alpha: f64,
+        /// Added to the root of the average.
+        eps: f64,
+        /// L2 penalty added to the gradient.
+        weight_decay: f64,
+        /// Momentum (0: no buffer).
+        momentum: f64,
+        /// Subtract the squared running mean of the gradient.
+        centered: bool,
+        /// Ascend.
+        maximize: bool,
+    },
+    /// PyTorch's `_single_tensor_adagrad`: slots `[sum, -, -]`.
+    Adagrad {
+        /// This step's learning rate, `lr / (1 + (step - 1) * lr_decay)`.
+        clr: f64,
+        /// Added to the root of the sum.
+        eps: f64,
+        /// L2 penalty added to the gradient.
+        weight_decay: f64,
+        /// Ascend.
+        maximize: bool,
+    },
+    /// Lion (Chen et al. 2023, as `lion-pytorch`): slots `[exp_avg, -, -]`.
+    Lion {
+        /// Learning rate.
+        lr: f64,
+        /// The interpolation of the update's sign.
+        beta1: f64,
+        /// The decay of the momentum.
+        beta2: f64,
+        /// Decoupled decay, `p *= 1 - lr * weight_decay`.
+        weight_decay: f64,
+        /// Ascend.
+        maximize: bool,
+    },
+}
+
+impl UpdateRule {
+    /// Which of the three state slots the update reads and writes.
+    pub(crate) fn slots(&self) -> [bool; 3] {
+        match *self {
+            UpdateRule::RmsProp {
+                momentum, centered, ..
+            } => [true, momentum > 0.0, centered],
+            UpdateRule::Adagrad { .. } | UpdateRule::Lion { .. } => [true, false, false],
+        }
+    }
+}
+
+/// One fused update of `rule`: `p` and the used state slots written, `g`
+/// read, all of one shape and dtype (the optimizer checks); `states[i]` is
+/// `Some` exactly where `rule.slots()[i]`.
+pub(crate) fn rule_step(
+    op: &'static str,
+    p: &Operand,
+    g: &Operand,
+    states: [Option<&Operand>; 3],
+    rule: &UpdateRule,
+) -> Result<()> {
+    let d = device_of(op, &[p, g])?;
+    let mut writes = vec![p.storage];
+    for s in states.iter().flatten() {
+        device_of(op, &[p, s])?;
+        writes.push(s.storage);
+    }
+    let _l = lock(&[g.storage], &writes);
+    match d {
+        Device::Cpu => {
+            cpu::optim::rule(p, g, states, rule);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::rule_step(op, p, g, states, rule),
+    }
+}

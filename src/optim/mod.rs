@@ -30,13 +30,20 @@
 //! # Ok::<(), tensorscope::Error>(())
 //! ```
 
+mod adagrad;
 mod adam;
 mod clip;
+mod elementwise;
+mod lion;
+mod rmsprop;
 mod schedule;
 mod sgd;
 
+pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
+pub use lion::{Lion, LionConfig};
+pub use rmsprop::{RMSprop, RMSpropConfig};
 pub use schedule::{CosineAnnealingLR, LrScheduler, StepLR};
 pub use sgd::{Sgd, SgdConfig};
 

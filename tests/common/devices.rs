@@ -67,18 +67,6 @@ macro_rules! on_both {
 #[allow(unused_imports)]
 pub(crate) use on_both;
 
-/// Relative tolerance of one rounding in `dt` (plus slack for the device's
-/// transcendental functions).
-pub fn tol(dt: DType) -> f64 {
-    match dt {
-        DType::F64 => 1e-12,
-        DType::F32 => 1e-5,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 0.0,
-    }
-}
-
 pub use super::tensor;
 
 /// Deterministic test values: multiples of 0.25 in [-4, 4) for floats,

@@ -7,6 +7,7 @@ pub mod devices;
 pub mod grad;
 pub mod layouts;
 pub mod optim_ref;
+pub mod optim_steps;
 
 use tensorscope::nn::Module;
 
@@ -365,4 +366,16 @@ pub fn assert_close(got: &[f64], want: &[f64], tol: f64, ctx: &str) {
 #[track_caller]
 pub fn assert_exact(got: &[f64], want: &[f64], ctx: &str) {
     assert_close(got, want, 0.0, ctx)
+}
+
+/// Relative tolerance of one rounding in `dt` (plus slack for the device's
+/// transcendental functions).
+pub fn tol(dt: DType) -> f64 {
+    match dt {
+        DType::F64 => 1e-12,
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
 }

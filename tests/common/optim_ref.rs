@@ -1,10 +1,11 @@
-//! Naive f64 references of PyTorch's `_single_tensor_adam` and
-//! `_single_tensor_sgd` update equations, with the state rounded to the
-//! parameter's dtype as the optimizers store it; shared by tests/optim.rs
-//! and tests/cuda_ops.rs.
+//! Naive f64 references of PyTorch's `_single_tensor_adam`,
+//! `_single_tensor_sgd`, `_single_tensor_rmsprop` and
+//! `_single_tensor_adagrad` update equations and of `lion-pytorch`'s, with
+//! the state rounded to the parameter's dtype as the optimizers store it;
+//! shared by tests/optim.rs, tests/optim_rules.rs and tests/cuda_ops.rs.
 
 use super::store;
-use tensorscope::optim::{AdamConfig, SgdConfig};
+use tensorscope::optim::{AdagradConfig, AdamConfig, LionConfig, RMSpropConfig, SgdConfig};
 use tensorscope::DType;
 
 /// One update of one parameter: (parameter, gradient, state, step number),
@@ -59,6 +60,159 @@ pub fn ref_sgd(c: SgdConfig, dt: DType) -> Box<RefStep> {
             p[i] = store(dt, p[i] - c.lr * d);
         }
     })
+}
+
+/// RMSprop: state `[square_avg, momentum buffer, grad_avg]`.
+pub fn ref_rmsprop(c: RMSpropConfig, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, _t| {
+        let r = |x: f64| store(dt, x);
+        for i in 0..p.len() {
+            let mut gi = if c.maximize { -g[i] } else { g[i] };
+            gi += c.weight_decay * p[i];
+            let sq = c.alpha * st[0][i] + (1.0 - c.alpha) * gi * gi;
+            st[0][i] = r(sq);
+            let var = if c.centered {
+                let ga = st[2][i] + (1.0 - c.alpha) * (gi - st[2][i]);
+                st[2][i] = r(ga);
+                sq - ga * ga
+            } else {
+                sq
+            };
+            let avg = var.sqrt() + c.eps;
+            let d = if c.momentum > 0.0 {
+                let b = c.momentum * st[1][i] + gi / avg;
+                st[1][i] = r(b);
+                b
+            } else {
+                gi / avg
+            };
+            p[i] = r(p[i] - c.lr * d);
+        }
+    })
+}
+
+/// Adagrad: state `[sum]`, which starts at `initial_accumulator_value`.
+pub fn ref_adagrad(c: AdagradConfig, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, t| {
+        let clr = c.lr / (1.0 + (t - 1) as f64 * c.lr_decay);
+        for i in 0..p.len() {
+            if t == 1 {
+                st[0][i] = store(dt, c.initial_accumulator_value);
+            }
+            let mut gi = if c.maximize { -g[i] } else { g[i] };
+            gi += c.weight_decay * p[i];
+            let sum = st[0][i] + gi * gi;
+            st[0][i] = store(dt, sum);
+            p[i] = store(dt, p[i] - clr * gi / (sum.sqrt() + c.eps));
+        }
+    })
+}
+
+/// Lion: state `[exp_avg]`; `sign` is `torch.sign`'s (0 at 0).
+pub fn ref_lion(c: LionConfig, dt: DType) -> Box<RefStep> {
+    Box::new(move |p, g, st, _t| {
+        let (b1, b2) = c.betas;
+        for i in 0..p.len() {
+            let gi = if c.maximize { -g[i] } else { g[i] };
+            let u = b1 * st[0][i] + (1.0 - b1) * gi;
+            let s = if u > 0.0 {
+                1.0
+            } else if u < 0.0 {
+                -1.0
+            } else {
+                0.0
+            };
+            p[i] = store(dt, p[i] * (1.0 - c.lr * c.weight_decay) - c.lr * s);
+            st[0][i] = store(dt, b2 * st[0][i] + (1.0 - b2) * gi);
+        }
+    })
+}
+
+/// The RMSprop option sets: defaults, weight decay, momentum, centered
+/// (with `1 - alpha >= 0.5`, ATen's other lerp form), and all at once with
+/// maximize.
+pub fn rmsprop_option_sets() -> Vec<RMSpropConfig> {
+    vec![
+        RMSpropConfig::default(),
+        RMSpropConfig {
+            lr: 0.02,
+            alpha: 0.9,
+            eps: 1e-6,
+            weight_decay: 0.1,
+            ..Default::default()
+        },
+        RMSpropConfig {
+            momentum: 0.9,
+            ..Default::default()
+        },
+        RMSpropConfig {
+            centered: true,
+            ..Default::default()
+        },
+        RMSpropConfig {
+            lr: 0.005,
+            alpha: 0.3,
+            centered: true,
+            ..Default::default()
+        },
+        RMSpropConfig {
+            lr: 0.01,
+            alpha: 0.95,
+            eps: 1e-4,
+            weight_decay: 0.05,
+            momentum: 0.5,
+            centered: true,
+            maximize: true,
+        },
+    ]
+}
+
+/// The Adagrad option sets: defaults, lr decay, weight decay with an
+/// initial accumulator, and maximize.
+pub fn adagrad_option_sets() -> Vec<AdagradConfig> {
+    vec![
+        AdagradConfig::default(),
+        AdagradConfig {
+            lr: 0.1,
+            lr_decay: 0.05,
+            ..Default::default()
+        },
+        AdagradConfig {
+            lr: 0.05,
+            weight_decay: 0.1,
+            initial_accumulator_value: 0.5,
+            eps: 1e-6,
+            ..Default::default()
+        },
+        AdagradConfig {
+            lr: 0.05,
+            lr_decay: 0.01,
+            maximize: true,
+            ..Default::default()
+        },
+    ]
+}
+
+/// The Lion option sets: defaults, decoupled weight decay, other betas
+/// with maximize.
+pub fn lion_option_sets() -> Vec<LionConfig> {
+    vec![
+        LionConfig {
+            lr: 0.01,
+            ..Default::default()
+        },
+        LionConfig {
+            lr: 0.003,
+            weight_decay: 0.5,
+            ..Default::default()
+        },
+        LionConfig {
+            lr: 0.01,
+            betas: (0.5, 0.9),
+            weight_decay: 0.1,
+            maximize: true,
+        },
+    ]
 }
 
 /// A reference optimizer over several parameters, each with its own state

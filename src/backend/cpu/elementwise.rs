@@ -504,6 +504,10 @@ fn arith<T: Num>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
             BinaryOp::Pow => map2::<T, T, T>(a, b, dst, |x, y| x.pow(y)),
             BinaryOp::Maximum => map2::<T, T, T>(a, b, dst, |x, y| x.max(y)),
             BinaryOp::Minimum => map2::<T, T, T>(a, b, dst, |x, y| x.min(y)),
+            BinaryOp::Atan2 => map2::<T, T, T>(a, b, dst, |x, y| x.atan2(y)),
+            BinaryOp::Fmod => map2::<T, T, T>(a, b, dst, |x, y| x.fmod(y)),
+            BinaryOp::Remainder => map2::<T, T, T>(a, b, dst, |x, y| x.remainder(y)),
+            BinaryOp::FloorDivide => map2::<T, T, T>(a, b, dst, |x, y| x.floor_div(y)),
             _ => compare::<T>(op, a, b, dst),
         }
     }
@@ -511,6 +515,7 @@ fn arith<T: Num>(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
 
 pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
     debug_assert_eq!(a.dtype, b.dtype);
+    debug_assert!(op.computes_in(a.dtype), "{} in {}", op.name(), a.dtype);
     if op.is_comparison() {
         return with_dtype!(a.dtype, T => compare::<T>(op, a, b, dst));
     }
@@ -530,6 +535,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) {
 }
 
 pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operand) {
+    debug_assert!(op.computes_in(a.dtype), "{} in {}", op.name(), a.dtype);
     // A scalar is a broadcast operand with stride 0: reuse `binary` through a
     // one-element stack buffer seen as a storage would need an allocation, so
     // instead the closures capture the converted value.
@@ -544,6 +550,10 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
                 BinaryOp::Pow => map1::<T, T>(a, dst, move |x| x.pow(s)),
                 BinaryOp::Maximum => map1::<T, T>(a, dst, move |x| x.max(s)),
                 BinaryOp::Minimum => map1::<T, T>(a, dst, move |x| x.min(s)),
+                BinaryOp::Atan2 => map1::<T, T>(a, dst, move |x| x.atan2(s)),
+                BinaryOp::Fmod => map1::<T, T>(a, dst, move |x| x.fmod(s)),
+                BinaryOp::Remainder => map1::<T, T>(a, dst, move |x| x.remainder(s)),
+                BinaryOp::FloorDivide => map1::<T, T>(a, dst, move |x| x.floor_div(s)),
                 BinaryOp::Eq => map1::<T, bool>(a, dst, move |x| x == s),
                 BinaryOp::Ne => map1::<T, bool>(a, dst, move |x| x != s),
                 BinaryOp::Lt => map1::<T, bool>(a, dst, move |x| x < s),

@@ -11,6 +11,15 @@ pub(crate) trait Num: crate::dtype::Element + Default {
     fn mul(self, o: Self) -> Self;
     fn div(self, o: Self) -> Self;
     fn pow(self, o: Self) -> Self;
+    /// C's `fmod` (the sign of `self`); 0 for an integer zero divisor.
+    fn fmod(self, o: Self) -> Self;
+    /// Python's `%` (the sign of `o`); 0 for an integer zero divisor.
+    fn remainder(self, o: Self) -> Self;
+    /// Python's `//`; 0 for an integer zero divisor.
+    fn floor_div(self, o: Self) -> Self;
+    /// `atan2(self, o)` (integers through f64; the op layer computes
+    /// `atan2` in a float dtype).
+    fn atan2(self, o: Self) -> Self;
     fn max(self, o: Self) -> Self;
     fn min(self, o: Self) -> Self;
     fn neg(self) -> Self;
@@ -40,6 +49,53 @@ macro_rules! num_float {
             #[inline(always)]
             fn pow(self, o: Self) -> Self {
                 num_traits::Float::powf(self, o)
+            }
+            #[inline(always)]
+            fn fmod(self, o: Self) -> Self {
+                self % o
+            }
+            /// ATen's: `fmod`, moved to the divisor's sign.
+            #[inline(always)]
+            fn remainder(self, o: Self) -> Self {
+                let zero = <$t as num_traits::Zero>::zero();
+                let m = self % o;
+                if m != zero && ((o < zero) != (m < zero)) {
+                    m + o
+                } else {
+                    m
+                }
+            }
+            /// ATen's `div_floor_floating`: `(a - fmod(a, b)) / b`, one
+            /// less when the remainder's sign differs from the divisor's,
+            /// then rounded to the nearest whole number (it is one up to
+            /// rounding); a signed zero for a zero quotient; `a / b` for a
+            /// zero divisor.
+            #[inline(always)]
+            fn floor_div(self, o: Self) -> Self {
+                use num_traits::{One, Zero};
+                let (zero, one) = (<$t>::zero(), <$t>::one());
+                if o == zero {
+                    return self / o;
+                }
+                let m = self % o;
+                let mut div = (self - m) / o;
+                if m != zero && ((o < zero) != (m < zero)) {
+                    div -= one;
+                }
+                if div != zero {
+                    let f = num_traits::Float::floor(div);
+                    if div - f > one / (one + one) {
+                        f + one
+                    } else {
+                        f
+                    }
+                } else {
+                    num_traits::Float::copysign(zero, self / o)
+                }
+            }
+            #[inline(always)]
+            fn atan2(self, o: Self) -> Self {
+                num_traits::Float::atan2(self, o)
             }
             #[inline(always)]
             fn max(self, o: Self) -> Self {
@@ -142,6 +198,34 @@ macro_rules! num_int {
                     e >>= 1;
                 }
                 acc
+            }
+            #[inline(always)]
+            fn fmod(self, o: Self) -> Self {
+                if o == 0 {
+                    0
+                } else {
+                    self.wrapping_rem(o)
+                }
+            }
+            #[inline(always)]
+            fn remainder(self, o: Self) -> Self {
+                if o == 0 {
+                    return 0;
+                }
+                let r = self.wrapping_rem(o);
+                if r != 0 && ((r < 0) != (o < 0)) {
+                    r.wrapping_add(o)
+                } else {
+                    r
+                }
+            }
+            #[inline(always)]
+            fn floor_div(self, o: Self) -> Self {
+                self.div(o)
+            }
+            #[inline(always)]
+            fn atan2(self, o: Self) -> Self {
+                (self as f64).atan2(o as f64) as Self
             }
             #[inline(always)]
             fn max(self, o: Self) -> Self {

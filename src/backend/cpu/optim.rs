@@ -5,7 +5,9 @@
 //! writes `p` (and the buffer). Each follows PyTorch's `_single_tensor_*`
 //! equations in their order of operations, computed in [`Flt::C`] (f32 for
 //! f32/f16/bf16, f64 for f64) with the scalars converted to that type as
-//! ATen's CPU kernels do. Operands may have any strides (the gradient of a
+//! ATen's CPU kernels do. RMSprop, Adagrad and Lion ([`rule`]) share one
+//! kernel over the parameter, its gradient and up to three state buffers,
+//! generic over the per-element [`Rule`]. Operands may have any strides (the gradient of a
 //! transposed weight, an expanded gradient); large parameters are split over
 //! the kernel pool by [`Plan::par_runs`].
 
@@ -15,7 +17,7 @@ use super::num::Flt;
 use super::pool::par_map;
 use super::ptr;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
-use crate::backend::optim::{AdamHyper, SgdHyper};
+use crate::backend::optim::{AdamHyper, SgdHyper, UpdateRule};
 use crate::backend::Operand;
 use crate::with_float_dtype;
 
@@ -225,6 +227,24 @@ macro_rules! multiversion {
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2.
                     return unsafe { avx2::<$T, $B>($($a),*) };
+                }
+            }
+            $body
+        }
+    };
+    ($(#[$m:meta])* fn $name:ident<$T:ident, $R:ident: $Rb:path>($($a:ident: $t:ty),*) $body:block) => {
+        $(#[$m])*
+        fn $name<$T: Flt, $R: $Rb>($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                /// # Safety
+                /// The CPU supports AVX2 (and the arguments meet the
+                /// wrapped function's own contract).
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2<$T: Flt, $R: $Rb>($($a: $t),*) $body
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    return unsafe { avx2::<$T, $R>($($a),*) };
                 }
             }
             $body
@@ -441,5 +461,291 @@ unsafe fn sum_squares_t<T: Flt>(src: &Operand) -> f64 {
     } else {
         // In chunk order: the sum does not depend on timing.
         par_map(chunks, chunk).iter().sum()
+    }
+}
+
+/// The per-element step of an optimizer run by [`rule`], in the compute
+/// type.
+trait Rule<C: Float>: Copy + Send + Sync {
+    /// The new parameter from `p` and the gradient `g`; reads and writes
+    /// the used slots of `s` (see [`UpdateRule::slots`]).
+    fn update(&self, p: C, g: C, s: &mut [C; 3]) -> C;
+}
+
+/// `weight < 0.5 ? s + w * (e - s) : e - (e - s) * (1 - w)`: ATen's lerp.
+#[inline(always)]
+fn lerp<C: Float>(s: C, e: C, w: C, one_minus_w: C, w_small: bool) -> C {
+    if w_small {
+        s + w * (e - s)
+    } else {
+        e - (e - s) * one_minus_w
+    }
+}
+
+/// RMSprop's constants (`_single_tensor_rmsprop`).
+#[derive(Copy, Clone)]
+struct RmsK<C> {
+    sign: C,
+    wd: C,
+    l2: bool,
+    alpha: C,
+    /// `1 - alpha`: the squares' weight and the lerp weight of `grad_avg`.
+    w: C,
+    one_minus_w: C,
+    w_small: bool,
+    eps: C,
+    momentum: C,
+    mom: bool,
+    centered: bool,
+    neg_lr: C,
+}
+
+impl<C: Float + Send + Sync> Rule<C> for RmsK<C> {
+    #[inline(always)]
+    fn update(&self, p: C, g: C, s: &mut [C; 3]) -> C {
+        let g = g * self.sign;
+        let g = if self.l2 { g + self.wd * p } else { g };
+        // square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+        let sq = s[0] * self.alpha + self.w * g * g;
+        s[0] = sq;
+        let avg = if self.centered {
+            // grad_avg.lerp_(grad, 1 - alpha);
+            // avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+            let ga = lerp(s[2], g, self.w, self.one_minus_w, self.w_small);
+            s[2] = ga;
+            (sq - ga * ga).sqrt()
+        } else {
+            sq.sqrt()
+        };
+        let avg = avg + self.eps;
+        if self.mom {
+            // buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)
+            let b = s[1] * self.momentum + g / avg;
+            s[1] = b;
+            p + self.neg_lr * b
+        } else {
+            // param.addcdiv_(grad, avg, value=-lr)
+            p + self.neg_lr * g / avg
+        }
+    }
+}
+
+/// Adagrad's constants (`_single_tensor_adagrad`, the step's lr decayed).
+#[derive(Copy, Clone)]
+struct AdagradK<C> {
+    sign: C,
+    wd: C,
+    l2: bool,
+    eps: C,
+    neg_clr: C,
+}
+
+impl<C: Float + Send + Sync> Rule<C> for AdagradK<C> {
+    #[inline(always)]
+    fn update(&self, p: C, g: C, s: &mut [C; 3]) -> C {
+        let g = g * self.sign;
+        let g = if self.l2 { g + self.wd * p } else { g };
+        // state_sum.addcmul_(grad, grad, value=1)
+        let sum = s[0] + g * g;
+        s[0] = sum;
+        // std = state_sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-clr)
+        p + self.neg_clr * g / (sum.sqrt() + self.eps)
+    }
+}
+
+/// Lion's constants (`lion-pytorch`'s update).
+#[derive(Copy, Clone)]
+struct LionK<C> {
+    sign: C,
+    /// `1 - lr * weight_decay`.
+    decay: C,
+    beta1: C,
+    one_minus_beta1: C,
+    beta2: C,
+    one_minus_beta2: C,
+    neg_lr: C,
+}
+
+/// `torch.sign`: 1, -1, or 0 for ±0 and NaN.
+#[inline(always)]
+fn sign_of<C: Float>(x: C) -> C {
+    if x > C::zero() {
+        C::one()
+    } else if x < C::zero() {
+        -C::one()
+    } else {
+        C::zero()
+    }
+}
+
+impl<C: Float + Send + Sync> Rule<C> for LionK<C> {
+    #[inline(always)]
+    fn update(&self, p: C, g: C, s: &mut [C; 3]) -> C {
+        let g = g * self.sign;
+        // p.mul_(1 - lr * wd)
+        let p = p * self.decay;
+        // update = exp_avg.mul(beta1).add(grad, alpha=1 - beta1).sign_()
+        let u = sign_of(s[0] * self.beta1 + self.one_minus_beta1 * g);
+        // exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
+        s[0] = s[0] * self.beta2 + self.one_minus_beta2 * g;
+        // p.add_(update, alpha=-lr)
+        p + self.neg_lr * u
+    }
+}
+
+/// The fused update of an [`UpdateRule`] (see
+/// [`crate::backend::optim::rule_step`]).
+pub(crate) fn rule(p: &Operand, g: &Operand, states: [Option<&Operand>; 3], r: &UpdateRule) {
+    fn sign<C: Float>(maximize: bool) -> C {
+        c(if maximize { -1.0 } else { 1.0 })
+    }
+    with_float_dtype!(p.dtype, T => {
+        // SAFETY: the dispatcher holds the locks; the optimizer checked that
+        // every operand has `p`'s shape and dtype and fits its storage, and
+        // gives exactly the slots the rule uses.
+        unsafe {
+            match *r {
+                UpdateRule::RmsProp { lr, alpha, eps, weight_decay, momentum, centered, maximize } => {
+                    let w = 1.0 - alpha;
+                    rule_t::<T, _>(p, g, states, RmsK {
+                        sign: sign(maximize),
+                        wd: c(weight_decay),
+                        l2: weight_decay != 0.0,
+                        alpha: c(alpha),
+                        w: c(w),
+                        one_minus_w: c::<<T as Flt>::C>(1.0) - c::<<T as Flt>::C>(w),
+                        w_small: w.abs() < 0.5,
+                        eps: c(eps),
+                        momentum: c(momentum),
+                        mom: momentum > 0.0,
+                        centered,
+                        neg_lr: c(-lr),
+                    })
+                }
+                UpdateRule::Adagrad { clr, eps, weight_decay, maximize } => {
+                    rule_t::<T, _>(p, g, states, AdagradK {
+                        sign: sign(maximize),
+                        wd: c(weight_decay),
+                        l2: weight_decay != 0.0,
+                        eps: c(eps),
+                        neg_clr: c(-clr),
+                    })
+                }
+                UpdateRule::Lion { lr, beta1, beta2, weight_decay, maximize } => {
+                    rule_t::<T, _>(p, g, states, LionK {
+                        sign: sign(maximize),
+                        decay: c(1.0 - lr * weight_decay),
+                        beta1: c(beta1),
+                        one_minus_beta1: c(1.0 - beta1),
+                        beta2: c(beta2),
+                        one_minus_beta2: c(1.0 - beta2),
+                        neg_lr: c(-lr),
+                    })
+                }
+            }
+        }
+    }, _ => unreachable!("an optimizer step on a non-float parameter"))
+}
+
+/// # Safety
+/// As for [`adam_t`], for `p`, `g` and the `Some` states (the `None` slots
+/// are never touched); `k` uses exactly the `Some` slots.
+unsafe fn rule_t<T: Flt, R: Rule<T::C>>(
+    p: &Operand,
+    g: &Operand,
+    states: [Option<&Operand>; 3],
+    k: R,
+) {
+    let used = states.map(|s| s.is_some());
+    let s = states.map(|s| s.unwrap_or(p));
+    let pp = SendPtr(ptr::<T>(p.storage));
+    let pg = SendPtr(ptr::<T>(g.storage));
+    let ps = s.map(|o| SendPtr(ptr::<T>(o.storage)));
+    let mut ids = vec![p.storage.id(), g.storage.id()];
+    ids.extend(states.iter().flatten().map(|o| o.storage.id()));
+    let distinct = (0..ids.len()).all(|i| (i + 1..ids.len()).all(|j| ids[i] != ids[j]));
+    let plan = Plan::new([
+        &p.layout,
+        &g.layout,
+        &s[0].layout,
+        &s[1].layout,
+        &s[2].layout,
+    ]);
+    // SAFETY: the plan's runs stay inside the five layouts, which fit their
+    // `T` storages (this function's contract); parallel runs touch
+    // disjoint elements; unused slots are neither read nor written; the
+    // slice fast path is taken only when the storages are `distinct`.
+    plan.par_runs(|o, len, st| unsafe {
+        let (pp, pg) = (pp.get().add(o[0]), pg.get().add(o[1]));
+        let ps = [0, 1, 2].map(|j| ps[j].get().add(o[2 + j]));
+        let dense = st[0] == 1 && st[1] == 1 && (0..3).all(|j| !used[j] || st[2 + j] == 1);
+        if dense && distinct {
+            let slot = |j: usize| -> &mut [T] {
+                if used[j] {
+                    std::slice::from_raw_parts_mut(ps[j], len)
+                } else {
+                    &mut []
+                }
+            };
+            rule_dense::<T, R>(
+                k,
+                used,
+                std::slice::from_raw_parts_mut(pp, len),
+                std::slice::from_raw_parts(pg as *const T, len),
+                [slot(0), slot(1), slot(2)],
+            );
+        } else {
+            // Any strides; every element is read before it is written.
+            let zero = <T::C as num_traits::Zero>::zero();
+            for i in 0..len {
+                let mut sv = [zero; 3];
+                for j in 0..3 {
+                    if used[j] {
+                        sv[j] = ps[j].add(i * st[2 + j]).read().up();
+                    }
+                }
+                let a = pp.add(i * st[0]);
+                let np = k.update(a.read().up(), pg.add(i * st[1]).read().up(), &mut sv);
+                a.write(T::down(np));
+                for j in 0..3 {
+                    if used[j] {
+                        ps[j].add(i * st[2 + j]).write(T::down(sv[j]));
+                    }
+                }
+            }
+        }
+    });
+}
+
+multiversion! {
+    /// An [`UpdateRule`] over dense runs of distinct storages (the unused
+    /// slots of `s` are empty).
+    fn rule_dense<T, R: Rule<T::C>>(k: R, used: [bool; 3], p: &mut [T], g: &[T], s: [&mut [T]; 3]) {
+        let n = p.len();
+        let g = &g[..n];
+        let zero = <T::C as num_traits::Zero>::zero();
+        let [s0, s1, s2] = s;
+        for i in 0..n {
+            let mut sv = [zero; 3];
+            if used[0] {
+                sv[0] = s0[i].up();
+            }
+            if used[1] {
+                sv[1] = s1[i].up();
+            }
+            if used[2] {
+                sv[2] = s2[i].up();
+            }
+            p[i] = T::down(k.update(p[i].up(), g[i].up(), &mut sv));
+            if used[0] {
+                s0[i] = T::down(sv[0]);
+            }
+            if used[1] {
+                s1[i] = T::down(sv[1]);
+            }
+            if used[2] {
+                s2[i] = T::down(sv[2]);
+            }
+        }
     }
 }

@@ -73,7 +73,7 @@ pub(crate) use nn::{
     dropout, dropout_backward, layer_norm, layer_norm_backward, rand_bernoulli, rand_normal,
     rand_uniform, rms_norm, rms_norm_backward,
 };
-pub(crate) use optim::{adam_step, sgd_step, sum_squares};
+pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
 
 use crate::alloc::DeviceAllocator;

@@ -10,6 +10,9 @@
 //! kernel as the CPU converts them); operands by base pointer and a
 //! [`Geom`], so any layout works and the all-dense case takes the fast path.
 //!
+//! RMSprop, Adagrad and Lion share one kernel, `rule_step_<dt>`, with
+//! their constants in [`RuleK`] and up to three state buffers.
+//!
 //! The sum of squares is accumulated in **f64** (each square of an f32, f16
 //! or bf16 value is exact in f64; only the additions round), one partial per
 //! block summed by the host in block order, so the result is deterministic
@@ -25,7 +28,7 @@ use super::kernels;
 use super::launch::{dptr, numel, Geom, BLOCK};
 use super::stream::current;
 use super::transfer;
-use crate::backend::optim::{AdamHyper, SgdHyper};
+use crate::backend::optim::{AdamHyper, SgdHyper, UpdateRule};
 use crate::backend::Operand;
 use crate::error::{Error, Result};
 use cudarc::driver::{sys, DeviceRepr};
@@ -249,4 +252,148 @@ pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     unsafe { transfer::device_to_host(g, &s, host.as_mut_ptr() as *mut u8, partials, blocks * 8)? };
     drop(held);
     Ok(host.iter().sum())
+}
+
+/// The constants of an [`UpdateRule`], as `RuleK` in `kernels/optim.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RuleK {
+    pub sign: f64,
+    pub wd: f64,
+    pub decay: f64,
+    pub a: f64,
+    pub one_minus_a: f64,
+    pub b: f64,
+    pub one_minus_b: f64,
+    pub eps: f64,
+    pub neg_lr: f64,
+    pub kind: i32,
+    pub l2: i32,
+    pub mom: i32,
+    pub centered: i32,
+    pub w_small: i32,
+    pub pad: i32,
+}
+
+// SAFETY: plain old data with the C layout of `RuleK` in kernels/optim.cu.
+unsafe impl DeviceRepr for RuleK {}
+
+impl RuleK {
+    /// The constants `cpu::optim::rule` gives its rule, before the
+    /// conversion to the compute type (done in the kernel).
+    pub(crate) fn new(r: &UpdateRule) -> Self {
+        let sign = |m: bool| if m { -1.0 } else { 1.0 };
+        let zero = RuleK {
+            sign: 1.0,
+            wd: 0.0,
+            decay: 1.0,
+            a: 0.0,
+            one_minus_a: 0.0,
+            b: 0.0,
+            one_minus_b: 0.0,
+            eps: 0.0,
+            neg_lr: 0.0,
+            kind: 0,
+            l2: 0,
+            mom: 0,
+            centered: 0,
+            w_small: 0,
+            pad: 0,
+        };
+        match *r {
+            UpdateRule::RmsProp {
+                lr,
+                alpha,
+                eps,
+                weight_decay,
+                momentum,
+                centered,
+                maximize,
+            } => RuleK {
+                sign: sign(maximize),
+                wd: weight_decay,
+                a: alpha,
+                one_minus_a: 1.0 - alpha,
+                b: momentum,
+                eps,
+                neg_lr: -lr,
+                l2: (weight_decay != 0.0) as i32,
+                mom: (momentum > 0.0) as i32,
+                centered: centered as i32,
+                w_small: ((1.0 - alpha).abs() < 0.5) as i32,
+                ..zero
+            },
+            UpdateRule::Adagrad {
+                clr,
+                eps,
+                weight_decay,
+                maximize,
+            } => RuleK {
+                sign: sign(maximize),
+                wd: weight_decay,
+                eps,
+                neg_lr: -clr,
+                kind: 1,
+                l2: (weight_decay != 0.0) as i32,
+                ..zero
+            },
+            UpdateRule::Lion {
+                lr,
+                beta1,
+                beta2,
+                weight_decay,
+                maximize,
+            } => RuleK {
+                sign: sign(maximize),
+                decay: 1.0 - lr * weight_decay,
+                a: beta1,
+                one_minus_a: 1.0 - beta1,
+                b: beta2,
+                one_minus_b: 1.0 - beta2,
+                neg_lr: -lr,
+                kind: 2,
+                ..zero
+            },
+        }
+    }
+}
+
+/// One fused update of an [`UpdateRule`] on CUDA (see
+/// [`crate::backend::optim::rule_step`]); the caller holds the locks.
+pub(crate) fn rule_step(
+    op: &'static str,
+    p: &Operand,
+    g: &Operand,
+    states: [Option<&Operand>; 3],
+    r: &UpdateRule,
+) -> Result<()> {
+    let gpu = gpu_of(op, p.storage.device())?;
+    let [s0, s1, s2] = states.map(|s| s.unwrap_or(p));
+    check(op, p, &[g, s0, s1, s2])?;
+    let n = numel(p);
+    if n == 0 {
+        return Ok(());
+    }
+    let geom = Geom::<5>::new(
+        op,
+        [&p.layout, &g.layout, &s0.layout, &s1.layout, &s2.layout],
+    )?;
+    let f = gpu.kernel(op, &kernels::rule_step(p.dtype))?;
+    let s = current(gpu);
+    let args = (
+        geom,
+        n,
+        dptr(p),
+        dptr(g),
+        dptr(s0),
+        dptr(s1),
+        dptr(s2),
+        RuleK::new(r),
+    );
+    // SAFETY: rule_step_<dt>(Geom<5>, i64, T*, const T*, T*, T*, T*, RuleK)
+    // over n elements of operands of one shape and dtype whose layouts fit
+    // their storages (the optimizer checked), locked by the dispatcher; the
+    // kernel touches exactly the slots the rule uses, which the optimizer
+    // gave as `Some`.
+    unsafe { f.launch(op, &s, gpu.grid(n), &args) }
 }

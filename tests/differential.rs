@@ -269,6 +269,29 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "fmod" => a.fmod(b())?,
         "remainder" => a.remainder(b())?,
         "floor_divide" => a.floor_divide(b())?,
+        "any" => a.any(&c.dims(), c.keep())?,
+        "all" => a.all(&c.dims(), c.keep())?,
+        "var_mean" | "std_mean" => {
+            let corr = c.f("corr") as usize;
+            let (v, m) = if c.op == "var_mean" {
+                a.var_mean(&c.dims(), corr, c.keep())?
+            } else {
+                a.std_mean(&c.dims(), corr, c.keep())?
+            };
+            Tensor::cat(&[&v.reshape(&[-1])?, &m.reshape(&[-1])?], 0)?
+        }
+        "vector_norm" => a.vector_norm(c.f("ord"), &c.dims(), c.keep())?,
+        "one_hot" => {
+            let n = c.f("classes");
+            a.one_hot((n >= 0.0).then_some(n as usize))?
+        }
+        "diag" => a.diag(c.f("k") as i64)?,
+        "clamp_tensor" => {
+            let b = c.param("bounds");
+            let lo = b.contains("lo").then(|| &x[1]);
+            let hi = b.contains("hi").then(|| &x[x.len() - 1]);
+            a.clamp_tensor(lo, hi)?
+        }
         "fmod_scalar" => a.fmod_scalar(c.f("s"))?,
         "remainder_scalar" => a.remainder_scalar(c.f("s"))?,
         "floor_divide_scalar" => a.floor_divide_scalar(c.f("s"))?,

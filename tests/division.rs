@@ -110,6 +110,16 @@ fn float_values_follow_aten(dev: Device) {
             assert_close(&got, &want, tol(dt), &format!("{name} {dt} on {dev}"));
         }
     }
+    // Half precision computes floor_divide in f32 and rounds once, so the
+    // quotient is exact where an f32 formula is (PyTorch's CPU kernels do
+    // the same): 2512 // -1.29296875 is -1943 (a per-step f16 formula gave
+    // -1942).
+    for dt in [DType::F16, DType::BF16] {
+        let a = tensor(&[2512.0], &[1], dt, dev);
+        let b = tensor(&[-1.29296875], &[1], dt, dev);
+        let want = store(dt, floor_div_ref(store(dt, 2512.0), store(dt, -1.29296875)));
+        assert_eq!(read(&a.floor_divide(&b).unwrap()), [want], "{dt}");
+    }
     // Signed zeros: fmod keeps the dividend's sign, floor_divide of a zero
     // quotient takes the quotient's.
     let a = tensor(&[-0.0, 0.0, -1.0], &[3], DType::F32, dev);
@@ -256,6 +266,10 @@ fn scalar_in_place_and_out_forms_agree(dev: Device) {
                 let e = e.unwrap_err().to_string();
                 assert!(e.contains("integer division by zero"), "{e}");
             }
+            // A scalar that wraps to 0 in the tensor's dtype is 0 too.
+            let wrap = if dt == DType::I32 { 4294967296.0 } else { 0.0 };
+            let e = a.fmod_scalar(wrap).unwrap_err().to_string();
+            assert!(e.contains("division by zero"), "{e}");
             let mut y = a.contiguous().unwrap();
             let e = y.floor_divide_scalar_(0.0).unwrap_err().to_string();
             assert!(e.contains("floor_divide"), "{e}");
@@ -265,7 +279,7 @@ fn scalar_in_place_and_out_forms_agree(dev: Device) {
 }
 
 /// `atan2`: `(b, -a) / (a^2 + b^2)`; `fmod` and `remainder`: 1 for the
-/// dividend, `-trunc(a / b)` and `-floor(a / b)` for the divisor (summed
+/// dividend, `-trunc(a / b)` and `-(a // b)` for the divisor (summed
 /// over a broadcast); `floor_divide`: zeros (GUIDE 10, deviation 24); the
 /// scalar forms likewise.
 fn gradients_follow_the_closed_forms(dev: Device) {
@@ -283,7 +297,7 @@ fn gradients_follow_the_closed_forms(dev: Device) {
             let (da, db) = match name {
                 "atan2" => (y / (x * x + y * y), -x / (x * x + y * y)),
                 "fmod" => (1.0, -(x / y).trunc()),
-                "remainder" => (1.0, -(x / y).floor()),
+                "remainder" => (1.0, -floor_div_ref(x, y)),
                 _ => (0.0, 0.0),
             };
             wa[i] = da;
@@ -292,6 +306,16 @@ fn gradients_follow_the_closed_forms(dev: Device) {
         assert_close(&ga, &wa, 1e-12, &format!("{name} d/da"));
         assert_close(&gb, &wb, 1e-12, &format!("{name} d/db"));
     }
+    // 1 // 0.1 is 9 (fmod(1, 0.1) = 0.0999..), though 1 / 0.1 rounds to 10:
+    // remainder's gradient uses the former, as PyTorch's.
+    let (a, b) = (leaf(&[1.0], &[1]), leaf(&[0.1], &[1]));
+    a.remainder(&b)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(read(&b.grad().unwrap()), [-9.0]);
     let a = leaf(&av, &[6]);
     a.atan2_scalar(-0.5)
         .unwrap()

@@ -3,8 +3,9 @@
 //! gradient layout against naive f64 references of the update equations
 //! (tests/common/optim_ref.rs), and on CUDA against the CPU; steps after the
 //! first allocate nothing and the state is exactly the buffers the options
-//! call for; the state follows a parameter through pruning's renaming; bad
-//! hyper-parameters and gradients are errors naming the optimizer.
+//! call for; the state follows a parameter through pruning's renaming;
+//! refused hyper-parameters and a parameter that no longer fits its state
+//! are errors naming the optimizer.
 //! Agreement with PyTorch itself is in the differential suite.
 
 mod common;
@@ -180,7 +181,8 @@ fn steps_after_the_first_allocate_nothing(dev: Device) {
     }
 }
 
-/// Hyper-parameters PyTorch refuses, and a parameter that changed shape since its state was made: each an `Err`
+/// Hyper-parameters that are refused (PyTorch's checks; non-finite values
+/// too, as for every optimizer here), and a parameter that changed shape since its state was made: each an `Err`
 /// naming the optimizer, and nothing updated.
 fn bad_input_is_an_error(dev: Device) {
     let arg = |r: Result<(), Error>, op: &str, what: &str| {

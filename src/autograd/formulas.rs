@@ -181,8 +181,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
             })
         }
         BinaryOp::Fmod | BinaryOp::Remainder => {
-            // d/da = 1; d/db = -trunc(a / b) (fmod) or -floor(a / b)
-            // (remainder), as PyTorch's formulas.
+            // d/da = 1; d/db = -trunc(a / b) (fmod) or -(a // b)
+            // (remainder: PyTorch's `div(rounding_mode="floor")`, which is
+            // floor_divide, not floor of the rounded quotient).
             let k = if rb {
                 Some((Saved::new(a, name)?, Saved::new(b, name)?))
             } else {
@@ -193,8 +194,12 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Resul
                 let ga = ra.then(|| sum_to(g, &sa, da)).transpose()?;
                 let gb = match &k {
                     Some((ka, kb)) => {
-                        let q = ka.get()?.div(kb.get()?)?;
-                        let q = if floor { q.floor()? } else { q.trunc()? };
+                        let (a, b) = (ka.get()?, kb.get()?);
+                        let q = if floor {
+                            a.floor_divide(b)?
+                        } else {
+                            a.div(b)?.trunc()?
+                        };
                         Some(sum_to(&g.mul(&q)?.neg()?, &sb, db)?)
                     }
                     None => None,

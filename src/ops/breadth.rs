@@ -1,10 +1,12 @@
 //! Ops a PyTorch user reaches for first (issue 17, item 5), written with
 //! the ops below them so they run on every device and autograd
 //! differentiates them: `isnan`, `isinf`, `isfinite`, `nan_to_num`, the
-//! `logical_*` ops, `lerp`, `outer`, `dot`, `mm`, `bmm`, `addmm`, `tril`,
-//! `triu`, `flip` and `roll`.
+//! `logical_*` ops, `lerp`, `outer`, `dot`, `mm`, `bmm`, `addmm`, `clamp`
+//! with tensor bounds, `tril`, `triu`, `flip` and `roll`.
 
 use crate::alloc::history::op_context;
+use crate::autograd::formulas::sum_to;
+use crate::autograd::{attach, needs_grad, no_grad, BackwardFn, Saved};
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::normalize_dim;
@@ -243,6 +245,70 @@ impl Tensor {
         self.mul_scalar(beta)?
             .add(&scaled)
             .map_err(|e| e.reported_as(op))
+    }
+
+    /// `torch.clamp(x, min, max)` with tensor bounds (either may be
+    /// `None`, not both), broadcast with PyTorch's type promotion:
+    /// `minimum(maximum(x, min), max)`, so NaN in `x` or in a bound gives
+    /// NaN and `min > max` gives `max`. The gradient is PyTorch 2.15's: to
+    /// `x` strictly inside, to `min` below and `max` above, split evenly
+    /// between `x` and the bound it ties; all to `max` where `min > max`,
+    /// all to `x` where `x == min == max` (with one bound, `maximum`'s or
+    /// `minimum`'s).
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, Device};
+    /// let x = Tensor::from_slice(&[-2.0f32, 0.5, 3.0], &[3], Device::Cpu)?;
+    /// let lo = Tensor::from_slice(&[-1.0f32, 1.0, 0.0], &[3], Device::Cpu)?;
+    /// let hi = Tensor::from_slice(&[2.0f32], &[1], Device::Cpu)?;
+    /// assert_eq!(x.clamp_tensor(Some(&lo), Some(&hi))?.to_vec::<f32>()?, [-1.0, 1.0, 2.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Result<Tensor> {
+        const OP: &str = "clamp";
+        const NODE: &str = "ClampBackward";
+        let _op = op_context(OP);
+        let (lo, hi) = match (min, max) {
+            (None, None) => bail!(Error::arg(OP, "at least one of min and max must be given")),
+            (Some(lo), None) => return self.maximum(lo).map_err(|e| e.reported_as(OP)),
+            (None, Some(hi)) => return self.minimum(hi).map_err(|e| e.reported_as(OP)),
+            (Some(lo), Some(hi)) => (lo, hi),
+        };
+        let out = no_grad(|| self.maximum(lo)?.minimum(hi)).map_err(|e| e.reported_as(OP))?;
+        let inputs = [self, lo, hi];
+        if !needs_grad(&inputs) {
+            return Ok(out);
+        }
+        let k = [self, lo, hi].map(|t| Saved::new(t, NODE));
+        let [kx, klo, khi] = k;
+        let (kx, klo, khi) = (kx?, klo?, khi?);
+        let meta = inputs.map(|t| (t.shape().to_vec(), t.dtype(), t.requires_grad()));
+        let f: BackwardFn = Box::new(move |g| {
+            let (x, lo, hi) = (kx.get()?, klo.get()?, khi.get()?);
+            let m = |b: Tensor| b.to_dtype(g.dtype());
+            let split = lo.lt(hi)?;
+            let crossed = lo.gt(hi)?;
+            let open = m(crossed.logical_not()?)?;
+            let x_lo = x.eq(lo)?;
+            let half_lo = m(x_lo.logical_and(&split)?)?.mul_scalar(0.5)?;
+            let half_hi = m(x.eq(hi)?.logical_and(&split)?)?.mul_scalar(0.5)?;
+            let inside = m(x.gt(lo)?.logical_and(&x.lt(hi)?)?)?;
+            let all_tie = m(x_lo.logical_and(&lo.eq(hi)?)?)?;
+            let coef = [
+                inside
+                    .add(&half_lo)?
+                    .add(&half_hi)?
+                    .add(&all_tie)?
+                    .mul(&open)?,
+                m(x.lt(lo)?)?.add(&half_lo)?.mul(&open)?,
+                m(x.gt(hi)?)?.add(&half_hi)?.mul(&open)?.add(&m(crossed)?)?,
+            ];
+            coef.iter()
+                .zip(&meta)
+                .map(|(c, (s, d, r))| r.then(|| sum_to(&g.mul(c)?, s, *d)).transpose())
+                .collect()
+        });
+        Ok(attach(out, NODE, &inputs, f))
     }
 
     /// The elements on and below diagonal `k` of the last two dimensions

@@ -132,12 +132,18 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
         op,
         BinaryOp::Fmod | BinaryOp::Remainder | BinaryOp::FloorDivide
     );
-    if divides && !dt.is_float() && s == 0.0 {
+    // The scalar as the kernel sees it: wrapped into an integer dtype.
+    let wraps_to_zero = match dt {
+        DType::U8 => s as i64 as u8 == 0,
+        DType::I32 => s as i64 as i32 == 0,
+        _ => s as i64 == 0,
+    };
+    if divides && !dt.is_float() && wraps_to_zero {
         // A tensor divisor's zeros give 0 (GUIDE 10, deviation 23): finding
         // them would cost a pass, and on CUDA a synchronisation, per call.
         bail!(Error::arg(
             op.name(),
-            format!("integer division by zero (a {a} tensor and the scalar 0; PyTorch raises ZeroDivisionError)")
+            format!("integer division by zero (a {a} tensor and the scalar {s}, which is 0 in {dt}; PyTorch raises ZeroDivisionError)")
         ));
     }
     Ok(dt)

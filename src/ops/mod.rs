@@ -3,10 +3,12 @@
 
 mod activations;
 mod breadth;
+mod construct;
 pub(crate) mod conv;
 mod elementwise;
 mod index;
 mod matmul;
+mod norms;
 mod operators;
 pub(crate) mod pinned;
 pub(crate) mod pool;

@@ -57,6 +57,8 @@ impl Default for AdagradConfig {
 /// use tensorscope::{DType, Device, Tensor};
 ///
 /// let mut model = Linear::new(4, 2)?;
+/// // Start far from the minimum (outputs about 4), whatever the draw.
+/// tensorscope::nn::init::constant_(&mut model.weight, 1.0)?;
 /// let mut opt = Adagrad::new(AdagradConfig { lr: 0.1, lr_decay: 0.01, ..Default::default() })?;
 /// let x = Tensor::ones(&[3, 4], DType::F32, Device::Cpu)?;
 /// let loss = |m: &Linear| m.forward(&x)?.square()?.mean_all()?.item::<f32>();

@@ -65,33 +65,11 @@ macro_rules! num_float {
                     m
                 }
             }
-            /// ATen's `div_floor_floating`: `(a - fmod(a, b)) / b`, one
-            /// less when the remainder's sign differs from the divisor's,
-            /// then rounded to the nearest whole number (it is one up to
-            /// rounding); a signed zero for a zero quotient; `a / b` for a
-            /// zero divisor.
+            /// ATen's `div_floor_floating`, in f32 for f16 and bf16 (as
+            /// ATen's reduced-precision kernels), rounded once.
             #[inline(always)]
             fn floor_div(self, o: Self) -> Self {
-                use num_traits::{One, Zero};
-                let (zero, one) = (<$t>::zero(), <$t>::one());
-                if o == zero {
-                    return self / o;
-                }
-                let m = self % o;
-                let mut div = (self - m) / o;
-                if m != zero && ((o < zero) != (m < zero)) {
-                    div -= one;
-                }
-                if div != zero {
-                    let f = num_traits::Float::floor(div);
-                    if div - f > one / (one + one) {
-                        f + one
-                    } else {
-                        f
-                    }
-                } else {
-                    num_traits::Float::copysign(zero, self / o)
-                }
+                <$t as Flt>::down(div_floor_floating(self.up(), o.up()))
             }
             #[inline(always)]
             fn atan2(self, o: Self) -> Self {
@@ -258,6 +236,33 @@ macro_rules! num_int {
 num_int!(i64);
 num_int!(i32);
 num_int!(u8);
+
+/// ATen's `div_floor_floating`: `(a - fmod(a, b)) / b`, one less when the
+/// remainder's sign differs from the divisor's, then rounded to the nearest
+/// whole number (it is one up to rounding); a signed zero for a zero
+/// quotient; `a / b` for a zero divisor.
+#[inline(always)]
+fn div_floor_floating<F: num_traits::Float>(a: F, b: F) -> F {
+    let (zero, one) = (F::zero(), F::one());
+    if b == zero {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != zero && ((b < zero) != (m < zero)) {
+        div = div - one;
+    }
+    if div != zero {
+        let f = div.floor();
+        if div - f > one / (one + one) {
+            f + one
+        } else {
+            f
+        }
+    } else {
+        zero.copysign(a / b)
+    }
+}
 
 /// Float element types, computed in `C` (f32 for f32/f16/bf16, f64 for f64).
 pub(crate) trait Flt: Num {

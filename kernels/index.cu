@@ -197,3 +197,68 @@ MASKED_SELECT_KERNEL(1)
 MASKED_SELECT_KERNEL(2)
 MASKED_SELECT_KERNEL(4)
 MASKED_SELECT_KERNEL(8)
+
+// ------------------------------------------------------------ argsort ---
+//
+//   argsort_<dt>(const T* x, i64* idx, i64 rows, i64 n, i32 descending)
+//
+// One thread per row of the contiguous [rows, n] input: the row of idx
+// becomes the stable sorting permutation of the row of x, the order of
+// src/backend/cpu/sort.rs (NaN after every number ascending, before every
+// number descending; equal elements in their original order, by keying
+// the heap sort on (value, index)). O(n log n) per row in one thread: a
+// first version, for correctness; long single rows are slow.
+template <typename T>
+DEV bool sort_before(const T* row, i64 a, i64 b, bool desc) {
+    const auto va = load(row[a]);
+    const auto vb = load(row[b]);
+    const bool na = va != va, nb = vb != vb;
+    if (na || nb) {
+        if (na && nb) return a < b;
+        return desc ? na : nb;
+    }
+    if (va < vb) return !desc;
+    if (vb < va) return desc;
+    return a < b;
+}
+
+template <typename T>
+DEV void argsort_row(const T* row, i64* idx, i64 n, bool desc) {
+    for (i64 i = 0; i < n; ++i) idx[i] = i;
+    auto sift = [&](i64 root, i64 end) {
+        for (;;) {
+            i64 child = 2 * root + 1;
+            if (child >= end) return;
+            if (child + 1 < end && sort_before(row, idx[child], idx[child + 1], desc)) child += 1;
+            if (!sort_before(row, idx[root], idx[child], desc)) return;
+            const i64 t = idx[root];
+            idx[root] = idx[child];
+            idx[child] = t;
+            root = child;
+        }
+    };
+    for (i64 s = n / 2 - 1; s >= 0; --s) sift(s, n);
+    for (i64 e = n - 1; e > 0; --e) {
+        const i64 t = idx[0];
+        idx[0] = idx[e];
+        idx[e] = t;
+        sift(0, e);
+    }
+}
+
+#define ARGSORT_KERNEL(SUF, T)                                                              \
+    KERNEL void argsort_##SUF(const T* x, i64* idx, i64 rows, i64 n, i32 desc) {            \
+        for (i64 r = blockIdx.x * (i64)blockDim.x + threadIdx.x; r < rows;                  \
+             r += (i64)gridDim.x * blockDim.x) {                                            \
+            argsort_row<T>(x + r * n, idx + r * n, n, desc != 0);                           \
+        }                                                                                   \
+    }
+
+ARGSORT_KERNEL(f32, float)
+ARGSORT_KERNEL(f64, double)
+ARGSORT_KERNEL(f16, f16)
+ARGSORT_KERNEL(bf16, bf16)
+ARGSORT_KERNEL(i64, i64)
+ARGSORT_KERNEL(i32, i32)
+ARGSORT_KERNEL(u8, u8)
+ARGSORT_KERNEL(bool, u8)

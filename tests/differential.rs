@@ -292,6 +292,24 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             let hi = b.contains("hi").then(|| &x[x.len() - 1]);
             a.clamp_tensor(lo, hi)?
         }
+        "sort" | "topk" | "median" => {
+            let (v, i) = match c.op.as_str() {
+                "sort" => a.sort(c.f("dim") as isize, c.f("desc") == 1.0)?,
+                "topk" => a.topk(
+                    c.f("k") as usize,
+                    c.f("dim") as isize,
+                    c.f("largest") == 1.0,
+                )?,
+                _ => a.median(c.f("dim") as isize, c.keep())?,
+            };
+            if c.has("values") {
+                v
+            } else {
+                let f = |t: &Tensor| t.to_dtype(DType::F64)?.reshape(&[-1]);
+                Tensor::cat(&[&f(&v)?, &f(&i)?], 0)?
+            }
+        }
+        "argsort" => a.argsort(c.f("dim") as isize, c.f("desc") == 1.0)?,
         "fmod_scalar" => a.fmod_scalar(c.f("s"))?,
         "remainder_scalar" => a.remainder_scalar(c.f("s"))?,
         "floor_divide_scalar" => a.floor_divide_scalar(c.f("s"))?,

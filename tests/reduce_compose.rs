@@ -2,8 +2,8 @@
 //! `norm`, `one_hot`, `diag` and `clamp` with tensor bounds, on the CPU and
 //! on CUDA device 0 (`on_both!`): values against direct f64 computations,
 //! gradients against PyTorch's formulas (a zero norm's gradient is 0, the
-//! inf-norm's is shared among its ties, clamp's goes to the bound that
-//! won), and the errors. Agreement with PyTorch itself is in the
+//! inf-norm's is shared among its ties, clamp's follows PyTorch 2.15's tie
+//! rules), and the errors. Agreement with PyTorch itself is in the
 //! differential suite.
 
 mod common;
@@ -181,6 +181,28 @@ fn norm_gradients_follow_pytorch(dev: Device) {
         "ord 0.5: {:?}",
         grad(0.5)
     );
+    // -inf: the smallest |x| of each row (row 1 ties at 0, row 2 at 2).
+    assert_close(
+        &grad(f64::NEG_INFINITY),
+        &[1.0, 0.0, 0.0, 0.0, -0.5, 0.5],
+        1e-12,
+        "ord -inf",
+    );
+    // A scalar with dim 0: the gradient has the scalar's shape.
+    let s = leaf(&[-3.0], &[], dev);
+    s.vector_norm(2.0, &[0], false).unwrap().backward().unwrap();
+    assert_eq!(
+        (s.grad().unwrap().shape().len(), read(&s.grad().unwrap())),
+        (0, vec![-1.0])
+    );
+    // A negative order over an empty dimension is refused, as PyTorch.
+    let e = Tensor::zeros(&[2, 0], DType::F32, dev).unwrap();
+    let err = e.vector_norm(-2.0, &[1], false).unwrap_err().to_string();
+    assert!(
+        err.contains("vector_norm") && err.contains("empty"),
+        "{err}"
+    );
+    assert_eq!(read(&e.vector_norm(2.0, &[1], false).unwrap()), [0.0, 0.0]);
 }
 
 /// `one_hot` of int64 classes (given and inferred counts) and its
@@ -269,6 +291,16 @@ fn one_hot_and_diag(dev: Device) {
         .unwrap_err()
         .to_string();
     assert!(e.contains("diag"), "{e}");
+    // Extreme offsets: empty diagonals of a matrix, a refused vector size.
+    assert_eq!(a.diag(i64::MIN).unwrap().shape(), &[0]);
+    assert_eq!(a.diag(i64::MAX).unwrap().shape(), &[0]);
+    let e = v.diag(i64::MAX).unwrap_err().to_string();
+    assert!(e.contains("diag") && e.contains("too large"), "{e}");
+    let e = Tensor::zeros(&[0], DType::I64, dev)
+        .unwrap()
+        .one_hot(Some(0))
+        .unwrap_err();
+    assert!(e.to_string().contains("one_hot"), "{e}");
 }
 
 /// Values with broadcast bounds of another dtype, NaN from `x` or a bound,

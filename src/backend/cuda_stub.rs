@@ -214,6 +214,15 @@ pub(crate) fn rule_step(
 ) -> Result<()> {
     err(op, ordinal(p))
 }
+pub(crate) fn argsort(
+    x: &Operand,
+    _idx: &Operand,
+    _rows: usize,
+    _n: usize,
+    _desc: bool,
+) -> Result<()> {
+    err("argsort", ordinal(x))
+}
 pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     err(op, ordinal(src))
 }

@@ -46,8 +46,15 @@ impl Tensor {
             ));
         }
         let classes = match num_classes {
+            Some(0) if self.numel() == 0 => bail!(Error::arg(
+                OP,
+                format!(
+                    "can not infer the number of classes from an empty tensor of shape {:?} with num_classes 0",
+                    self.shape()
+                )
+            )),
             Some(c) => {
-                if hi >= c as i64 {
+                if hi >= i64::try_from(c).unwrap_or(i64::MAX) {
                     bail!(Error::arg(
                         OP,
                         format!("class values must be smaller than num_classes ({c}), got {hi}")
@@ -87,35 +94,41 @@ impl Tensor {
         match self.rank() {
             1 => {
                 let n = self.shape()[0];
-                let m = n + k.unsigned_abs() as usize;
-                let rows = Tensor::arange(0.0, m as f64, 1.0, DType::I64, dev)?.unsqueeze(1)?;
-                let cols = Tensor::arange(0.0, m as f64, 1.0, DType::I64, dev)?.unsqueeze(0)?;
-                let on = cols.sub(&rows)?.eq_scalar(k as f64)?;
-                // Element (i, j) of diagonal k is x[i] above the main
-                // diagonal (k >= 0) and x[j] below it; elsewhere any
-                // index (clamped into range) is read and masked out.
-                let at = if k >= 0 { &rows } else { &cols };
-                let idx = at
-                    .expand(&[m as isize, m as isize])?
-                    .clamp(None, Some(n.saturating_sub(1) as f64))?
-                    .reshape(&[-1])?;
-                if n == 0 {
-                    return Tensor::zeros(&[m, m], self.dtype(), dev);
-                }
-                let vals = self
-                    .index_select(0, &idx)?
-                    .reshape(&[m as isize, m as isize])?;
-                let zero = Tensor::zeros(&[], self.dtype(), dev)?;
-                Tensor::where_cond(&on, &vals, &zero)
+                // m = n + |k|, and m * m elements must be addressable.
+                let m = (n as u64)
+                    .checked_add(k.unsigned_abs())
+                    .and_then(|m| usize::try_from(m).ok())
+                    .filter(|m| m.checked_mul(*m).is_some_and(|e| e <= isize::MAX as usize))
+                    .ok_or_else(|| {
+                        Error::arg(
+                            OP,
+                            format!(
+                                "offset {k} makes a matrix too large for a vector of {n} elements"
+                            ),
+                        )
+                    })?;
+                // Diagonal k starts at (max(0, -k), max(0, k)); element i is
+                // at flat position (r0 + i) * m + c0 + i.
+                let (r0, c0) = if k >= 0 { (0, m - n) } else { (m - n, 0) };
+                let pos: Vec<i64> = (0..n).map(|i| ((r0 + i) * m + c0 + i) as i64).collect();
+                let pos = Tensor::from_vec(pos, &[n], dev)?;
+                Tensor::zeros(&[m * m], self.dtype(), dev)?
+                    .index_copy(0, &pos, self)?
+                    .reshape(&[m as isize, m as isize])
+                    .map_err(|e| e.reported_as(OP))
             }
             2 => {
-                let (r, c) = (self.shape()[0] as i64, self.shape()[1] as i64);
-                // Diagonal k starts at (max(0, -k), max(0, k)).
+                let (r, c) = (self.shape()[0] as i128, self.shape()[1] as i128);
+                // Diagonal k starts at (max(0, -k), max(0, k)) (in i128:
+                // -i64::MIN does not fit an i64).
+                let k = k as i128;
                 let (r0, c0) = ((-k).max(0), k.max(0));
                 let len = (r - r0).min(c - c0).max(0);
-                let flat: Vec<i64> = (0..len).map(|i| (r0 + i) * c + c0 + i).collect();
+                let flat: Vec<i64> = (0..len).map(|i| ((r0 + i) * c + c0 + i) as i64).collect();
                 let idx = Tensor::from_vec(flat, &[len as usize], dev)?;
-                self.reshape(&[-1])?.index_select(0, &idx)
+                self.reshape(&[-1])?
+                    .index_select(0, &idx)
+                    .map_err(|e| e.reported_as(OP))
             }
             _ => bail!(Error::arg(
                 OP,

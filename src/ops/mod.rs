@@ -15,6 +15,7 @@ pub(crate) mod pool;
 pub use pinned::PendingHost;
 mod reduce;
 mod shape;
+mod sort;
 mod views;
 
 use crate::dtype::DType;

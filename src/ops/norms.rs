@@ -147,7 +147,25 @@ impl Tensor {
         if dims.is_empty() {
             reduced = (0..self.rank()).collect();
         }
+        if self.rank() == 0 {
+            // Dim 0 (or -1) of a scalar reduces nothing: no dim to restore.
+            reduced.clear();
+        }
         reduced.sort_unstable();
+        let empty = if self.rank() == 0 {
+            false
+        } else {
+            reduced.iter().any(|&d| self.shape()[d] == 0)
+        };
+        if empty && ord < 0.0 {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "cannot compute the {ord} norm over an empty dimension of shape {:?}",
+                    self.shape()
+                )
+            ));
+        }
         let out = no_grad(|| {
             let wide = matches!(dt, DType::F16 | DType::BF16);
             let x = if wide {

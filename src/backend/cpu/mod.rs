@@ -19,6 +19,7 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod simd;
 pub(crate) mod softmax;
+pub(crate) mod sort;
 pub(crate) mod strided;
 pub(crate) mod unary;
 pub(crate) mod vmath;

@@ -239,6 +239,8 @@ pub(crate) type IndexCheckArgs = (Geom<1>, i64, Ptr, i64, i32, Ptr);
 /// `gather_*`, `scatter_*`, `scatter_add_*`: (geometry, n, dst, src, index,
 /// size, stride, report).
 pub(crate) type GatherArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, Ptr);
+/// `argsort_<dt>`: (x, idx, rows, n, descending).
+pub(crate) type ArgsortArgs = (Ptr, Ptr, i64, i64, i32);
 /// `masked_count`: (geometry, n, mask, chunk, counts).
 pub(crate) type MaskedCountArgs = (Geom<2>, i64, Ptr, i64, Ptr);
 /// `masked_select_b<B>`: (geometry, n, out, src, mask, chunk, chunk
@@ -425,6 +427,10 @@ pub(crate) fn scatter_add(index: DType, dt: DType) -> Kernel<GatherArgs> {
     let name = format!("scatter_add_{}_{}", suffix(index), suffix(dt));
     Kernel::new(Module::Index, name)
 }
+/// `argsort_<dt>` (every dtype): one thread per row.
+pub(crate) fn argsort(dt: DType) -> Kernel<ArgsortArgs> {
+    Kernel::new(Module::Index, format!("argsort_{}", suffix(dt)))
+}
 /// `masked_count`.
 pub(crate) fn masked_count() -> Kernel<MaskedCountArgs> {
     Kernel::new(Module::Index, "masked_count".into())
@@ -588,6 +594,9 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(masked_select(dt).entry());
             }
             v.push(masked_count().entry());
+            for dt in DType::ALL {
+                v.push(argsort(dt).entry());
+            }
         }
         Module::Random => {
             for dt in FLOATS {

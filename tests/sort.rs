@@ -1,0 +1,236 @@
+//! Issue 17 item 5: `sort`, `argsort`, `topk` and `median` on the CPU and
+//! on CUDA device 0 (`on_both!`): the stable order (equal elements keep
+//! their order), NaN after every number ascending and before descending,
+//! every dtype, every dimension of a strided rank-3 input, against a
+//! direct stable sort in f64; gradients through the values; `median`'s
+//! lower median and its NaN rule; the errors. Agreement with PyTorch itself
+//! is in the differential suite.
+
+mod common;
+
+#[cfg(feature = "cuda")]
+use common::devices::on_both;
+use common::{assert_exact, read, tensor, ALL};
+use tensorscope::{DType, Device, Tensor};
+
+#[cfg(feature = "cuda")]
+on_both!(
+    sort_is_stable_in_every_dtype_and_dim,
+    topk_and_its_errors,
+    median_and_its_nan_rule,
+    gradients_flow_to_the_sources,
+);
+
+#[cfg(not(feature = "cuda"))]
+common::on_cpu!(
+    sort_is_stable_in_every_dtype_and_dim,
+    topk_and_its_errors,
+    median_and_its_nan_rule,
+    gradients_flow_to_the_sources,
+);
+
+/// The stable permutation of `v` (NaN as the largest value).
+fn ref_order(v: &[f64], desc: bool) -> Vec<usize> {
+    let key = |x: f64| if x.is_nan() { f64::INFINITY } else { x };
+    let mut o: Vec<usize> = (0..v.len()).collect();
+    o.sort_by(|&a, &b| {
+        let (x, y) = (key(v[a]), key(v[b]));
+        // NaN after +inf: compare NaN-ness first when both keys are inf.
+        let c = x
+            .partial_cmp(&y)
+            .unwrap()
+            .then(v[a].is_nan().cmp(&v[b].is_nan()));
+        if desc {
+            c.reverse()
+        } else {
+            c
+        }
+    });
+    o
+}
+
+/// Rows with ties, NaN, infinities and signed zeros (floats), small
+/// integers with ties (integers, bool), sorted along each dimension of a
+/// `[3, 4, 5]` input seen transposed, both directions.
+fn sort_is_stable_in_every_dtype_and_dim(dev: Device) {
+    let pool = [
+        2.0,
+        -1.0,
+        f64::NAN,
+        0.0,
+        2.0,
+        f64::INFINITY,
+        -3.5,
+        2.0,
+        f64::NEG_INFINITY,
+        -1.0,
+    ];
+    let ints = [2.0, -1.0, 0.0, 3.0, 2.0, 1.0, -3.0, 2.0, 0.0, -1.0];
+    for dt in ALL {
+        let vals: Vec<f64> = (0..60)
+            .map(|i| {
+                let v = if dt.is_float() {
+                    pool[(i * 7) % 10]
+                } else {
+                    ints[(i * 7) % 10]
+                };
+                common::store(dt, v)
+            })
+            .collect();
+        // Stored as [5, 4, 3], seen as [3, 4, 5] (a permuted, strided view).
+        let x = tensor(&vals, &[5, 4, 3], dt, dev)
+            .permute(&[2, 1, 0])
+            .unwrap();
+        let logical = read(&x);
+        let shape = [3usize, 4, 5];
+        for d in 0..3 {
+            for desc in [false, true] {
+                let (v, i) = x.sort(d as isize, desc).unwrap();
+                assert_eq!(i.dtype(), DType::I64);
+                assert_eq!(v.dtype(), dt);
+                let (gv, gi) = (read(&v), read(&i));
+                let strides = [20, 5, 1];
+                let n = shape[d];
+                // Every line along d.
+                for base in 0..60 {
+                    if (base / strides[d]) % n != 0 {
+                        continue;
+                    }
+                    let line: Vec<f64> = (0..n).map(|k| logical[base + k * strides[d]]).collect();
+                    let want = ref_order(&line, desc);
+                    let got: Vec<usize> =
+                        (0..n).map(|k| gi[base + k * strides[d]] as usize).collect();
+                    assert_eq!(
+                        got, want,
+                        "{dt} dim {d} desc {desc} line at {base}: {line:?}"
+                    );
+                    let got_v: Vec<f64> = (0..n).map(|k| gv[base + k * strides[d]]).collect();
+                    let want_v: Vec<f64> = want.iter().map(|&k| line[k]).collect();
+                    assert_exact(&got_v, &want_v, &format!("{dt} values"));
+                }
+                assert_eq!(
+                    read(&x.argsort(d as isize, desc).unwrap()),
+                    gi,
+                    "{dt} argsort"
+                );
+            }
+        }
+    }
+    // 0-d and empty inputs.
+    let s = tensor(&[7.0], &[], DType::F32, dev);
+    let (v, i) = s.sort(0, false).unwrap();
+    assert_eq!((read(&v), read(&i)), (vec![7.0], vec![0.0]));
+    let e = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
+    assert_eq!(e.sort(0, false).unwrap().1.shape(), &[0, 3]);
+    let err = s.sort(1, false).unwrap_err().to_string();
+    assert!(err.contains("sort"), "{err}");
+}
+
+/// The k largest or smallest in order, NaN as the largest, k = 0 and
+/// k = n; k > n is an `Err` naming topk.
+fn topk_and_its_errors(dev: Device) {
+    let x = tensor(
+        &[1.0, f64::NAN, 5.0, 2.0, 4.0, -1.0],
+        &[2, 3],
+        DType::F32,
+        dev,
+    );
+    let (v, i) = x.topk(2, 1, true).unwrap();
+    let v = read(&v);
+    assert!(
+        v[0].is_nan() && v[1] == 5.0 && v[2] == 4.0 && v[3] == 2.0,
+        "{v:?}"
+    );
+    assert_eq!(read(&i), [1.0, 2.0, 1.0, 0.0]);
+    let (v, i) = x.topk(1, 0, false).unwrap();
+    let v = read(&v);
+    assert!(v[0] == 1.0 && v[1] == 4.0 && v[2] == -1.0, "{v:?}");
+    assert_eq!(read(&i), [0.0, 1.0, 1.0]);
+    assert_eq!(x.topk(0, 1, true).unwrap().0.shape(), &[2, 0]);
+    assert_eq!(x.topk(3, 1, true).unwrap().0.shape(), &[2, 3]);
+    let e = x.topk(4, 1, true).unwrap_err().to_string();
+    assert!(e.contains("topk") && e.contains("larger"), "{e}");
+}
+
+/// The lower median (position (n - 1) / 2), its index, keepdim, integers;
+/// a slice with NaN gives its first NaN; the median of all; an empty
+/// dimension is an `Err`.
+fn median_and_its_nan_rule(dev: Device) {
+    let x = tensor(
+        &[4.0, 1.0, 3.0, 2.0, 9.0, f64::NAN, 0.0, f64::NAN],
+        &[2, 4],
+        DType::F64,
+        dev,
+    );
+    let (m, i) = x.median(1, false).unwrap();
+    let m = read(&m);
+    assert!(m[0] == 2.0 && m[1].is_nan(), "{m:?}");
+    assert_eq!(read(&i), [3.0, 1.0]);
+    let (m, i) = x.median(0, true).unwrap();
+    assert_eq!(m.shape(), &[1, 4]);
+    let (m, i) = (read(&m), read(&i));
+    assert!(
+        m[0] == 4.0 && m[1].is_nan() && m[2] == 0.0 && m[3].is_nan(),
+        "{m:?}"
+    );
+    assert_eq!(i, [0.0, 1.0, 1.0, 1.0]);
+    let ints = tensor(&[5.0, 3.0, 8.0, 1.0], &[4], DType::I32, dev);
+    let (m, i) = ints.median(0, false).unwrap();
+    assert_eq!((read(&m), read(&i)), (vec![3.0], vec![1.0]));
+    assert_eq!(read(&ints.median_all().unwrap()), [3.0]);
+    assert!(read(&x.median_all().unwrap())[0].is_nan());
+    let e = Tensor::zeros(&[2, 0], DType::F32, dev)
+        .unwrap()
+        .median(1, false)
+        .unwrap_err();
+    assert!(e.to_string().contains("median"), "{e}");
+}
+
+/// The values of sort, topk and median are gathered: their gradient lands
+/// on the elements they came from.
+fn gradients_flow_to_the_sources(dev: Device) {
+    let x = tensor(&[3.0, 1.0, 2.0, 0.5, 4.0, -1.0], &[2, 3], DType::F64, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let w = tensor(&[1.0, 10.0, 100.0], &[3], DType::F64, dev);
+    x.sort(1, false)
+        .unwrap()
+        .0
+        .mul(&w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_exact(
+        &read(&x.grad().unwrap()),
+        &[100.0, 1.0, 10.0, 10.0, 100.0, 1.0],
+        "sort",
+    );
+    x.zero_grad();
+    x.topk(1, 1, true)
+        .unwrap()
+        .0
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_exact(
+        &read(&x.grad().unwrap()),
+        &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        "topk",
+    );
+    x.zero_grad();
+    x.median(1, false)
+        .unwrap()
+        .0
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_exact(
+        &read(&x.grad().unwrap()),
+        &[0.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+        "median",
+    );
+}

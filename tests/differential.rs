@@ -35,7 +35,7 @@ use tensorscope::optim::{
     RMSpropConfig, Sgd, SgdConfig,
 };
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
-use tensorscope::{DType, Device, Result, Tensor};
+use tensorscope::{DType, Device, Interpolation, Result, Tensor};
 
 const FIXTURE: &str = include_str!("fixtures/differential.txt");
 
@@ -310,6 +310,18 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             }
         }
         "argsort" => a.argsort(c.f("dim") as isize, c.f("desc") == 1.0)?,
+        "quantile" => {
+            let qs: Vec<f64> = c.param("q").split(',').map(num).collect();
+            let dim = (c.param("dim") != "none").then(|| c.f("dim") as isize);
+            let how = match c.param("how") {
+                "lower" => Interpolation::Lower,
+                "higher" => Interpolation::Higher,
+                "midpoint" => Interpolation::Midpoint,
+                "nearest" => Interpolation::Nearest,
+                _ => Interpolation::Linear,
+            };
+            a.quantiles(&qs, dim, c.keep(), how)?
+        }
         "fmod_scalar" => a.fmod_scalar(c.f("s"))?,
         "remainder_scalar" => a.remainder_scalar(c.f("s"))?,
         "floor_divide_scalar" => a.floor_divide_scalar(c.f("s"))?,

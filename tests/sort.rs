@@ -1,4 +1,4 @@
-//! Issue 17 item 5: `sort`, `argsort`, `topk` and `median` on the CPU and
+//! Issue 17 item 5: `sort`, `argsort`, `topk`, `median` and `quantile` on the CPU and
 //! on CUDA device 0 (`on_both!`): the stable order (equal elements keep
 //! their order), NaN after every number ascending and before descending,
 //! every dtype, every dimension of a strided rank-3 input, against a
@@ -11,7 +11,7 @@ mod common;
 #[cfg(feature = "cuda")]
 use common::devices::on_both;
 use common::{assert_exact, read, tensor, ALL};
-use tensorscope::{DType, Device, Tensor};
+use tensorscope::{DType, Device, Interpolation, Tensor};
 
 #[cfg(feature = "cuda")]
 on_both!(
@@ -19,6 +19,7 @@ on_both!(
     topk_and_its_errors,
     median_and_its_nan_rule,
     gradients_flow_to_the_sources,
+    quantiles_interpolate_as_pytorch,
 );
 
 #[cfg(not(feature = "cuda"))]
@@ -27,6 +28,7 @@ common::on_cpu!(
     topk_and_its_errors,
     median_and_its_nan_rule,
     gradients_flow_to_the_sources,
+    quantiles_interpolate_as_pytorch,
 );
 
 /// The stable permutation of `v` (NaN as the largest value).
@@ -233,4 +235,67 @@ fn gradients_flow_to_the_sources(dev: Device) {
         &[0.0, 0.0, 1.0, 1.0, 0.0, 0.0],
         "median",
     );
+}
+
+/// Every interpolation against `q * (n - 1)` computed here (PyTorch's
+/// printed `quantile([1, 2, 3, 4], 0.4) = 2.2`, nearest rounds half to
+/// even), along a dim and of all, keepdim, a NaN slice, several q stacked
+/// first, gradients through the two neighbours, and the refusals.
+fn quantiles_interpolate_as_pytorch(dev: Device) {
+    let x = tensor(
+        &[4.0, 1.0, 3.0, 2.0, 1.0, f64::NAN, 2.0, 3.0],
+        &[2, 4],
+        DType::F64,
+        dev,
+    );
+    let q = x.quantile(0.4, Some(1), false).unwrap();
+    let q = read(&q);
+    assert!((q[0] - 2.2).abs() < 1e-12 && q[1].is_nan(), "{q:?}");
+    let row = tensor(&[4.0, 1.0, 3.0, 2.0], &[4], DType::F64, dev);
+    for (how, want) in [
+        (Interpolation::Linear, [1.75, 2.5, 3.25]),
+        (Interpolation::Lower, [1.0, 2.0, 3.0]),
+        (Interpolation::Higher, [2.0, 3.0, 4.0]),
+        (Interpolation::Midpoint, [1.5, 2.5, 3.5]),
+        // Positions 0.75, 1.5, 2.25 round to 1, 2, 2.
+        (Interpolation::Nearest, [2.0, 3.0, 3.0]),
+    ] {
+        let got = row.quantiles(&[0.25, 0.5, 0.75], None, false, how).unwrap();
+        assert_eq!(got.shape(), &[3]);
+        assert_exact(&read(&got), &want, &format!("{how:?}"));
+    }
+    assert_eq!(x.quantile(0.5, Some(0), true).unwrap().shape(), &[1, 4]);
+    assert_eq!(x.quantile(0.5, None, true).unwrap().shape(), &[1, 1]);
+    assert_eq!(
+        x.quantiles(&[0.1, 0.9], Some(-1), false, Interpolation::Linear)
+            .unwrap()
+            .shape(),
+        &[2, 2]
+    );
+    let s = tensor(&[5.0], &[], DType::F32, dev);
+    assert_eq!(read(&s.quantile(0.3, Some(0), false).unwrap()), [5.0]);
+    // d/dx of the linear quantile: 1 - frac and frac on the neighbours.
+    let g = row.alias().requires_grad_(true).unwrap();
+    g.quantile(0.25, None, false).unwrap().backward().unwrap();
+    assert_exact(
+        &read(&g.grad().unwrap()),
+        &[0.0, 0.25, 0.0, 0.75],
+        "quantile gradient",
+    );
+    for (r, what) in [
+        (row.quantile(1.5, None, false), "q must be in [0, 1]"),
+        (
+            tensor(&[1.0], &[1], DType::I64, dev).quantile(0.5, None, false),
+            "float",
+        ),
+        (
+            Tensor::zeros(&[0], DType::F32, dev)
+                .unwrap()
+                .quantile(0.5, None, false),
+            "empty",
+        ),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("quantile") && e.contains(what), "{e}");
+    }
 }

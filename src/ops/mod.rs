@@ -16,6 +16,7 @@ pub use pinned::PendingHost;
 mod reduce;
 mod shape;
 mod sort;
+pub use sort::Interpolation;
 mod views;
 
 use crate::dtype::DType;

@@ -1,4 +1,5 @@
-//! Sorting (issue 17, item 5): `sort`, `argsort`, `topk` and `median`.
+//! Sorting (issue 17, item 5): `sort`, `argsort`, `topk`, `median` and
+//! `quantile`.
 //! One kernel computes the stable sorting permutation of the rows of a
 //! contiguous tensor (`backend::sort`, on both devices); the values are
 //! gathered with `gather`, so autograd differentiates them (the gradient
@@ -14,6 +15,24 @@ use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::layout::normalize_dim;
 use crate::tensor::Tensor;
+
+/// How [`Tensor::quantiles`] picks a value between the two sorted elements
+/// around a quantile's position `q * (n - 1)` (`torch.quantile`'s
+/// `interpolation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Interpolation {
+    /// `lo + (hi - lo) * frac` (PyTorch's default).
+    #[default]
+    Linear,
+    /// The lower element.
+    Lower,
+    /// The higher element.
+    Higher,
+    /// The mean of the two.
+    Midpoint,
+    /// The element at the position rounded half to even.
+    Nearest,
+}
 
 impl Tensor {
     /// `torch.sort(x, dim, descending, stable=True)`: the values along
@@ -148,6 +167,108 @@ impl Tensor {
         Ok(self.reshape(&[-1])?.median(0, false)?.0)
     }
 
+    /// `torch.quantile(x, q, dim, keepdim)` with linear interpolation:
+    /// the `q`-quantile along `dim` (`None`: of every element). See
+    /// [`quantiles`](Tensor::quantiles).
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, Device};
+    /// let x = Tensor::from_slice(&[1.0f32, 4.0, 2.0, 3.0], &[4], Device::Cpu)?;
+    /// assert!((x.quantile(0.4, None, false)?.item::<f32>()? - 2.2).abs() < 1e-6);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn quantile(&self, q: f64, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        let _op = op_context("quantile");
+        self.quantile_impl(&[q], dim, keepdim, Interpolation::Linear, false)
+    }
+
+    /// `torch.quantile(x, q_tensor, dim, keepdim, interpolation)`: one
+    /// quantile per entry of `q` (each in `[0, 1]`), stacked along a new
+    /// first dimension. Float tensors only; a slice holding NaN gives NaN
+    /// (as PyTorch's `quantile`; it has `nanquantile` to skip them).
+    /// Differentiable through the sorted values.
+    pub fn quantiles(
+        &self,
+        q: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: Interpolation,
+    ) -> Result<Tensor> {
+        let _op = op_context("quantile");
+        self.quantile_impl(q, dim, keepdim, interpolation, true)
+    }
+
+    fn quantile_impl(
+        &self,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        how: Interpolation,
+        stacked: bool,
+    ) -> Result<Tensor> {
+        const OP: &str = "quantile";
+        if !self.dtype().is_float() {
+            bail!(Error::dtype(OP, "a float tensor (PyTorch: quantile() input tensor must be either float or double dtype)", self.dtype()));
+        }
+        if let Some(&q) = qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
+            bail!(Error::arg(OP, format!("q must be in [0, 1], got {q}")));
+        }
+        // The slices: along `dim`, or of every element (one slice).
+        let (x, d) = match dim {
+            Some(d) if self.rank() > 0 => (self.alias(), normalize_dim(OP, d, self.rank())?),
+            Some(d) => {
+                normalize_dim(OP, d, 1)?;
+                (self.reshape(&[1])?, 0)
+            }
+            None => (self.reshape(&[-1])?, 0),
+        };
+        let n = x.shape()[d];
+        if n == 0 {
+            bail!(Error::arg(
+                OP,
+                format!(
+                    "cannot take a quantile of an empty slice of shape {:?}",
+                    self.shape()
+                )
+            ));
+        }
+        let di = d as isize;
+        let (sorted, _) = x.sort(di, false).map_err(|e| e.reported_as(OP))?;
+        let has_nan = no_grad(|| x.isnan()?.any(&[di], true))?;
+        let nan = Tensor::full(&[], f64::NAN, x.dtype(), x.device())?;
+        // Each quantile's shape: the input's, with `dim` kept as 1 or
+        // dropped (all dimensions for `dim = None`); a 0-d input gives 0-d.
+        let out_shape: Vec<isize> = match (dim, keepdim) {
+            _ if self.rank() == 0 => vec![],
+            (Some(_), true) => keep_dims(self.shape(), d),
+            (Some(_), false) => drop_dim(self.shape(), d),
+            (None, true) => vec![1; self.rank()],
+            (None, false) => vec![],
+        };
+        let mut out = Vec::with_capacity(qs.len());
+        for &q in qs {
+            let pos = q * (n - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            let at = |i: usize| sorted.narrow(di, i, 1);
+            let v = match how {
+                Interpolation::Lower => at(lo)?,
+                Interpolation::Higher => at(hi)?,
+                // Round half to even, as torch.round.
+                Interpolation::Nearest => at(pos.round_ties_even() as usize)?,
+                Interpolation::Midpoint => at(lo)?.add(&at(hi)?)?.mul_scalar(0.5)?,
+                Interpolation::Linear => at(lo)?.lerp(&at(hi)?, pos - lo as f64)?,
+            };
+            let v = Tensor::where_cond(&has_nan, &nan, &v)?;
+            out.push(v.reshape(&out_shape)?);
+        }
+        if stacked {
+            let refs: Vec<&Tensor> = out.iter().collect();
+            Tensor::stack(&refs, 0)
+        } else {
+            Ok(out.pop().expect("one quantile"))
+        }
+    }
+
     /// The stable sorting permutation along `dim`, int64, contiguous.
     fn sort_indices(&self, op: &'static str, dim: isize, descending: bool) -> Result<Tensor> {
         let d = normalize_dim(op, dim, self.rank().max(1))?;
@@ -180,6 +301,18 @@ impl Tensor {
         }
         self.gather(dim, idx).map_err(|e| e.reported_as(op))
     }
+}
+
+/// `shape` with dimension `d` of size 1, as `reshape` takes it.
+fn keep_dims(shape: &[usize], d: usize) -> Vec<isize> {
+    keep_shape(shape, d).iter().map(|&s| s as isize).collect()
+}
+
+/// `shape` without dimension `d`, as `reshape` takes it.
+fn drop_dim(shape: &[usize], d: usize) -> Vec<isize> {
+    let mut s: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
+    s.remove(d);
+    s
 }
 
 /// `shape` with dimension `d` of size 1.

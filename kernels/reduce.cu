@@ -453,3 +453,49 @@ REDUCE_KERNEL(min, bool, u8, u8, ExtremeBool<false>)
 // bool: argmax/argmin of 0/1 bytes (the first true / the first false).
 REDUCE_KERNEL(argmax, bool, u8, i64, ArgOp<u8, true>)
 REDUCE_KERNEL(argmin, bool, u8, i64, ArgOp<u8, false>)
+
+// --------------------------------------------------------------- scans ---
+//
+//   scan_<dt>(const T* x, const T* a, T* out, i64 rows, i64 n, i32 kind)
+//
+// One thread per row of contiguous [rows, n] operands, the order of
+// src/backend/cpu/scan.rs: kind 0 cumulative sum, 1 cumulative product,
+// 2 the recurrence y_i = a_i * y_{i-1} + x_i (a read only then). Floats
+// accumulate in double with explicitly rounded operations (no FMA, as the
+// CPU) and round each output once; int64 wraps.
+template <typename T>
+DEV void scan_row(const T* x, const T* a, T* out, i64 n, i32 kind) {
+    typedef decltype(load(T{})) C;
+    double acc = kind == 1 ? 1.0 : 0.0;
+    for (i64 i = 0; i < n; ++i) {
+        const double v = to_f64(x[i]);
+        acc = kind == 0 ? __dadd_rn(acc, v)
+            : kind == 1 ? __dmul_rn(acc, v)
+                        : __dadd_rn(__dmul_rn(to_f64(a[i]), acc), v);
+        out[i] = Store<T>::from((C)acc);
+    }
+}
+
+#define SCAN_KERNEL(SUF, T)                                                                 \
+    KERNEL void scan_##SUF(const T* x, const T* a, T* out, i64 rows, i64 n, i32 kind) {     \
+        for (i64 r = blockIdx.x * (i64)blockDim.x + threadIdx.x; r < rows;                  \
+             r += (i64)gridDim.x * blockDim.x) {                                            \
+            scan_row<T>(x + r * n, a + r * n, out + r * n, n, kind);                        \
+        }                                                                                   \
+    }
+
+SCAN_KERNEL(f32, float)
+SCAN_KERNEL(f64, double)
+SCAN_KERNEL(f16, f16)
+SCAN_KERNEL(bf16, bf16)
+
+KERNEL void scan_i64(const i64* x, const i64* a, i64* out, i64 rows, i64 n, i32 kind) {
+    for (i64 r = blockIdx.x * (i64)blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
+        u64 acc = kind == 1 ? 1u : 0u;
+        for (i64 i = 0; i < n; ++i) {
+            const u64 v = (u64)x[r * n + i];
+            acc = kind == 1 ? acc * v : acc + v;
+            out[r * n + i] = (i64)acc;
+        }
+    }
+}

@@ -310,6 +310,8 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             }
         }
         "argsort" => a.argsort(c.f("dim") as isize, c.f("desc") == 1.0)?,
+        "cumsum" => a.cumsum(c.f("dim") as isize)?,
+        "cumprod" => a.cumprod(c.f("dim") as isize)?,
         "quantile" => {
             let qs: Vec<f64> = c.param("q").split(',').map(num).collect();
             let dim = (c.param("dim") != "none").then(|| c.f("dim") as isize);

@@ -214,6 +214,17 @@ pub(crate) fn rule_step(
 ) -> Result<()> {
     err(op, ordinal(p))
 }
+pub(crate) fn scan(
+    op: &'static str,
+    _kind: crate::backend::scan::ScanKind,
+    x: &Operand,
+    _a: Option<&Operand>,
+    _out: &Operand,
+    _rows: usize,
+    _n: usize,
+) -> Result<()> {
+    err(op, ordinal(x))
+}
 pub(crate) fn argsort(
     x: &Operand,
     _idx: &Operand,

@@ -441,6 +441,7 @@ pub(crate) mod nn;
 pub(crate) mod optim;
 mod random;
 mod reduce;
+pub(crate) mod scan;
 pub(crate) mod sort;
 #[allow(unused_imports)]
 pub(crate) use index::*;

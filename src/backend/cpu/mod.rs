@@ -17,6 +17,7 @@ pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod scan;
 pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod sort;

@@ -239,6 +239,8 @@ pub(crate) type IndexCheckArgs = (Geom<1>, i64, Ptr, i64, i32, Ptr);
 /// `gather_*`, `scatter_*`, `scatter_add_*`: (geometry, n, dst, src, index,
 /// size, stride, report).
 pub(crate) type GatherArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, i64, i64, Ptr);
+/// `scan_<dt>`: (x, a, out, rows, n, kind).
+pub(crate) type ScanArgs = (Ptr, Ptr, Ptr, i64, i64, i32);
 /// `argsort_<dt>`: (x, idx, rows, n, descending).
 pub(crate) type ArgsortArgs = (Ptr, Ptr, i64, i64, i32);
 /// `masked_count`: (geometry, n, mask, chunk, counts).
@@ -427,6 +429,10 @@ pub(crate) fn scatter_add(index: DType, dt: DType) -> Kernel<GatherArgs> {
     let name = format!("scatter_add_{}_{}", suffix(index), suffix(dt));
     Kernel::new(Module::Index, name)
 }
+/// `scan_<dt>` (floats and i64): one thread per row.
+pub(crate) fn scan(dt: DType) -> Kernel<ScanArgs> {
+    Kernel::new(Module::Reduce, format!("scan_{}", suffix(dt)))
+}
 /// `argsort_<dt>` (every dtype): one thread per row.
 pub(crate) fn argsort(dt: DType) -> Kernel<ArgsortArgs> {
     Kernel::new(Module::Index, format!("argsort_{}", suffix(dt)))
@@ -552,6 +558,9 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
             }
         }
         Module::Reduce => {
+            for dt in FLOATS.into_iter().chain([DType::I64]) {
+                v.push(scan(dt).entry());
+            }
             for op in REDUCE_OPS {
                 for dt in DType::ALL {
                     if reduce_out_dtype(op, dt).is_some() {

@@ -49,6 +49,7 @@ mod pinned;
 pub(crate) mod pinned_tensor;
 mod probe;
 pub(crate) mod reduce;
+mod scan;
 mod sort;
 mod stream;
 mod transfer;
@@ -76,6 +77,7 @@ pub(crate) use nn::{
 };
 pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
+pub(crate) use scan::scan;
 pub(crate) use sort::argsort;
 
 use crate::alloc::DeviceAllocator;

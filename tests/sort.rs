@@ -57,7 +57,7 @@ fn ref_order(v: &[f64], desc: bool) -> Vec<usize> {
 fn sort_is_stable_in_every_dtype_and_dim(dev: Device) {
     let pool = [
         2.0,
-        -1.0,
+        -0.0,
         f64::NAN,
         0.0,
         2.0,
@@ -264,6 +264,60 @@ fn quantiles_interpolate_as_pytorch(dev: Device) {
         assert_eq!(got.shape(), &[3]);
         assert_exact(&read(&got), &want, &format!("{how:?}"));
     }
+    // Ties to even: positions 0.5 and 2.5 (n = 2 and 6) go to 0 and 2.
+    let two = tensor(&[10.0, 20.0], &[2], DType::F64, dev);
+    assert_eq!(
+        read(
+            &two.quantiles(&[0.5], None, false, Interpolation::Nearest)
+                .unwrap()
+        ),
+        [10.0]
+    );
+    let six = tensor(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[6], DType::F64, dev);
+    assert_eq!(
+        read(
+            &six.quantiles(&[0.5], None, false, Interpolation::Nearest)
+                .unwrap()
+        ),
+        [2.0]
+    );
+    // Midpoint is a lerp: no overflow where lo + hi would.
+    let big = tensor(&[3e38, 3e38], &[2], DType::F32, dev);
+    assert_eq!(
+        read(
+            &big.quantiles(&[0.5], None, false, Interpolation::Midpoint)
+                .unwrap()
+        ),
+        [3e38f32 as f64]
+    );
+    // The position in f32 for f32 input: 0.29 * 100 is 29 there.
+    let r101 = tensor(
+        &(0..101).map(|i| i as f64).collect::<Vec<_>>(),
+        &[101],
+        DType::F32,
+        dev,
+    );
+    assert_eq!(
+        read(
+            &r101
+                .quantiles(&[0.29], None, false, Interpolation::Lower)
+                .unwrap()
+        ),
+        [29.0]
+    );
+    assert_eq!(
+        x.quantiles(&[], Some(1), false, Interpolation::Linear)
+            .unwrap()
+            .shape(),
+        &[0, 2]
+    );
+    assert!(read(
+        &Tensor::zeros(&[0], DType::F32, dev)
+            .unwrap()
+            .median_all()
+            .unwrap()
+    )[0]
+    .is_nan());
     assert_eq!(x.quantile(0.5, Some(0), true).unwrap().shape(), &[1, 4]);
     assert_eq!(x.quantile(0.5, None, true).unwrap().shape(), &[1, 1]);
     assert_eq!(
@@ -284,6 +338,16 @@ fn quantiles_interpolate_as_pytorch(dev: Device) {
     );
     for (r, what) in [
         (row.quantile(1.5, None, false), "q must be in [0, 1]"),
+        (
+            tensor(&[1.0], &[1], DType::F16, dev).quantile(0.5, None, false),
+            "float",
+        ),
+        (
+            Tensor::zeros(&[3, 0], DType::F32, dev)
+                .unwrap()
+                .quantile(0.5, Some(0), false),
+            "empty",
+        ),
         (
             tensor(&[1.0], &[1], DType::I64, dev).quantile(0.5, None, false),
             "float",

@@ -16,7 +16,8 @@ use crate::tensor::Tensor;
 
 impl Tensor {
     /// `torch.cumsum(x, dim)`: `y_i = x_0 + .. + x_i` along `dim`. Floats
-    /// keep their dtype (accumulated in f64, each output rounded once);
+    /// keep their dtype (accumulated in f64; f16 and bf16 outputs round
+    /// through f32);
     /// integers and bool give int64 (wrapping), as PyTorch.
     ///
     /// ```

@@ -161,9 +161,13 @@ impl Tensor {
     }
 
     /// `torch.median(x)` over every element: the lower median, or NaN if
-    /// any element is NaN.
+    /// any element is NaN; NaN for an empty float tensor (as PyTorch), an
+    /// `Err` for an empty integer one.
     pub fn median_all(&self) -> Result<Tensor> {
         let _op = op_context("median");
+        if self.numel() == 0 && self.dtype().is_float() {
+            return Tensor::full(&[], f64::NAN, self.dtype(), self.device());
+        }
         Ok(self.reshape(&[-1])?.median(0, false)?.0)
     }
 
@@ -207,8 +211,21 @@ impl Tensor {
         stacked: bool,
     ) -> Result<Tensor> {
         const OP: &str = "quantile";
-        if !self.dtype().is_float() {
-            bail!(Error::dtype(OP, "a float tensor (PyTorch: quantile() input tensor must be either float or double dtype)", self.dtype()));
+        if !matches!(self.dtype(), DType::F32 | DType::F64) {
+            bail!(Error::dtype(
+                OP,
+                "a float32 or float64 tensor (PyTorch: quantile() input tensor must be either float or double dtype)",
+                self.dtype()
+            ));
+        }
+        if self.numel() == 0 {
+            bail!(Error::arg(
+                OP,
+                format!(
+                    "cannot take a quantile of an empty tensor of shape {:?}",
+                    self.shape()
+                )
+            ));
         }
         if let Some(&q) = qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
             bail!(Error::arg(OP, format!("q must be in [0, 1], got {q}")));
@@ -245,9 +262,21 @@ impl Tensor {
             (None, true) => vec![1; self.rank()],
             (None, false) => vec![],
         };
+        if qs.is_empty() {
+            let mut shape = vec![0isize];
+            shape.extend(&out_shape);
+            let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            return Tensor::zeros(&shape, x.dtype(), x.device());
+        }
         let mut out = Vec::with_capacity(qs.len());
         for &q in qs {
-            let pos = q * (n - 1) as f64;
+            // The position in the input's dtype, as PyTorch computes it (an
+            // f32 position can land on a whole number an f64 one misses).
+            let pos = if x.dtype() == DType::F32 {
+                (q as f32 * (n - 1) as f32) as f64
+            } else {
+                q * (n - 1) as f64
+            };
             let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
             let at = |i: usize| sorted.narrow(di, i, 1);
             let v = match how {
@@ -255,7 +284,8 @@ impl Tensor {
                 Interpolation::Higher => at(hi)?,
                 // Round half to even, as torch.round.
                 Interpolation::Nearest => at(pos.round_ties_even() as usize)?,
-                Interpolation::Midpoint => at(lo)?.add(&at(hi)?)?.mul_scalar(0.5)?,
+                // lerp, as PyTorch: no overflow of lo + hi.
+                Interpolation::Midpoint => at(lo)?.lerp(&at(hi)?, 0.5)?,
                 Interpolation::Linear => at(lo)?.lerp(&at(hi)?, pos - lo as f64)?,
             };
             let v = Tensor::where_cond(&has_nan, &nan, &v)?;

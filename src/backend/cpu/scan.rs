@@ -1,7 +1,8 @@
 //! Scans along the rows of contiguous `[rows, n]` tensors: cumulative sum
 //! and product, and the first-order recurrence `y_i = a_i * y_{i-1} + x_i`
-//! that `cumprod`'s backward needs. Floats accumulate in f64 and round each
-//! output once (as ATen's CPU scans); int64 wraps. Rows are split over the
+//! that `cumprod`'s backward needs. Floats accumulate in f64 (f32 and f64
+//! outputs round once; f16 and bf16 round through f32, as the CUDA kernel
+//! does); int64 wraps. Rows are split over the
 //! kernel pool.
 
 use super::num::Flt;

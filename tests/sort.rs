@@ -264,47 +264,29 @@ fn quantiles_interpolate_as_pytorch(dev: Device) {
         assert_eq!(got.shape(), &[3]);
         assert_exact(&read(&got), &want, &format!("{how:?}"));
     }
-    // Ties to even: positions 0.5 and 2.5 (n = 2 and 6) go to 0 and 2.
-    let two = tensor(&[10.0, 20.0], &[2], DType::F64, dev);
-    assert_eq!(
+    // One quantile of a 1-D tensor of `dt`, with interpolation `how`.
+    let one = |v: &[f64], dt: DType, q: f64, how: Interpolation| {
         read(
-            &two.quantiles(&[0.5], None, false, Interpolation::Nearest)
-                .unwrap()
-        ),
+            &tensor(v, &[v.len()], dt, dev)
+                .quantiles(&[q], None, false, how)
+                .unwrap(),
+        )
+    };
+    // Ties to even: positions 0.5 and 2.5 (n = 2 and 6) go to 0 and 2.
+    assert_eq!(
+        one(&[10.0, 20.0], DType::F64, 0.5, Interpolation::Nearest),
         [10.0]
     );
-    let six = tensor(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[6], DType::F64, dev);
-    assert_eq!(
-        read(
-            &six.quantiles(&[0.5], None, false, Interpolation::Nearest)
-                .unwrap()
-        ),
-        [2.0]
-    );
+    let six: Vec<f64> = (0..6).map(|i| i as f64).collect();
+    assert_eq!(one(&six, DType::F64, 0.5, Interpolation::Nearest), [2.0]);
     // Midpoint is a lerp: no overflow where lo + hi would.
-    let big = tensor(&[3e38, 3e38], &[2], DType::F32, dev);
     assert_eq!(
-        read(
-            &big.quantiles(&[0.5], None, false, Interpolation::Midpoint)
-                .unwrap()
-        ),
+        one(&[3e38, 3e38], DType::F32, 0.5, Interpolation::Midpoint),
         [3e38f32 as f64]
     );
     // The position in f32 for f32 input: 0.29 * 100 is 29 there.
-    let r101 = tensor(
-        &(0..101).map(|i| i as f64).collect::<Vec<_>>(),
-        &[101],
-        DType::F32,
-        dev,
-    );
-    assert_eq!(
-        read(
-            &r101
-                .quantiles(&[0.29], None, false, Interpolation::Lower)
-                .unwrap()
-        ),
-        [29.0]
-    );
+    let r101: Vec<f64> = (0..101).map(|i| i as f64).collect();
+    assert_eq!(one(&r101, DType::F32, 0.29, Interpolation::Lower), [29.0]);
     assert_eq!(
         x.quantiles(&[], Some(1), false, Interpolation::Linear)
             .unwrap()

@@ -279,9 +279,11 @@ impl Tensor {
         if !needs_grad(&inputs) {
             return Ok(out);
         }
-        let k = [self, lo, hi].map(|t| Saved::new(t, NODE));
-        let [kx, klo, khi] = k;
-        let (kx, klo, khi) = (kx?, klo?, khi?);
+        let (kx, klo, khi) = (
+            Saved::new(self, NODE)?,
+            Saved::new(lo, NODE)?,
+            Saved::new(hi, NODE)?,
+        );
         let meta = inputs.map(|t| (t.shape().to_vec(), t.dtype(), t.requires_grad()));
         let f: BackwardFn = Box::new(move |g| {
             let (x, lo, hi) = (kx.get()?, klo.get()?, khi.get()?);

@@ -132,13 +132,13 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
         op,
         BinaryOp::Fmod | BinaryOp::Remainder | BinaryOp::FloorDivide
     );
-    // The scalar as the kernel sees it: wrapped into an integer dtype.
-    let wraps_to_zero = match dt {
-        DType::U8 => s as i64 as u8 == 0,
-        DType::I32 => s as i64 as i32 == 0,
-        _ => s as i64 == 0,
+    // The scalar as the kernel sees it: wrapped into the integer dtype by
+    // the same conversion the backends use.
+    let wraps_to_zero = || {
+        crate::with_numeric_dtype!(dt, T => crate::dtype::Element::to_f64(
+            <T as crate::dtype::Element>::wrap_from_f64(s)) == 0.0, _ => s == 0.0)
     };
-    if divides && !dt.is_float() && wraps_to_zero {
+    if divides && !dt.is_float() && wraps_to_zero() {
         // A tensor divisor's zeros give 0 (GUIDE 10, deviation 23): finding
         // them would cost a pass, and on CUDA a synchronisation, per call.
         bail!(Error::arg(

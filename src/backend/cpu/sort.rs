@@ -48,15 +48,16 @@ pub(crate) fn argsort(x: &Operand, idx: &Operand, rows: usize, n: usize, descend
                     std::slice::from_raw_parts_mut(pi.get().add(io + r * n), n),
                 )
             };
-            let mut order: Vec<usize> = (0..n).collect();
-            // `sort_by` is stable: equal elements keep their order.
-            if desc {
-                order.sort_by(|&a, &b| nan_last(row[b], row[a]));
-            } else {
-                order.sort_by(|&a, &b| nan_last(row[a], row[b]));
-            }
-            for (o, &i) in out.iter_mut().zip(&order) {
+            // The permutation is sorted in place in the output row (no
+            // scratch); `sort_by` is stable: equal elements keep their order.
+            for (i, o) in out.iter_mut().enumerate() {
                 *o = i as i64;
+            }
+            let at = |i: &i64| row[*i as usize];
+            if desc {
+                out.sort_by(|a, b| nan_last(at(b), at(a)));
+            } else {
+                out.sort_by(|a, b| nan_last(at(a), at(b)));
             }
         });
     }

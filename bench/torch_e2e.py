@@ -8,6 +8,15 @@ measure_budget), on the CPU in float32.
 (a) transformer_train_step: one training step of a char-level transformer
     LM (d 128, 4 heads, 2 pre-norm blocks, MLP with exact GELU, seq 64,
     batch 16, vocab 65; causal mask by masked_fill with -inf; Adam lr 3e-4).
+(c) gpt_train_step / cnn_train_step: one training step of examples/gpt.rs's
+    and examples/cnn.rs's models (issue 17 item 9). GPT: RMSNorm, causal
+    self-attention (one in-projection to q, k, v, F.scaled_dot_product_attention
+    with is_causal, the out-projection: nn.MultiheadAttention's parameters and
+    computation, written as nanoGPT writes it), exact-GELU MLP, final RMSNorm,
+    output tied to the token embedding; batch 16 x 128 characters of
+    data/guide.txt, Adam lr 2e-3. CNN: three 3x3 'same' convolutions (1-16-32-32
+    channels), two 2x2 max-pools, linear 128 -> 10; batch 64 of 1x8x8, Adam
+    lr 3e-3.
 (b) mlp_serve_bN / mlp_serve_out_bN: an MLP 784-1024-1024-10 answering a
     request of batch N under no_grad; host data in (a copy), logits out (a
     copy); the _out form writes the activations into buffers made once.
@@ -16,6 +25,7 @@ measure_budget), on the CPU in float32.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -104,6 +114,94 @@ def transformer(out, sdpa):
     out[name] = row(s, what)
 
 
+GPT_SEQ, GPT_BATCH = 128, 16
+
+
+class GptBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.RMSNorm(D)
+        self.in_proj = nn.Linear(D, 3 * D)
+        self.out_proj = nn.Linear(D, D)
+        self.ln2 = nn.RMSNorm(D)
+        self.fc = nn.Linear(D, 4 * D)
+        self.proj = nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        b, t = x.shape[0], x.shape[1]
+        hd = D // HEADS
+        q, k, v = self.in_proj(self.ln1(x)).split(D, dim=2)
+        q, k, v = (z.reshape(b, t, HEADS, hd).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out_proj(a.transpose(1, 2).reshape(b, t, D))
+        return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, D)
+        self.pos = nn.Embedding(GPT_SEQ, D)
+        self.blocks = nn.ModuleList(GptBlock() for _ in range(LAYERS))
+        self.ln_f = nn.RMSNorm(D)
+        self.register_buffer("positions", torch.arange(GPT_SEQ), persistent=False)
+        for e in (self.tok, self.pos):  # GPT-2's embedding init, as the example
+            nn.init.normal_(e.weight, std=0.02)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(self.positions[: idx.shape[1]])
+        for b in self.blocks:
+            x = b(x)
+        return self.ln_f(x) @ self.tok.weight.t()
+
+
+def train_row(out, name, what, model, lr, x, y, budget):
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+
+    s = measure_budget(budget, 10, step)
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"{name} {statistics.median(s) * 1e3:.3f} ms ({len(s)} samples; loss {losses[0]:.4f} "
+          f"at step 1, {losses[-1]:.4f} at step {len(losses)}; {nparams} parameters)", file=sys.stderr)
+    out[name] = row(s, what)
+
+
+def gpt(out):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "data", "guide.txt"), encoding="utf-8") as f:
+        text = f.read()
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    ids = torch.tensor([index[c] for c in text])
+    g = torch.Generator().manual_seed(5)
+    at = torch.randint(0, len(ids) - GPT_SEQ - 1, (GPT_BATCH,), generator=g)
+    x = torch.stack([ids[a : a + GPT_SEQ] for a in at])
+    y = torch.stack([ids[a + 1 : a + GPT_SEQ + 1] for a in at]).reshape(-1)
+    train_row(out, "gpt_train_step",
+              "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), "
+              "batch 16 x 128 characters: fwd + CE + bwd + Adam", Gpt(len(chars)), 2e-3, x, y, 4.0)
+
+
+def cnn(out):
+    same = dict(kernel_size=3, padding="same")
+    net = nn.Sequential(nn.Conv2d(1, 16, **same), nn.ReLU(), nn.Conv2d(16, 32, **same), nn.ReLU(),
+                        nn.MaxPool2d(2), nn.Conv2d(32, 32, **same), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(32 * 2 * 2, 10))
+    x = torch.rand(64, 1, 8, 8)
+    y = torch.randint(0, 10, (64,))
+    train_row(out, "cnn_train_step",
+              "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: "
+              "fwd + CE + bwd + Adam", net, 3e-3, x, y, 2.0)
+
+
 def row(s, what):
     return {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "samples": len(s), "what": what}
 
@@ -161,6 +259,10 @@ def main():
         name = "transformer_train_step_sdpa" if sdpa else "transformer_train_step"
         if not flt or any(name == f or (f != "transformer_train_step" and f in name) for f in flt):
             transformer(out, sdpa)
+    if want("gpt_train_step"):
+        gpt(out)
+    if want("cnn_train_step"):
+        cnn(out)
     service(out, want)
     if a.json:
         with open(a.json, "w") as f:

@@ -17,6 +17,13 @@
 //!     `transformer_train_step_sdpa`: the same step with the attention as
 //!     `scaled_dot_product_attention(q, k, v, is_causal)` on both sides
 //!     (PyTorch's `F.scaled_dot_product_attention`).
+//! (c) `gpt_train_step` and `cnn_train_step` (issue 17 item 9): one
+//!     training step of each proof model, built by the examples' own code
+//!     (`examples/models/gpt.rs`, `examples/models/cnn.rs`) so the row times
+//!     what `cargo run --example gpt|cnn` trains. GPT: batch 16 windows of
+//!     128 characters of `data/guide.txt` (fixed), forward, cross-entropy,
+//!     backward, Adam (lr 2e-3). CNN: a batch of 64 8x8 digits (fixed
+//!     values in [0, 1), labels 0-9), the same (Adam lr 3e-3).
 //! (b) `mlp_serve_bN`: an inference service, MLP 784-1024-1024-10 (ReLU),
 //!     answering one request of batch N = 1, 8, 64 under `no_grad`: the
 //!     request's host data becomes a tensor (`from_slice`), the model runs
@@ -45,6 +52,14 @@ use tensorscope::{DType, Device, Result, Tensor};
 
 #[path = "common/timing.rs"]
 mod timing;
+
+// The example's KV-cache half (sampling) is not timed here.
+#[allow(dead_code)]
+#[path = "../examples/models/gpt.rs"]
+mod gpt_model;
+
+#[path = "../examples/models/cnn.rs"]
+mod cnn_model;
 use timing::{arg_after, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
@@ -282,8 +297,101 @@ fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
         losses.push(loss.item::<f32>()?);
         Ok(())
     })?;
+    report_step(&m, &losses, &model);
+    rows.push(m);
+    Ok(())
+}
+
+/// `gpt_train_step`: one step of `examples/gpt.rs`'s model on a fixed batch.
+fn gpt(rows: &mut Vec<Measured>) -> R<()> {
+    const GPT_BATCH: usize = 16;
+    let text = include_str!("../data/guide.txt");
+    let mut chars: Vec<char> = text.chars().collect();
+    chars.sort_unstable();
+    chars.dedup();
+    let ids: Vec<i64> = text
+        .chars()
+        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
+        .collect();
+    let vocab = chars.len();
+    let seq = gpt_model::SEQ;
+    let mut rng = Lcg(5);
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for _ in 0..GPT_BATCH {
+        let at = (rng.next() % (ids.len() - seq - 1) as u64) as usize;
+        x.extend_from_slice(&ids[at..at + seq]);
+        y.extend_from_slice(&ids[at + 1..at + seq + 1]);
+    }
+    let x = Tensor::from_vec(x, &[GPT_BATCH, seq], CPU)?;
+    let y = Tensor::from_vec(y, &[GPT_BATCH * seq], CPU)?;
+    let mut model = gpt_model::Gpt::new(vocab, CPU)?;
+    let mut opt = Adam::new(AdamConfig {
+        lr: 2e-3,
+        ..Default::default()
+    })?;
+    let mut losses = Vec::new();
+    let m = measure_budget(
+        "gpt_train_step",
+        "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), \
+         batch 16 x 128 characters: fwd + CE + bwd + Adam",
+        4.0,
+        10,
+        || {
+            opt.zero_grad(&model);
+            let logits = model.forward(&x)?.reshape(&[-1, vocab as isize])?;
+            let loss = cross_entropy(&logits, &y)?;
+            loss.backward()?;
+            opt.step(&mut model)?;
+            losses.push(loss.item::<f32>()?);
+            Ok(())
+        },
+    )?;
+    report_step(&m, &losses, &model);
+    rows.push(m);
+    Ok(())
+}
+
+/// `cnn_train_step`: one step of `examples/cnn.rs`'s model on a fixed batch.
+fn cnn(rows: &mut Vec<Measured>) -> R<()> {
+    const CNN_BATCH: usize = 64;
+    let mut rng = Lcg(9);
+    let x: Vec<f32> = (0..CNN_BATCH * 64)
+        .map(|_| (rng.uniform() + 1.0) / 2.0)
+        .collect();
+    let y: Vec<i64> = (0..CNN_BATCH).map(|_| (rng.next() % 10) as i64).collect();
+    let x = Tensor::from_vec(x, &[CNN_BATCH, 1, 8, 8], CPU)?;
+    let y = Tensor::from_vec(y, &[CNN_BATCH], CPU)?;
+    let mut net = cnn_model::model(CPU)?;
+    let mut opt = Adam::new(AdamConfig {
+        lr: 3e-3,
+        ..Default::default()
+    })?;
+    let mut losses = Vec::new();
+    let m = measure_budget(
+        "cnn_train_step",
+        "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: \
+         fwd + CE + bwd + Adam",
+        2.0,
+        10,
+        || {
+            opt.zero_grad(&net);
+            let loss = cross_entropy(&net.forward(&x)?, &y)?;
+            loss.backward()?;
+            opt.step(&mut net)?;
+            losses.push(loss.item::<f32>()?);
+            Ok(())
+        },
+    )?;
+    report_step(&m, &losses, &net);
+    rows.push(m);
+    Ok(())
+}
+
+/// The median and the loss at the first and last timed step.
+fn report_step(m: &Measured, losses: &[f32], model: &dyn Module) {
     eprintln!(
-        "{name} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
+        "{} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
+        m.name,
         m.median() * 1e3,
         m.samples.len(),
         losses[0],
@@ -291,8 +399,6 @@ fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
         losses.len(),
         model.parameters().iter().map(|p| p.numel()).sum::<usize>()
     );
-    rows.push(m);
-    Ok(())
 }
 
 fn mlp() -> Result<Sequential> {
@@ -393,6 +499,12 @@ fn main() -> R<()> {
         {
             transformer(&mut rows, sdpa)?;
         }
+    }
+    if want("gpt_train_step") {
+        gpt(&mut rows)?;
+    }
+    if want("cnn_train_step") {
+        cnn(&mut rows)?;
     }
     service(&mut rows, &want)?;
     if let Some(path) = json {

@@ -18,41 +18,17 @@
 #[path = "digits.rs"]
 mod digits;
 
-use tensorscope::nn::{
-    cross_entropy, prune, Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential,
-};
+#[path = "models/cnn.rs"]
+mod cnn_model;
+
+use cnn_model::model;
+use tensorscope::nn::{cross_entropy, prune, Module, Sequential};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
-use tensorscope::{
-    autograd, memory, ConvOptions, DType, Device, Generator, Padding, PoolOptions, Tensor,
-};
+use tensorscope::{autograd, memory, DType, Device, Generator, Tensor};
 
 /// The MLP's best test accuracy on the same split (examples/digits.rs,
 /// printed by the tour).
 const MLP_ACCURACY: f64 = 98.61;
-
-fn model(dev: Device) -> tensorscope::Result<Sequential> {
-    let same = ConvOptions {
-        padding: Padding::Same,
-        ..ConvOptions::default()
-    };
-    let pool = MaxPool2d {
-        kernel: [2, 2],
-        options: PoolOptions::default(),
-    };
-    let mut net = Sequential::new();
-    net.add_named("conv1", Conv2d::new(1, 16, [3, 3], same)?)?
-        .add(ReLU)
-        .add_named("conv2", Conv2d::new(16, 32, [3, 3], same)?)?
-        .add(ReLU)
-        .add(pool) // 8x8 -> 4x4
-        .add_named("conv3", Conv2d::new(32, 32, [3, 3], same)?)?
-        .add(ReLU)
-        .add(pool) // 4x4 -> 2x2
-        .add(Flatten::default())
-        .add_named("fc", Linear::new(32 * 2 * 2, 10)?)?;
-    net.to_device(dev)?;
-    Ok(net)
-}
 
 /// The training and test tensors.
 struct Data<'a> {

@@ -27,6 +27,12 @@
 //       [4q, 4q + 4)): y = keep ? x / (1 - p) : 0, mask = keep
 //   dropout_bwd_<dtype>(const T* dy, const u8* mask, T* dx, i64 n, double p)
 //       dx = mask ? dy / (1 - p) : 0
+//   max_pool2d_<dtype>(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh, i64 ow,
+//                      PoolWindow win)
+//       one thread per output of contiguous [planes, h, w] -> [planes, oh, ow]: the
+//       window's in-bounds taps row by row, starting from the first one, a tap
+//       replacing the best when greater or NaN (PyTorch's rule: the last NaN wins);
+//       idx (may be null) gets the flat in-plane position row * w + col
 //
 // Float dtypes only. Launch the row kernels with TS_BLOCK threads per block
 // (one block per row, grid-stride over rows).
@@ -188,6 +194,38 @@ template <typename T> DEV void dropout_bwd(const T* dy, const u8* mask, T* dx, i
     GRID_LOOP(j, n) dx[j] = Store<T>::from(mask[j] ? (A)load(dy[j]) * scale : (A)0);
 }
 
+struct PoolWindow {
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+template <typename T>
+DEV void max_pool2d(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh, i64 ow, PoolWindow g) {
+    typedef typename NAcc<T>::A A;
+    const A neg_inf = -__int_as_float(0x7f800000);
+    GRID_LOOP(o, planes * oh * ow) {
+        const i64 p = o / (oh * ow), r = o % (oh * ow);
+        const i64 hs = (r / ow) * g.sh - g.ph, ws = (r % ow) * g.sw - g.pw;
+        const T* xp = x + p * h * w;
+        i64 at = -1;  // the first in-bounds tap until a better one
+        A best = neg_inf;
+        for (int i = 0; i < g.kh; ++i) {
+            const i64 ih = hs + (i64)i * g.dh;
+            if (ih < 0 || ih >= h) continue;
+            for (int j = 0; j < g.kw; ++j) {
+                const i64 iw = ws + (i64)j * g.dw;
+                if (iw < 0 || iw >= w) continue;
+                const A v = (A)load(xp[ih * w + iw]);
+                const bool better = v > best || v != v;
+                if (at < 0 || better) at = ih * w + iw;
+                if (better) best = v;
+            }
+        }
+        if (at < 0) at = 0;
+        y[o] = Store<T>::from(best);
+        if (idx) idx[o] = at;
+    }
+}
+
 #define NN_KERNELS(SUF, T, A)                                                                                     \
     KERNEL void layer_norm_fwd_##SUF(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd, i64 rows,  \
                                      i64 cols, double eps) {                                                      \
@@ -216,6 +254,10 @@ template <typename T> DEV void dropout_bwd(const T* dy, const u8* mask, T* dx, i
     }                                                                                                             \
     KERNEL void dropout_bwd_##SUF(const T* dy, const u8* mask, T* dx, i64 n, double p) {                          \
         dropout_bwd<T>(dy, mask, dx, n, p);                                                                        \
+    }                                                                                                             \
+    KERNEL void max_pool2d_##SUF(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh, i64 ow,            \
+                                 PoolWindow g) {                                                                  \
+        max_pool2d<T>(x, y, idx, planes, h, w, oh, ow, g);                                                         \
     }
 
 NN_KERNELS(f32, float, float)

@@ -347,21 +347,6 @@ fn profiler_device_time_is_the_streams_span() {
     assert!(range.self_device_us.unwrap() > 1500.0, "{range:?}");
 }
 
-/// Deviation 17: `max_pool2d_with_indices` of a window holding several
-/// NaNs gives the first NaN's index (`max_dim`'s rule, PyTorch's `max`'s
-/// too); PyTorch's pooling kernels replace the maximum at every NaN and
-/// give the last one's. The value is NaN in both.
-#[test]
-fn max_pool_index_of_several_nans_is_the_first() {
-    use tensorscope::PoolOptions;
-    let x = Tensor::from_slice(&[1.0f32, f32::NAN, f32::NAN, 2.0], &[1, 1, 2, 2], CPU).unwrap();
-    let (y, i) = x
-        .max_pool2d_with_indices([2, 2], &PoolOptions::default())
-        .unwrap();
-    assert!(y.to_vec::<f32>().unwrap()[0].is_nan());
-    assert_eq!(i.to_vec::<i64>().unwrap(), [1]); // PyTorch: [2]
-}
-
 /// Deviation 18: while a parameter is pruned, the layer's field (`weight`)
 /// holds the original values (PyTorch's `weight_orig`); the masked value
 /// the forward uses is `prune::masked(&layer, "weight")`. PyTorch's

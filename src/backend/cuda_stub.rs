@@ -225,6 +225,15 @@ pub(crate) fn scan(
 ) -> Result<()> {
     err(op, ordinal(x))
 }
+pub(crate) fn max_pool2d(
+    op: &'static str,
+    x: &Operand,
+    _y: &Operand,
+    _idx: Option<&Operand>,
+    _g: &crate::backend::pooling::PoolGeom,
+) -> Result<()> {
+    err(op, ordinal(x))
+}
 pub(crate) fn argsort(
     x: &Operand,
     _idx: &Operand,

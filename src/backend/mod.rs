@@ -439,6 +439,7 @@ pub(crate) mod attention;
 mod index;
 pub(crate) mod nn;
 pub(crate) mod optim;
+pub(crate) mod pooling;
 mod random;
 mod reduce;
 pub(crate) mod scan;

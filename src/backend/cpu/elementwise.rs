@@ -25,7 +25,7 @@ pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) 
     par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
         let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
         if s == [1, 1] {
-            simd::run(Dense1 { po, pa, len, f: &f });
+            simd::run_map(Dense1 { po, pa, len, f: &f }, len);
         } else if s == [1, 0] {
             // A broadcast input (a stride-0 column, as in `expand` of a
             // `[m, 1]` then `contiguous`): read once per run, not per element.
@@ -248,29 +248,35 @@ pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
             pb.get().add(o[2]) as *const B,
         );
         if s == [1, 1, 1] {
-            simd::run(Dense2 {
-                po,
-                pa,
-                pb,
+            simd::run_map(
+                Dense2 {
+                    po,
+                    pa,
+                    pb,
+                    len,
+                    f: &f,
+                },
                 len,
-                f: &f,
-            });
+            );
         } else if s == [1, 1, 0] {
             // `f` by reference, `bv` by value: captured by reference, the
             // broadcast value would be re-read after every store (it could
             // alias the output), and the loop would stay scalar.
             let (fr, bv) = (&f, pb.read());
             let g = move |x| fr(x, bv);
-            simd::run(Dense1 { po, pa, len, f: &g });
+            simd::run_map(Dense1 { po, pa, len, f: &g }, len);
         } else if s == [1, 0, 1] {
             let (fr, av) = (&f, pa.read());
             let g = move |y| fr(av, y);
-            simd::run(Dense1 {
-                po,
-                pa: pb,
+            simd::run_map(
+                Dense1 {
+                    po,
+                    pa: pb,
+                    len,
+                    f: &g,
+                },
                 len,
-                f: &g,
-            });
+            );
         } else if s[0] == 1 && s[2] == 1 {
             // A transposed `a` (the tiled walk's short runs).
             let sa = s[1];
@@ -338,10 +344,10 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
                 return;
             }
             match esz {
-                1 => map1::<u8, u8>(src, dst, |x| x),
-                2 => map1::<u16, u16>(src, dst, |x| x),
-                4 => map1::<u32, u32>(src, dst, |x| x),
-                _ => map1::<u64, u64>(src, dst, |x| x),
+                1 => copy_runs::<u8>(src, dst),
+                2 => copy_runs::<u16>(src, dst),
+                4 => copy_runs::<u32>(src, dst),
+                _ => copy_runs::<u64>(src, dst),
             }
         }
         return;
@@ -350,6 +356,39 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
         // SAFETY: dtypes match the operands; the caller holds the locks.
         unsafe { map1::<S, D>(src, dst, CastTo::<D>::cast) }
     }))
+}
+
+/// `dst = src` for one element type, any layouts of one shape: a dense run
+/// is a `memmove` (an in-place or shifted `copy_` between views of one
+/// storage reads each run before it writes it, as [`map1`]'s dense run
+/// does), a strided one an element loop. The runs of a convolution's
+/// columns or a pooling window view are 4 to 8 elements: no SIMD dispatch
+/// per run, which cost more than the copy (`simd::run_map`).
+///
+/// # Safety
+/// As [`map1`], with `T` of the operands' element size.
+unsafe fn copy_runs<T: Copy>(src: &Operand, dst: &Operand) {
+    let ps = SendPtr(ptr::<T>(src.storage));
+    let pd = SendPtr(ptr::<T>(dst.storage));
+    // SAFETY: as in `map1`: each call gets a disjoint output run inside
+    // `dst`'s layout and an input run inside `src`'s, which fit their
+    // storages; the caller holds the locks.
+    par_runs([&dst.layout, &src.layout], |o, len, s| unsafe {
+        let (pd, ps) = (pd.get().add(o[0]), ps.get().add(o[1]) as *const T);
+        if s == [1, 1] {
+            if len <= 16 && Overlap::of(pd, ps, len) == Overlap::Disjoint {
+                for i in 0..len {
+                    pd.add(i).write(ps.add(i).read());
+                }
+            } else {
+                std::ptr::copy(ps, pd, len);
+            }
+        } else {
+            for i in 0..len {
+                pd.add(i * s[0]).write(ps.add(i * s[1]).read());
+            }
+        }
+    });
 }
 
 /// Side of the square blocks of [`transpose_copy`].
@@ -600,12 +639,12 @@ pub(crate) fn where_cond(cond: &Operand, a: &Operand, b: &Operand, dst: &Operand
             // `masked_fill` (a broadcast value `a`), `where` of two tensors.
             if s == [1, 1, 0, 1] {
                 let av = pa.read();
-                simd::run(Dense2 { po, pa: pc, pb, len, f: &move |c: u8, y: T| if c != 0 { av } else { y } });
+                simd::run_map(Dense2 { po, pa: pc, pb, len, f: &move |c: u8, y: T| if c != 0 { av } else { y } }, len);
                 return;
             }
             if s == [1, 1, 1, 0] {
                 let bv = pb.read();
-                simd::run(Dense2 { po, pa: pc, pb: pa, len, f: &move |c: u8, x: T| if c != 0 { x } else { bv } });
+                simd::run_map(Dense2 { po, pa: pc, pb: pa, len, f: &move |c: u8, x: T| if c != 0 { x } else { bv } }, len);
                 return;
             }
             for i in 0..len {

@@ -294,7 +294,31 @@ pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
         // 1024 x 784 weight on one thread).
         return linear(a, b, None, dst);
     }
+    if batch(&dst.layout).numel() == 1 {
+        // A batch of one product (a convolution's single group, a `[1, m,
+        // k]` view): the same rule, on the matrices. Through the batched
+        // path a transposed right operand went to gemm as it was: the
+        // weight gradient `dy [32, 4096] x cols^T [4096, 144]` of a 3x3
+        // convolution took 1.85 ms there and 0.99 ms here (2-core EPYC).
+        return linear(&matrix(a), &matrix(b), None, &matrix(dst));
+    }
     matmul_impl(a, b, dst, false)
+}
+
+/// The one matrix of an operand whose batch dims all have size 1 (index 0
+/// in each, so the offset stays).
+fn matrix<'a>(o: &Operand<'a>) -> Operand<'a> {
+    let l = &o.layout;
+    let r = l.rank();
+    Operand {
+        storage: o.storage,
+        layout: std::borrow::Cow::Owned(Layout::from_parts(
+            l.shape()[r - 2..].into(),
+            l.strides()[r - 2..].into(),
+            l.offset(),
+        )),
+        dtype: o.dtype,
+    }
 }
 
 /// Batched `dst += a @ b`: gemm reads `dst` in its epilogue, so a bias

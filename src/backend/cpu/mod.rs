@@ -16,6 +16,7 @@ pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;
+pub(crate) mod pooling;
 pub(crate) mod reduce;
 pub(crate) mod scan;
 pub(crate) mod simd;

@@ -173,17 +173,23 @@ impl<const N: usize> Plan<N> {
             f(self.offsets, 1, [0; N]);
             return;
         }
-        let inner = self.shape[r - 1];
-        let inner_strides: [usize; N] = std::array::from_fn(|k| self.strides[k][r - 1]);
+        // Slices, taken once: indexing the `SmallVec`s themselves tests
+        // inline-or-heap at every access, which was most of the time per
+        // run of a convolution's column copy (runs of 4 to 8 elements).
+        let shape: &[usize] = &self.shape;
+        let strides: [&[usize]; N] = std::array::from_fn(|k| &self.strides[k][..]);
+        let inner = shape[r - 1];
+        let inner_strides: [usize; N] = std::array::from_fn(|k| strides[k][r - 1]);
         // Multi-index of `start`.
-        let mut idx: Dims = smallvec::smallvec![0; r];
+        let mut idx_store: Dims = smallvec::smallvec![0; r];
+        let idx: &mut [usize] = &mut idx_store;
         let mut rem = start;
         for d in (0..r).rev() {
-            idx[d] = rem % self.shape[d];
-            rem /= self.shape[d];
+            idx[d] = rem % shape[d];
+            rem /= shape[d];
         }
         let mut offs: [usize; N] = std::array::from_fn(|k| {
-            self.offsets[k] + (0..r).map(|d| idx[d] * self.strides[k][d]).sum::<usize>()
+            self.offsets[k] + (0..r).map(|d| idx[d] * strides[k][d]).sum::<usize>()
         });
         let mut pos = start;
         while pos < end {
@@ -205,14 +211,14 @@ impl<const N: usize> Plan<N> {
                 }
                 d -= 1;
                 idx[d] += 1;
-                for (o, st) in offs.iter_mut().zip(&self.strides) {
-                    *o += st[d];
+                for k in 0..N {
+                    offs[k] += strides[k][d];
                 }
-                if idx[d] < self.shape[d] {
+                if idx[d] < shape[d] {
                     break;
                 }
-                for (o, st) in offs.iter_mut().zip(&self.strides) {
-                    *o -= idx[d] * st[d];
+                for k in 0..N {
+                    offs[k] -= idx[d] * strides[k][d];
                 }
                 idx[d] = 0;
             }

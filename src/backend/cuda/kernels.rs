@@ -257,6 +257,23 @@ pub(crate) type LayerNormArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64, f64);
 /// `layer_norm_bwd_<dt>` (dy, x, gamma, mean, rstd, dx, rows, cols) and
 /// `layer_norm_bwd_params_<dt>` (dy, x, mean, rstd, dgamma, dbeta, rows, cols).
 pub(crate) type LayerNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
+/// `max_pool2d_<dt>`: (x, y, idx, planes, h, w, oh, ow, window).
+pub(crate) type MaxPoolArgs = (Ptr, Ptr, Ptr, i64, i64, i64, i64, i64, PoolWindow);
+
+/// `PoolWindow` of `kernels/nn.cu`: kernel, stride, padding and dilation,
+/// rows then columns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolWindow {
+    pub kernel: [i32; 2],
+    pub stride: [i32; 2],
+    pub pad: [i32; 2],
+    pub dilation: [i32; 2],
+}
+
+// SAFETY: plain old data (eight i32s) with the C layout of `PoolWindow` in
+// kernels/nn.cu.
+unsafe impl cudarc::driver::DeviceRepr for PoolWindow {}
 /// `rms_norm_fwd_<dt>`: (x, gamma, y, rstd, rows, cols, eps).
 pub(crate) type RmsNormArgs = (Ptr, Ptr, Ptr, Ptr, i64, i64, f64);
 /// `rms_norm_bwd_<dt>`: (dy, x, gamma, rstd, dx, rows, cols).
@@ -472,6 +489,10 @@ pub(crate) fn layer_norm_bwd_params(dt: DType) -> Kernel<LayerNormBwdArgs> {
     let name = format!("layer_norm_bwd_params_{}", suffix(dt));
     Kernel::new(Module::Nn, name)
 }
+/// `max_pool2d_<dt>`.
+pub(crate) fn max_pool2d(dt: DType) -> Kernel<MaxPoolArgs> {
+    Kernel::new(Module::Nn, format!("max_pool2d_{}", suffix(dt)))
+}
 /// `rms_norm_fwd_<dt>`.
 pub(crate) fn rms_norm_fwd(dt: DType) -> Kernel<RmsNormArgs> {
     Kernel::new(Module::Nn, format!("rms_norm_fwd_{}", suffix(dt)))
@@ -626,6 +647,7 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(rms_norm_bwd_params(dt).entry());
                 v.push(dropout(dt).entry());
                 v.push(dropout_bwd(dt).entry());
+                v.push(max_pool2d(dt).entry());
             }
         }
         Module::Optim => {

@@ -8,6 +8,9 @@ measure_budget), on the CPU in float32.
 (a) transformer_train_step: one training step of a char-level transformer
     LM (d 128, 4 heads, 2 pre-norm blocks, MLP with exact GELU, seq 64,
     batch 16, vocab 65; causal mask by masked_fill with -inf; Adam lr 3e-4).
+(b) mlp_serve_bN / mlp_serve_out_bN: an MLP 784-1024-1024-10 answering a
+    request of batch N under no_grad; host data in (a copy), logits out (a
+    copy); the _out form writes the activations into buffers made once.
 (c) gpt_train_step / cnn_train_step: one training step of examples/gpt.rs's
     and examples/cnn.rs's models (issue 17 item 9). GPT: RMSNorm, causal
     self-attention (one in-projection to q, k, v, F.scaled_dot_product_attention
@@ -17,9 +20,6 @@ measure_budget), on the CPU in float32.
     data/guide.txt, Adam lr 2e-3. CNN: three 3x3 'same' convolutions (1-16-32-32
     channels), two 2x2 max-pools, linear 128 -> 10; batch 64 of 1x8x8, Adam
     lr 3e-3.
-(b) mlp_serve_bN / mlp_serve_out_bN: an MLP 784-1024-1024-10 answering a
-    request of batch N under no_grad; host data in (a copy), logits out (a
-    copy); the _out form writes the activations into buffers made once.
 """
 
 import argparse

@@ -17,13 +17,6 @@
 //!     `transformer_train_step_sdpa`: the same step with the attention as
 //!     `scaled_dot_product_attention(q, k, v, is_causal)` on both sides
 //!     (PyTorch's `F.scaled_dot_product_attention`).
-//! (c) `gpt_train_step` and `cnn_train_step` (issue 17 item 9): one
-//!     training step of each proof model, built by the examples' own code
-//!     (`examples/models/gpt.rs`, `examples/models/cnn.rs`) so the row times
-//!     what `cargo run --example gpt|cnn` trains. GPT: batch 16 windows of
-//!     128 characters of `data/guide.txt` (fixed), forward, cross-entropy,
-//!     backward, Adam (lr 2e-3). CNN: a batch of 64 8x8 digits (fixed
-//!     values in [0, 1), labels 0-9), the same (Adam lr 3e-3).
 //! (b) `mlp_serve_bN`: an inference service, MLP 784-1024-1024-10 (ReLU),
 //!     answering one request of batch N = 1, 8, 64 under `no_grad`: the
 //!     request's host data becomes a tensor (`from_slice`), the model runs
@@ -36,6 +29,13 @@
 //!     request's input tensor and output `Vec` are still allocated per
 //!     request (the PyTorch twin does the same: `torch.from_numpy(r).clone()`
 //!     and `.numpy().copy()`).
+//! (c) `gpt_train_step` and `cnn_train_step` (issue 17 item 9): one
+//!     training step of each proof model, built by the examples' own code
+//!     (`examples/models/gpt.rs`, `examples/models/cnn.rs`) so the row times
+//!     what `cargo run --example gpt|cnn` trains. GPT: batch 16 windows of
+//!     128 characters of `data/guide.txt` (fixed), forward, cross-entropy,
+//!     backward, Adam (lr 2e-3). CNN: a batch of 64 8x8 digits (fixed
+//!     values in [0, 1), labels 0-9), the same (Adam lr 3e-3).
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..]

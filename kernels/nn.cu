@@ -33,6 +33,9 @@
 //       window's in-bounds taps row by row, starting from the first one, a tap
 //       replacing the best when greater or NaN (PyTorch's rule: the last NaN wins);
 //       idx (may be null) gets the flat in-plane position row * w + col
+//   col2im_<dtype>(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, PoolWindow win)
+//       one thread per element of contiguous dx [n, c, h, w]: the sum (in A, taps in order) of
+//       cols [c, kh, kw, n, oh, ow] over every tap and output position landing on it
 //
 // Float dtypes only. Launch the row kernels with TS_BLOCK threads per block
 // (one block per row, grid-stride over rows).
@@ -220,9 +223,29 @@ DEV void max_pool2d(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh
                 if (better) best = v;
             }
         }
-        if (at < 0) at = 0;
-        y[o] = Store<T>::from(best);
-        if (idx) idx[o] = at;
+        // The chosen element itself (exact, NaN payloads included).
+        y[o] = at >= 0 ? xp[at] : Store<T>::from(best);
+        if (idx) idx[o] = at >= 0 ? at : 0;
+    }
+}
+
+template <typename T>
+DEV void col2im(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, PoolWindow g) {
+    typedef typename NAcc<T>::A A;
+    const i64 l = oh * ow;
+    GRID_LOOP(e, n * c * h * w) {
+        const i64 x = e % w, y = (e / w) % h, ci = (e / (h * w)) % c, ni = e / (c * h * w);
+        A acc = 0;
+        for (int i = 0; i < g.kh; ++i) {
+            const i64 ty = y + g.ph - (i64)i * g.dh;
+            if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= oh) continue;
+            for (int j = 0; j < g.kw; ++j) {
+                const i64 tx = x + g.pw - (i64)j * g.dw;
+                if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= ow) continue;
+                acc += (A)load(cols[(((ci * g.kh + i) * g.kw + j) * n + ni) * l + (ty / g.sh) * ow + tx / g.sw]);
+            }
+        }
+        dx[e] = Store<T>::from(acc);
     }
 }
 
@@ -258,6 +281,9 @@ DEV void max_pool2d(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh
     KERNEL void max_pool2d_##SUF(const T* x, T* y, i64* idx, i64 planes, i64 h, i64 w, i64 oh, i64 ow,            \
                                  PoolWindow g) {                                                                  \
         max_pool2d<T>(x, y, idx, planes, h, w, oh, ow, g);                                                         \
+    }                                                                                                             \
+    KERNEL void col2im_##SUF(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, PoolWindow g) {    \
+        col2im<T>(cols, dx, n, c, h, w, oh, ow, g);                                                                \
     }
 
 NN_KERNELS(f32, float, float)

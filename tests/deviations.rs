@@ -522,3 +522,34 @@ fn floor_divide_has_a_zero_gradient() {
     assert_eq!(v(&a.grad().unwrap()), [0.0, 0.0]);
     assert_eq!(v(&b.grad().unwrap()), [0.0, 0.0]);
 }
+
+/// Deviation 25: `max_pool2d` with a dilation that leaves a window without
+/// any input element is an `Err`; PyTorch returns -inf there with an index
+/// outside the input plane (`F.max_pool2d(torch.arange(9.).reshape(1, 1, 3,
+/// 3), 2, stride=1, padding=1, dilation=4, return_indices=True)` gives
+/// `(-inf, 12)`), which its backward pass would scatter out of bounds.
+#[test]
+fn max_pool_window_without_input_is_an_error() {
+    use tensorscope::PoolOptions;
+    let x = Tensor::zeros(&[1, 1, 3, 3], DType::F32, CPU).unwrap();
+    let o = PoolOptions {
+        stride: Some([1, 1]),
+        padding: [1, 1],
+        dilation: [4, 4],
+        ..PoolOptions::default()
+    };
+    let e = x
+        .max_pool2d_with_indices([2, 2], &o)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("max_pool2d") && e.contains("holds no input element"),
+        "{e}"
+    );
+    // One fewer step of dilation and every window holds an element.
+    let o3 = PoolOptions {
+        dilation: [3, 3],
+        ..o
+    };
+    assert!(x.max_pool2d_with_indices([2, 2], &o3).is_ok());
+}

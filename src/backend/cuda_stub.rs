@@ -230,9 +230,18 @@ pub(crate) fn max_pool2d(
     x: &Operand,
     _y: &Operand,
     _idx: Option<&Operand>,
-    _g: &crate::backend::pooling::PoolGeom,
+    _g: &crate::backend::windows::Windows,
 ) -> Result<()> {
     err(op, ordinal(x))
+}
+pub(crate) fn col2im(
+    op: &'static str,
+    cols: &Operand,
+    _dx: &Operand,
+    _n: usize,
+    _g: &crate::backend::windows::Windows,
+) -> Result<()> {
+    err(op, ordinal(cols))
 }
 pub(crate) fn argsort(
     x: &Operand,

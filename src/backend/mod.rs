@@ -439,11 +439,11 @@ pub(crate) mod attention;
 mod index;
 pub(crate) mod nn;
 pub(crate) mod optim;
-pub(crate) mod pooling;
 mod random;
 mod reduce;
 pub(crate) mod scan;
 pub(crate) mod sort;
+pub(crate) mod windows;
 #[allow(unused_imports)]
 pub(crate) use index::*;
 pub(crate) use random::*;

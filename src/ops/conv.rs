@@ -14,9 +14,9 @@
 //! The autograd node (`ConvolutionBackward0`) saves the input and the
 //! weight, not the columns: the backward pass rebuilds them for the
 //! weight's gradient (as PyTorch's does) and sums the columns' gradient
-//! back into the input's shape one kernel tap at a time (col2im as
-//! `kh * kw` strided adds), so no graph holds a `kh * kw` times larger
-//! buffer between the passes.
+//! back into the input's shape with the col2im kernel
+//! (`backend::windows::col2im`, on both devices), so no graph holds a
+//! `kh * kw` times larger buffer between the passes.
 //!
 //! `conv_transpose2d` is the adjoint of `conv2d` in its input: its forward
 //! pass is `conv2d`'s input gradient, and its backward pass is `conv2d`'s
@@ -25,6 +25,8 @@
 
 use crate::alloc::history::op_context_with;
 use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
+use crate::backend::windows::{self, Windows};
+use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
@@ -297,39 +299,6 @@ pub(super) fn pad2d(x: &Tensor, lo: [usize; 2], hi: [usize; 2], value: f64) -> R
     Ok(p)
 }
 
-/// The adjoint of a window view: a `[N, C, Hp, Wp]` buffer of zeros into
-/// which `tap(i, j)` (`[N, C, OH, OW]`, the gradient of kernel tap `(i,
-/// j)` at every output position) is summed at that tap's positions, one
-/// strided add per tap (col2im), then cut to the unpadded `[N, C, H, W]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn sum_taps(
-    like: &Tensor,
-    nchw: [usize; 4],
-    lo: [usize; 2],
-    hi: [usize; 2],
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    dil: [usize; 2],
-    out: [usize; 2],
-    tap: impl Fn(usize, usize) -> Result<Tensor>,
-) -> Result<Tensor> {
-    let [n, c, h, w] = nchw;
-    let (hp, wp) = (h + lo[0] + hi[0], w + lo[1] + hi[1]);
-    let gp = Tensor::zeros(&[n, c, hp, wp], like.dtype(), like.device())?;
-    let strides = [c * hp * wp, hp * wp, stride[0] * wp, stride[1]];
-    for i in 0..kernel[0] {
-        for j in 0..kernel[1] {
-            let at = gp.storage_offset() + i * dil[0] * wp + j * dil[1];
-            let mut dst = gp.as_strided(&[n, c, out[0], out[1]], &strides, at)?;
-            dst.add_(&tap(i, j)?)?;
-        }
-    }
-    if lo == [0, 0] && hi == [0, 0] {
-        return Ok(gp);
-    }
-    gp.narrow(2, lo[0], h)?.narrow(3, lo[1], w)?.contiguous()
-}
-
 /// The columns of `x`, `[G, K, N L]`: for each group, its `C/G kh kw`
 /// taps (rows) at every output position of every sample (columns).
 fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
@@ -379,8 +348,12 @@ fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<T
 }
 
 /// The input's gradient: the columns' gradient `W^T dy` (one product per
-/// group over every sample, as the forward pass), summed back one kernel
-/// tap at a time into a padded buffer, then cut to the input.
+/// group over every sample, as the forward pass), summed into the input's
+/// shape by the col2im kernel (`backend::windows::col2im`: each input
+/// element adds up its taps once; no padded buffer). The first version
+/// summed the columns back one tap at a time (`kh kw` strided adds into a
+/// padded buffer, then a copy out of it): 4 ms of a 12.5 ms CNN training
+/// step on the 2-core EPYC.
 fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     let og = (g.o / g.g) as isize;
     let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
@@ -388,42 +361,23 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
         .reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
         .permute(&[1, 2, 0, 3])?
         .reshape(&[g.g as isize, og, (g.n * g.l()) as isize])?; // a copy
-    let dcols = wm.transpose(1, 2)?.matmul(&dyt)?; // [G, K, N L]
+                                                                // [G, K, N L] = [C, kh, kw, N, OH, OW]: G and Cg merge (G's stride is
+                                                                // Cg's times Cg).
+    let dcols = wm.transpose(1, 2)?.matmul(&dyt)?.contiguous()?;
     drop(dyt);
-    let cg = (g.c / g.g) as isize;
-    // [G, Cg, kh, kw, N, OH, OW] seen as [N, C, kh, kw, OH, OW]: a view
-    // (G and Cg merge: G's stride is Cg's times Cg).
-    let dcols = dcols
-        .reshape(&[
-            g.g as isize,
-            cg,
-            g.kh as isize,
-            g.kw as isize,
-            g.n as isize,
-            g.oh as isize,
-            g.ow as isize,
-        ])?
-        .permute(&[4, 0, 1, 2, 3, 5, 6])?
-        .reshape(&[
-            g.n as isize,
-            g.c as isize,
-            g.kh as isize,
-            g.kw as isize,
-            g.oh as isize,
-            g.ow as isize,
-        ])?;
-    let dcols = &dcols;
-    sum_taps(
-        dy,
-        [g.n, g.c, g.h, g.w],
-        g.lo,
-        g.hi,
-        [g.kh, g.kw],
-        g.stride,
-        g.dil,
-        [g.oh, g.ow],
-        |i, j| dcols.select(2, i as isize)?.select(2, j as isize),
-    )
+    let dx = Tensor::empty(&[g.n, g.c, g.h, g.w], dy.dtype(), dy.device())?;
+    let win = Windows {
+        planes: g.n * g.c,
+        h: g.h,
+        w: g.w,
+        out: [g.oh, g.ow],
+        kernel: [g.kh, g.kw],
+        stride: g.stride,
+        pad: g.lo,
+        dilation: g.dil,
+    };
+    windows::col2im("conv2d", &Operand::of(&dcols), &Operand::of(&dx), g.n, &win)?;
+    Ok(dx)
 }
 
 /// The weight's gradient `[O, C/G, kh, kw]`: `dy` times the columns.

@@ -2,7 +2,7 @@
 //! `adaptive_avg_pool2d` (PyTorch's `F.*` of the same names), forward and
 //! backward on every device.
 //!
-//! `max_pool2d` is one kernel on each device (`backend::pooling`): every
+//! `max_pool2d` is one kernel on each device (`backend::windows`): every
 //! output visits its window's in-bounds taps and keeps the maximum and,
 //! when a graph or the caller wants it, its flat index; nothing else is
 //! allocated (the first version copied the windows, reduced them and
@@ -19,10 +19,10 @@
 //! ceil((i + 1) H / OH))`) one dimension at a time: a mean per window of
 //! rows, then per window of columns, whose backward autograd already knows.
 
-use super::conv::{pad2d, sum_taps};
+use super::conv::pad2d;
 use crate::alloc::history::op_context_with;
 use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
-use crate::backend::pooling::{self, PoolGeom};
+use crate::backend::windows::{self, Windows};
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
@@ -156,6 +156,29 @@ fn geometry(op: &'static str, x: &Tensor, k: [usize; 2], o: &PoolOptions) -> Res
             let reach = (out[i] - 1) * s[i] + span;
             p_hi[i] = o.padding[i] + reach.saturating_sub(padded);
         }
+        // With a dilation, a window can fall between the input's elements
+        // (x [3] with kernel 2, padding 1, dilation 4: taps -1 and 3).
+        // PyTorch then gives -inf and an index outside the plane, which
+        // its backward pass would scatter out of bounds: an Err here
+        // (deviation 25).
+        let n = nchw[2 + i];
+        if let Some(w) = (0..out[i]).find(|&w| {
+            (0..k[i]).all(|t| {
+                let at = (w * s[i] + t * o.dilation[i]) as isize - o.padding[i] as isize;
+                at < 0 || at >= n as isize
+            })
+        }) {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "window {w} of dim {} holds no input element (input shape {xs:?}, kernel {k:?}, \
+                     padding {:?}, dilation {:?}); PyTorch returns -inf and an index outside the input there",
+                    2 + i,
+                    o.padding,
+                    o.dilation
+                )
+            ));
+        }
     }
     Ok(Pool {
         nchw,
@@ -247,7 +270,9 @@ impl Tensor {
         let _op = op_context_with(OP, || vec![self.shape().to_vec()]);
         let [y] = batched(OP, self, |x| {
             let g = geometry(OP, x, kernel, opts)?;
-            Ok([pool_kernel(x, &g, false)?.0])
+            pool_kernel(x, &g, false)
+                .map(|(y, _)| [y])
+                .map_err(|e| e.reported_as(OP))
         })?;
         Ok(y)
     }
@@ -365,7 +390,7 @@ impl Tensor {
 
 /// The window maxima, and with `with_idx` the flat in-plane index of
 /// each (`row * W + col`, int64), in one pass of the pooling kernel
-/// (`backend::pooling`: PyTorch's rule, the last NaN of a window wins).
+/// (`backend::windows`: PyTorch's rule, the last NaN of a window wins).
 fn pool_kernel(x: &Tensor, g: &Pool, with_idx: bool) -> Result<(Tensor, Option<Tensor>)> {
     const OP: &str = "max_pool2d";
     let [n, c, h, w] = g.nchw;
@@ -377,7 +402,7 @@ fn pool_kernel(x: &Tensor, g: &Pool, with_idx: bool) -> Result<(Tensor, Option<T
     } else {
         None
     };
-    let geom = PoolGeom {
+    let geom = Windows {
         planes: n * c,
         h,
         w,
@@ -388,12 +413,12 @@ fn pool_kernel(x: &Tensor, g: &Pool, with_idx: bool) -> Result<(Tensor, Option<T
         dilation: g.d,
     };
     let io = idx.as_ref().map(Operand::of);
-    pooling::max_pool2d(OP, &Operand::of(&x), &Operand::of(&y), io.as_ref(), &geom)?;
+    windows::max_pool2d(OP, &Operand::of(&x), &Operand::of(&y), io.as_ref(), &geom)?;
     Ok((y, idx))
 }
 
 fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
-    let (vals, idx) = pool_kernel(x, g, true)?;
+    let (vals, idx) = pool_kernel(x, g, true).map_err(|e| e.reported_as("max_pool2d"))?;
     let idx = idx.ok_or_else(|| Error::arg("max_pool2d", "internal: no indices"))?;
     if !needs_grad(&[x]) {
         return Ok((vals, idx));
@@ -413,6 +438,39 @@ fn max_pool(x: &Tensor, g: &Pool) -> Result<(Tensor, Tensor)> {
         Ok(vec![Some(gx.reshape(&[n, c, h as isize, w as isize])?)])
     });
     Ok((attach(vals, NODE, &[x], f), idx))
+}
+
+/// The adjoint of a window view: a `[N, C, Hp, Wp]` buffer of zeros into
+/// which `tap(i, j)` (`[N, C, OH, OW]`, the gradient of kernel tap `(i,
+/// j)` at every output position) is summed at that tap's positions, one
+/// strided add per tap (col2im), then cut to the unpadded `[N, C, H, W]`.
+#[allow(clippy::too_many_arguments)]
+fn sum_taps(
+    like: &Tensor,
+    nchw: [usize; 4],
+    lo: [usize; 2],
+    hi: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dil: [usize; 2],
+    out: [usize; 2],
+    tap: impl Fn(usize, usize) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let [n, c, h, w] = nchw;
+    let (hp, wp) = (h + lo[0] + hi[0], w + lo[1] + hi[1]);
+    let gp = Tensor::zeros(&[n, c, hp, wp], like.dtype(), like.device())?;
+    let strides = [c * hp * wp, hp * wp, stride[0] * wp, stride[1]];
+    for i in 0..kernel[0] {
+        for j in 0..kernel[1] {
+            let at = gp.storage_offset() + i * dil[0] * wp + j * dil[1];
+            let mut dst = gp.as_strided(&[n, c, out[0], out[1]], &strides, at)?;
+            dst.add_(&tap(i, j)?)?;
+        }
+    }
+    if lo == [0, 0] && hi == [0, 0] {
+        return Ok(gp);
+    }
+    gp.narrow(2, lo[0], h)?.narrow(3, lo[1], w)?.contiguous()
 }
 
 /// The divisor of each output position: the window within the padded

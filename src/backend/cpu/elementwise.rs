@@ -359,9 +359,10 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
 }
 
 /// `dst = src` for one element type, any layouts of one shape: a dense run
-/// is a `memmove` (an in-place or shifted `copy_` between views of one
-/// storage reads each run before it writes it, as [`map1`]'s dense run
-/// does), a strided one an element loop. The runs of a convolution's
+/// is a `memmove` (or, short and disjoint, a plain loop), a strided one an
+/// element loop. Only disjoint or identical runs arrive here: `copy_`
+/// copies a source that overlaps its destination with another layout
+/// first (`Tensor::detangle`). The runs of a convolution's
 /// columns or a pooling window view are 4 to 8 elements: no SIMD dispatch
 /// per run, which cost more than the copy (`simd::run_map`).
 ///

@@ -16,7 +16,6 @@ pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;
-pub(crate) mod pooling;
 pub(crate) mod reduce;
 pub(crate) mod scan;
 pub(crate) mod simd;
@@ -25,6 +24,7 @@ pub(crate) mod sort;
 pub(crate) mod strided;
 pub(crate) mod unary;
 pub(crate) mod vmath;
+pub(crate) mod windows;
 
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, where_cond};
 pub(crate) use unary::unary;

@@ -260,6 +260,9 @@ pub(crate) type LayerNormBwdArgs = (Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i64, i64);
 /// `max_pool2d_<dt>`: (x, y, idx, planes, h, w, oh, ow, window).
 pub(crate) type MaxPoolArgs = (Ptr, Ptr, Ptr, i64, i64, i64, i64, i64, PoolWindow);
 
+/// `col2im_<dt>`: (cols, dx, n, c, h, w, oh, ow, window).
+pub(crate) type Col2imArgs = (Ptr, Ptr, i64, i64, i64, i64, i64, i64, PoolWindow);
+
 /// `PoolWindow` of `kernels/nn.cu`: kernel, stride, padding and dilation,
 /// rows then columns.
 #[repr(C)]
@@ -493,6 +496,10 @@ pub(crate) fn layer_norm_bwd_params(dt: DType) -> Kernel<LayerNormBwdArgs> {
 pub(crate) fn max_pool2d(dt: DType) -> Kernel<MaxPoolArgs> {
     Kernel::new(Module::Nn, format!("max_pool2d_{}", suffix(dt)))
 }
+/// `col2im_<dt>`.
+pub(crate) fn col2im(dt: DType) -> Kernel<Col2imArgs> {
+    Kernel::new(Module::Nn, format!("col2im_{}", suffix(dt)))
+}
 /// `rms_norm_fwd_<dt>`.
 pub(crate) fn rms_norm_fwd(dt: DType) -> Kernel<RmsNormArgs> {
     Kernel::new(Module::Nn, format!("rms_norm_fwd_{}", suffix(dt)))
@@ -648,6 +655,7 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(dropout(dt).entry());
                 v.push(dropout_bwd(dt).entry());
                 v.push(max_pool2d(dt).entry());
+                v.push(col2im(dt).entry());
             }
         }
         Module::Optim => {

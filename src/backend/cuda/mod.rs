@@ -47,13 +47,13 @@ pub(crate) mod nn;
 pub(crate) mod optim;
 mod pinned;
 pub(crate) mod pinned_tensor;
-mod pooling;
 mod probe;
 pub(crate) mod reduce;
 mod scan;
 mod sort;
 mod stream;
 mod transfer;
+mod windows;
 
 #[cfg(test)]
 mod tests;
@@ -77,10 +77,10 @@ pub(crate) use nn::{
     rand_uniform, rms_norm, rms_norm_backward,
 };
 pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
-pub(crate) use pooling::max_pool2d;
 pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
 pub(crate) use scan::scan;
 pub(crate) use sort::argsort;
+pub(crate) use windows::{col2im, max_pool2d};
 
 use crate::alloc::DeviceAllocator;
 use crate::error::Result;

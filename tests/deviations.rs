@@ -553,3 +553,20 @@ fn max_pool_window_without_input_is_an_error() {
     };
     assert!(x.max_pool2d_with_indices([2, 2], &o3).is_ok());
 }
+
+/// Deviation 26: `randint` draws from f64 uniforms, so a range wider than
+/// 2^53 is an `Err`; PyTorch draws 64-bit integers (`torch.randint(0,
+/// 2**62, (2,))` works).
+#[test]
+fn randint_wider_than_2_pow_53_is_an_error() {
+    let e = Tensor::randint(0, 1 << 54, &[2], DType::I64, CPU)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("randint") && e.contains("2^53"), "{e}");
+    let t = Tensor::randint(0, 1 << 53, &[2], DType::I64, CPU).unwrap();
+    assert!(t
+        .to_vec::<i64>()
+        .unwrap()
+        .iter()
+        .all(|&x| (0..1 << 53).contains(&x)));
+}

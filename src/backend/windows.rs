@@ -139,7 +139,7 @@ pub(crate) fn col2im(
     if dx.dtype != cols.dtype {
         return Err(Error::dtype(op, cols.dtype.name(), dx.dtype));
     }
-    let c = if n == 0 { 0 } else { g.planes / n };
+    let c = g.planes.checked_div(n).unwrap_or(0);
     let taps = g.kernel[0] * g.kernel[1];
     for (o, shape) in [
         (

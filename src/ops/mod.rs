@@ -14,6 +14,7 @@ pub(crate) mod pinned;
 pub(crate) mod pool;
 pub use pinned::PendingHost;
 mod reduce;
+mod sampling;
 mod scan;
 mod shape;
 mod sort;

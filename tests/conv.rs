@@ -466,6 +466,20 @@ fn conv_transpose2d_matches_the_loop(dev: Device) {
             &format!("db case {k}"),
         );
     }
+    // A stride with one input position has no effect, however large
+    // (col2im's ranges are computed in i128): each of the kernel's two rows
+    // lands in the output.
+    let x1 = Tensor::ones(&[1, 1, 1, 1], DType::F32, dev).unwrap();
+    let w2 = Tensor::from_slice(&[2.0f32, 3.0], &[1, 1, 2, 1], dev).unwrap();
+    let huge = ConvTransposeOptions {
+        stride: [usize::MAX, 1],
+        ..ConvTransposeOptions::default()
+    };
+    let y = x1.conv_transpose2d(&w2, None, &huge).unwrap();
+    assert_eq!(
+        (y.shape(), read(&y)),
+        (&[1usize, 1, 2, 1][..], vec![2.0, 3.0])
+    );
     let t = |s: &[usize]| Tensor::zeros(s, DType::F32, dev).unwrap();
     let d = ConvTransposeOptions::default();
     let e = t(&[1, 3, 4, 4])

@@ -61,6 +61,10 @@ fn randint_ranges(dev: Device) {
     let b = Tensor::randint_with(0, 1000, &[64], DType::I64, dev, &mut Generator::new(5)).unwrap();
     assert_eq!(ints(&a), ints(&b));
     // Wide ranges near i64's ends.
+    let t = Tensor::randint(i64::MIN, i64::MIN + 7, &[100], DType::I64, dev).unwrap();
+    assert!(ints(&t)
+        .iter()
+        .all(|x| (i64::MIN..i64::MIN + 7).contains(x)));
     let t = Tensor::randint(i64::MAX - 10, i64::MAX, &[100], DType::I64, dev).unwrap();
     assert!(ints(&t)
         .iter()
@@ -126,6 +130,23 @@ fn bernoulli_frequencies(dev: Device) {
             );
         }
     }
+    // A small p in a half type is compared in f32, not on bf16's 2^-8 grid
+    // of uniforms (which would give 1/256 for every p below it): p = 2^-12
+    // over 100,000 draws, about 24 ones.
+    let small = Tensor::full(&[100_000], 1.0 / 4096.0, DType::BF16, dev).unwrap();
+    let ones: f64 = small
+        .bernoulli()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .item()
+        .unwrap();
+    assert!(
+        ones < 24.4 + 5.0 * 24.4f64.sqrt(),
+        "bf16 p = 2^-12: {ones} of 100000"
+    );
     // No gradient flows; probabilities outside [0, 1] or NaN are errors;
     // integer probabilities are refused.
     let p = Tensor::full(&[3], 0.5, DType::F32, dev)
@@ -183,6 +204,12 @@ fn multinomial_draws(dev: Device) {
             "first draw {k}: {first:?}"
         );
     }
+    // Weights whose sum overflows f64, and a zero weight last: never drawn.
+    let huge = Tensor::from_slice(&[1e308, 1e308, 0.0], &[3], dev).unwrap();
+    let h = ints(&huge.multinomial(2000, true).unwrap());
+    assert!(h.iter().all(|&i| i == 0 || i == 1), "{h:?}");
+    let c0 = h.iter().filter(|&&i| i == 0).count() as f64;
+    assert!((c0 - 1000.0).abs() < 5.0 * 500f64.sqrt(), "{c0} of 2000");
     // Rows: [rows, k], each row from its own weights.
     let rows = Tensor::from_slice(&[0.0, 1.0, 0.0, 1.0, 0.0, 0.0], &[2, 3], dev).unwrap();
     let r = ints(&rows.multinomial(3, true).unwrap());

@@ -54,13 +54,15 @@ impl Windows {
     /// inside `0..n`: `o` with `0 <= tap(d, o, i) < n`, a range of
     /// `0..out[d]` (empty if there is none).
     pub(crate) fn outputs_in(&self, d: usize, i: usize, n: usize) -> std::ops::Range<usize> {
-        let s = self.stride[d] as isize;
-        let off = self.tap(d, 0, i);
-        let first = |t: isize| if t <= 0 { 0 } else { (t + s - 1) / s };
-        let lo = first(-off) as usize;
-        let hi = first(n as isize - off) as usize;
-        let (lo, hi) = (lo.min(self.out[d]), hi.min(self.out[d]));
-        lo..hi.max(lo)
+        // In i128: a stride may be anything up to usize::MAX when there is
+        // one output (conv_transpose2d with stride [usize::MAX, 1]).
+        let s = self.stride[d] as i128;
+        let off = (i as i128) * (self.dilation[d] as i128) - self.pad[d] as i128;
+        let first = |t: i128| if t <= 0 { 0 } else { (t + s - 1) / s };
+        let out = self.out[d] as i128;
+        let lo = first(-off).min(out);
+        let hi = first(n as i128 - off).min(out).max(lo);
+        lo as usize..hi as usize
     }
 }
 

@@ -361,8 +361,9 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
         .reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
         .permute(&[1, 2, 0, 3])?
         .reshape(&[g.g as isize, og, (g.n * g.l()) as isize])?; // a copy
-                                                                // [G, K, N L] = [C, kh, kw, N, OH, OW]: G and Cg merge (G's stride is
-                                                                // Cg's times Cg).
+
+    // [G, K, N L] = [C, kh, kw, N, OH, OW]: G and Cg merge (G's stride is
+    // Cg's times Cg).
     let dcols = wm.transpose(1, 2)?.matmul(&dyt)?.contiguous()?;
     drop(dyt);
     let dx = Tensor::empty(&[g.n, g.c, g.h, g.w], dy.dtype(), dy.device())?;

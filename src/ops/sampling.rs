@@ -6,12 +6,22 @@
 //! * `randint(low, high)`: `low + floor(u (high - low))` from f64 uniforms,
 //!   the sum in int64 (ranges up to 2^53, larger ones are an `Err`);
 //! * `randperm(n)`: the stable argsort of `n` f64 uniforms;
-//! * `bernoulli()`: `u < p`, in the probabilities' dtype;
+//! * `bernoulli()`: `u < p`, compared in f32 (f64 for f64 probabilities:
+//!   half-precision uniforms would put every `p` on a 2^-8 or 2^-11 grid),
+//!   the result in the probabilities' dtype;
 //! * `multinomial(k, replacement)`: with replacement the inverse of each
-//!   row's cumulative distribution (`#{j : cdf_j <= u total}`); without, the
-//!   `k` largest `p_j / e_j` with `e_j = -ln u_j` exponential (PyTorch's
-//!   algorithm: the exponential race, so each draw is proportional to the
-//!   remaining weights).
+//!   row's cumulative distribution (`#{j : cdf_j <= u total}`, the weights
+//!   first divided by the row's largest so the sum cannot overflow, capped
+//!   at the row's last positive weight); this compares every draw with every
+//!   category, `O(rows k n)` work, in chunks of draws so that the workspace
+//!   stays under about 16 M comparisons. Without replacement: the `k`
+//!   largest `p_j / e_j` with `e_j = -ln(1 - u_j)` exponential (PyTorch's
+//!   algorithm, the exponential race, so each draw is proportional to the
+//!   remaining weights; a zero weight's key is `-inf`, never drawn), an
+//!   `argmax` when `k = 1`.
+//!
+//! The global generator is held only while the uniforms are drawn; the
+//! checks and the arithmetic run after it is released.
 //!
 //! The numbers follow this library's generators, not PyTorch's (deviation
 //! 9): the tests check the distributions, the ranges and the errors.
@@ -47,7 +57,10 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        with_global(|g| Tensor::randint_with(low, high, shape, dtype, device, g))
+        let span = randint_check(low, high, shape, dtype)?;
+        let u = with_global(|g| Tensor::rand_with(shape, DType::F64, device, g))
+            .map_err(|e| e.reported_as("randint"))?;
+        randint_from(u, low, span, dtype)
     }
 
     /// [`randint`](Tensor::randint) from an explicit generator.
@@ -59,46 +72,10 @@ impl Tensor {
         device: Device,
         gen: &mut Generator,
     ) -> Result<Tensor> {
-        const OP: &str = "randint";
-        let n: usize = shape.iter().product();
-        if n > 0 && high <= low {
-            bail!(Error::arg(
-                OP,
-                format!("high ({high}) must be greater than low ({low})")
-            ));
-        }
-        let span = (high as i128 - low as i128).max(0) as u128;
-        if span > RANDINT_SPAN as u128 {
-            bail!(Error::arg(
-                OP,
-                format!("the range [{low}, {high}) is wider than 2^53, which f64 uniforms cannot cover evenly")
-            ));
-        }
-        if dtype == DType::Bool {
-            bail!(Error::dtype(OP, "an integer or float dtype", dtype));
-        }
-        if n > 0 {
-            // Both ends must be values of the dtype (PyTorch: "from is out
-            // of bounds" / "to - 1 is out of bounds").
-            for v in [low, high - 1] {
-                if !holds_integer(dtype, v) {
-                    bail!(Error::arg(
-                        OP,
-                        format!("{v} (of the range [{low}, {high})) is out of bounds for {dtype}")
-                    ));
-                }
-            }
-        }
-        let u = Tensor::rand_with(shape, DType::F64, device, gen).map_err(|e| e.reported_as(OP))?;
-        // The offset in f64 (exact below 2^53), `low` added in int64 (an
-        // f64 `low` near i64's ends would round).
-        let low_t = Tensor::from_slice(&[low], &[], device).map_err(|e| e.reported_as(OP))?;
-        u.mul_scalar(span as f64)
-            .and_then(|t| t.floor())
-            .and_then(|t| t.to_dtype(DType::I64))
-            .and_then(|t| t.add(&low_t))
-            .and_then(|t| t.to_dtype(dtype))
-            .map_err(|e| e.reported_as(OP))
+        let span = randint_check(low, high, shape, dtype)?;
+        let u = Tensor::rand_with(shape, DType::F64, device, gen)
+            .map_err(|e| e.reported_as("randint"))?;
+        randint_from(u, low, span, dtype)
     }
 
     /// A random permutation of `0..n` (`torch.randperm(n)`), int64, from the
@@ -112,7 +89,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn randperm(n: usize, device: Device) -> Result<Tensor> {
-        with_global(|g| Tensor::randperm_with(n, device, g))
+        with_global(|g| Tensor::rand_with(&[n], DType::F64, device, g))
+            .and_then(|u| u.argsort(0, false))
+            .map_err(|e| e.reported_as("randperm"))
     }
 
     /// [`randperm`](Tensor::randperm) from an explicit generator.
@@ -137,21 +116,24 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn bernoulli(&self) -> Result<Tensor> {
-        with_global(|g| self.bernoulli_with_gen(g))
+        let cmp = bernoulli_check(self)?;
+        let u = with_global(|g| Tensor::rand_with(self.shape(), cmp, self.device(), g))
+            .map_err(|e| e.reported_as("bernoulli"))?;
+        self.bernoulli_from(u)
     }
 
     /// [`bernoulli`](Tensor::bernoulli) from an explicit generator.
     pub fn bernoulli_with_gen(&self, gen: &mut Generator) -> Result<Tensor> {
-        const OP: &str = "bernoulli";
-        if !self.dtype().is_float() {
-            bail!(Error::dtype(OP, "float probabilities", self.dtype()));
-        }
-        crate::autograd::no_grad(|| -> Result<Tensor> {
-            check_probabilities(OP, self)?;
-            let u = Tensor::rand_with(self.shape(), self.dtype(), self.device(), gen)?;
-            u.lt(self)?.to_dtype(self.dtype())
-        })
-        .map_err(|e| e.reported_as(OP))
+        let cmp = bernoulli_check(self)?;
+        let u = Tensor::rand_with(self.shape(), cmp, self.device(), gen)
+            .map_err(|e| e.reported_as("bernoulli"))?;
+        self.bernoulli_from(u)
+    }
+
+    /// `u < self` in `u`'s dtype, as `self`'s dtype.
+    fn bernoulli_from(&self, u: Tensor) -> Result<Tensor> {
+        crate::autograd::no_grad(|| u.lt(&self.to_dtype(u.dtype())?)?.to_dtype(self.dtype()))
+            .map_err(|e| e.reported_as("bernoulli"))
     }
 
     /// `num_samples` category indices per row of the non-negative weights
@@ -173,7 +155,17 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Result<Tensor> {
-        with_global(|g| self.multinomial_with(num_samples, replacement, g))
+        let (p, rows, cats) = self.multinomial_check(num_samples, replacement)?;
+        let u = with_global(|g| {
+            Tensor::rand_with(
+                &uniforms(rows, cats, num_samples, replacement),
+                DType::F64,
+                p.device(),
+                g,
+            )
+        })
+        .map_err(|e| e.reported_as("multinomial"))?;
+        self.multinomial_from(p, u, num_samples, replacement)
     }
 
     /// [`multinomial`](Tensor::multinomial) from an explicit generator.
@@ -183,6 +175,24 @@ impl Tensor {
         replacement: bool,
         gen: &mut Generator,
     ) -> Result<Tensor> {
+        let (p, rows, cats) = self.multinomial_check(num_samples, replacement)?;
+        let u = Tensor::rand_with(
+            &uniforms(rows, cats, num_samples, replacement),
+            DType::F64,
+            p.device(),
+            gen,
+        )
+        .map_err(|e| e.reported_as("multinomial"))?;
+        self.multinomial_from(p, u, num_samples, replacement)
+    }
+
+    /// Checks the weights and the count; the weights as f64 `[rows, cats]`,
+    /// each row divided by its largest (so sums cannot overflow).
+    fn multinomial_check(
+        &self,
+        num_samples: usize,
+        replacement: bool,
+    ) -> Result<(Tensor, usize, usize)> {
         const OP: &str = "multinomial";
         if !self.dtype().is_float() {
             bail!(Error::dtype(OP, "float weights", self.dtype()));
@@ -211,7 +221,7 @@ impl Tensor {
                 )
             ));
         }
-        crate::autograd::no_grad(|| -> Result<Tensor> {
+        crate::autograd::no_grad(|| -> Result<(Tensor, usize, usize)> {
             let p = if self.rank() == 1 {
                 self.unsqueeze(0)?
             } else {
@@ -225,23 +235,11 @@ impl Tensor {
                     "the weights must be finite and non-negative"
                 ));
             }
-            let total = p.sum(&[-1], true)?; // [rows, 1]
-            if any_true(&total.le_scalar(0.0)?)? {
+            let top = p.max(&[-1], true)?;
+            if any_true(&top.le_scalar(0.0)?)? {
                 bail!(Error::arg(OP, "every row of weights must have a positive sum"));
             }
-            let out = if replacement {
-                // Inverse CDF: the number of categories whose cumulative
-                // weight is at most u * total. The last category absorbs
-                // rounding (a count of `cats` is clamped to `cats - 1`),
-                // and a zero-weight category is never returned: its cdf
-                // equals the previous one's.
-                let cdf = p.cumsum(-1)?; // [rows, cats]
-                let u = Tensor::rand_with(&[rows, num_samples], DType::F64, p.device(), gen)?
-                    .mul(&total)?; // [rows, k]
-                let below = cdf.unsqueeze(1)?.le(&u.unsqueeze(2)?)?; // [rows, k, cats]
-                let idx = below.to_dtype(DType::I64)?.sum(&[-1], false)?;
-                idx.clamp(None, Some((cats - 1) as f64))?
-            } else {
+            if !replacement {
                 let positive = p.gt_scalar(0.0)?.to_dtype(DType::I64)?.sum(&[-1], false)?;
                 if any_true(&positive.lt_scalar(num_samples as f64)?)? {
                     bail!(Error::arg(
@@ -249,10 +247,56 @@ impl Tensor {
                         format!("a row has fewer than {num_samples} categories with a positive weight, so they cannot be drawn without replacement")
                     ));
                 }
-                // The exponential race: the k largest p / e, e ~ Exp(1).
-                let u = Tensor::rand_with(&[rows, cats], DType::F64, p.device(), gen)?;
-                let e = u.neg()?.log1p()?.neg()?; // -ln(1 - u) in (0, inf)
-                p.div(&e)?.topk(num_samples, -1, true)?.1
+            }
+            Ok((p.div(&top)?, rows, cats))
+        })
+        .map_err(|e| e.reported_as(OP))
+    }
+
+    /// The draws from the checked weights `p` `[rows, cats]` and the
+    /// uniforms `u` ([`uniforms`]).
+    fn multinomial_from(
+        &self,
+        p: Tensor,
+        u: Tensor,
+        k: usize,
+        replacement: bool,
+    ) -> Result<Tensor> {
+        let cats = p.shape()[1];
+        crate::autograd::no_grad(|| -> Result<Tensor> {
+            let out = if replacement {
+                let cdf = p.cumsum(-1)?; // [rows, cats]
+                let total = cdf.narrow(1, cats - 1, 1)?; // [rows, 1]
+                                                         // The last category with a positive weight: a draw that
+                                                         // rounds onto the total is capped there, so a zero weight
+                                                         // is never returned (its cdf equals its predecessor's).
+                let last = Tensor::arange(0.0, cats as f64, 1.0, DType::F64, p.device())?
+                    .mul(&p.gt_scalar(0.0)?.to_dtype(DType::F64)?)?
+                    .max(&[-1], true)?
+                    .to_dtype(DType::I64)?;
+                let v = u.mul(&total)?.unsqueeze(2)?; // [rows, k, 1]
+                let chunk = (DRAW_CHUNK / cats).clamp(1, k);
+                let mut parts = Vec::with_capacity(k.div_ceil(chunk));
+                let cdf3 = cdf.unsqueeze(1)?; // [rows, 1, cats]
+                for at in (0..k).step_by(chunk) {
+                    let vs = v.narrow(1, at, chunk.min(k - at))?;
+                    let n = cdf3.le(&vs)?.to_dtype(DType::I64)?.sum(&[-1], false)?;
+                    parts.push(n);
+                }
+                let refs: Vec<&Tensor> = parts.iter().collect();
+                Tensor::cat(&refs, 1)?.minimum(&last)?
+            } else {
+                // The exponential race: the k largest p / e, e ~ Exp(1);
+                // e = 0 (u = 0) makes a positive weight's key inf, which
+                // wins, as it should; a zero weight's key is -inf.
+                let e = u.neg()?.log1p()?.neg()?; // -ln(1 - u) in [0, inf)
+                let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, DType::F64, p.device())?;
+                let keys = Tensor::where_cond(&p.gt_scalar(0.0)?, &p.div(&e)?, &neg_inf)?;
+                if k == 1 {
+                    keys.argmax(-1, true)?
+                } else {
+                    keys.topk(k, -1, true)?.1
+                }
             };
             if self.rank() == 1 {
                 out.squeeze_dim(0)
@@ -260,8 +304,85 @@ impl Tensor {
                 Ok(out)
             }
         })
-        .map_err(|e| e.reported_as(OP))
+        .map_err(|e| e.reported_as("multinomial"))
     }
+}
+
+/// Comparisons per chunk of draws in `multinomial` with replacement.
+const DRAW_CHUNK: usize = 1 << 24;
+
+/// The uniforms `multinomial` needs: one per draw with replacement, one
+/// per category without.
+fn uniforms(rows: usize, cats: usize, k: usize, replacement: bool) -> [usize; 2] {
+    if replacement {
+        [rows, k]
+    } else {
+        [rows, cats]
+    }
+}
+
+/// `randint`'s checks; the span `high - low`.
+fn randint_check(low: i64, high: i64, shape: &[usize], dtype: DType) -> Result<u64> {
+    const OP: &str = "randint";
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::arg(OP, format!("the shape {shape:?} has too many elements")))?;
+    if n > 0 && high <= low {
+        bail!(Error::arg(
+            OP,
+            format!("high ({high}) must be greater than low ({low})")
+        ));
+    }
+    let span = (high as i128 - low as i128).max(0) as u128;
+    if span > RANDINT_SPAN as u128 {
+        bail!(Error::arg(
+            OP,
+            format!("the range [{low}, {high}) is wider than 2^53, which f64 uniforms cannot cover evenly")
+        ));
+    }
+    if dtype == DType::Bool {
+        bail!(Error::dtype(OP, "an integer or float dtype", dtype));
+    }
+    if n > 0 {
+        // Both ends must be values of the dtype (PyTorch: "from is out of
+        // bounds" / "to - 1 is out of bounds").
+        for v in [low, high - 1] {
+            if !holds_integer(dtype, v) {
+                bail!(Error::arg(
+                    OP,
+                    format!("{v} (of the range [{low}, {high})) is out of bounds for {dtype}")
+                ));
+            }
+        }
+    }
+    Ok(span as u64)
+}
+
+/// `low + floor(u span)` as `dtype`: the offset in f64 (exact below 2^53),
+/// `low` added in int64 (an f64 `low` near i64's ends would round).
+fn randint_from(u: Tensor, low: i64, span: u64, dtype: DType) -> Result<Tensor> {
+    let low_t = Tensor::from_slice(&[low], &[], u.device())?;
+    u.mul_scalar(span as f64)
+        .and_then(|t| t.floor())
+        .and_then(|t| t.to_dtype(DType::I64))
+        .and_then(|t| t.add(&low_t))
+        .and_then(|t| t.to_dtype(dtype))
+        .map_err(|e| e.reported_as("randint"))
+}
+
+/// `bernoulli`'s checks; the dtype the uniforms are drawn and compared in.
+fn bernoulli_check(p: &Tensor) -> Result<DType> {
+    const OP: &str = "bernoulli";
+    if !p.dtype().is_float() {
+        bail!(Error::dtype(OP, "float probabilities", p.dtype()));
+    }
+    crate::autograd::no_grad(|| check_probabilities(OP, p)).map_err(|e| e.reported_as(OP))?;
+    Ok(if p.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    })
 }
 
 /// Probabilities in `[0, 1]` (NaN refused), as PyTorch's `bernoulli`

@@ -94,24 +94,9 @@ def transformer(out, sdpa):
     text = torch.randint(0, VOCAB, (BATCH, SEQ + 1))
     x = text[:, :SEQ].contiguous()
     y = text[:, 1:].reshape(-1)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
-    losses = []
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-
-    s = measure_budget(4.0, 10, step)
-    nparams = sum(p.numel() for p in model.parameters())
-    print(f"{name} {statistics.median(s) * 1e3:.3f} ms ({len(s)} samples; loss {losses[0]:.4f} "
-          f"at step 1, {losses[-1]:.4f} at step {len(losses)}; {nparams} parameters)", file=sys.stderr)
     what = ("the same step, attention by scaled_dot_product_attention(is_causal)" if sdpa else
             "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam")
-    out[name] = row(s, what)
+    train_row(out, name, what, model, 3e-4, x, y, 4.0)
 
 
 GPT_SEQ, GPT_BATCH = 128, 16

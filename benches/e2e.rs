@@ -272,11 +272,6 @@ fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
     let text = Tensor::from_vec(text, &[BATCH, SEQ + 1], CPU)?;
     let x = text.narrow(1, 0, SEQ)?.contiguous()?;
     let y = text.narrow(1, 1, SEQ)?.reshape(&[-1])?;
-    let mut opt = Adam::new(AdamConfig {
-        lr: 3e-4,
-        ..Default::default()
-    })?;
-    let mut losses = Vec::new();
     let (name, what) = if sdpa {
         (
             "transformer_train_step_sdpa",
@@ -288,31 +283,14 @@ fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
             "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam",
         )
     };
-    let m = measure_budget(name, what, 4.0, 10, || {
-        opt.zero_grad(&model);
-        let logits = model.forward(&x)?;
-        let loss = cross_entropy(&logits.reshape(&[-1, VOCAB as isize])?, &y)?;
-        loss.backward()?;
-        opt.step(&mut model)?;
-        losses.push(loss.item::<f32>()?);
-        Ok(())
-    })?;
-    report_step(&m, &losses, &model);
-    rows.push(m);
+    rows.push(train_row(name, what, 4.0, &mut model, 3e-4, &x, &y)?);
     Ok(())
 }
 
 /// `gpt_train_step`: one step of `examples/gpt.rs`'s model on a fixed batch.
 fn gpt(rows: &mut Vec<Measured>) -> R<()> {
     const GPT_BATCH: usize = 16;
-    let text = include_str!("../data/guide.txt");
-    let mut chars: Vec<char> = text.chars().collect();
-    chars.sort_unstable();
-    chars.dedup();
-    let ids: Vec<i64> = text
-        .chars()
-        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
-        .collect();
+    let (ids, chars) = gpt_model::corpus();
     let vocab = chars.len();
     let seq = gpt_model::SEQ;
     let mut rng = Lcg(5);
@@ -325,29 +303,16 @@ fn gpt(rows: &mut Vec<Measured>) -> R<()> {
     let x = Tensor::from_vec(x, &[GPT_BATCH, seq], CPU)?;
     let y = Tensor::from_vec(y, &[GPT_BATCH * seq], CPU)?;
     let mut model = gpt_model::Gpt::new(vocab, CPU)?;
-    let mut opt = Adam::new(AdamConfig {
-        lr: 2e-3,
-        ..Default::default()
-    })?;
-    let mut losses = Vec::new();
-    let m = measure_budget(
+    rows.push(train_row(
         "gpt_train_step",
         "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), \
          batch 16 x 128 characters: fwd + CE + bwd + Adam",
         4.0,
-        10,
-        || {
-            opt.zero_grad(&model);
-            let logits = model.forward(&x)?.reshape(&[-1, vocab as isize])?;
-            let loss = cross_entropy(&logits, &y)?;
-            loss.backward()?;
-            opt.step(&mut model)?;
-            losses.push(loss.item::<f32>()?);
-            Ok(())
-        },
-    )?;
-    report_step(&m, &losses, &model);
-    rows.push(m);
+        &mut model,
+        2e-3,
+        &x,
+        &y,
+    )?);
     Ok(())
 }
 
@@ -362,36 +327,49 @@ fn cnn(rows: &mut Vec<Measured>) -> R<()> {
     let x = Tensor::from_vec(x, &[CNN_BATCH, 1, 8, 8], CPU)?;
     let y = Tensor::from_vec(y, &[CNN_BATCH], CPU)?;
     let mut net = cnn_model::model(CPU)?;
-    let mut opt = Adam::new(AdamConfig {
-        lr: 3e-3,
-        ..Default::default()
-    })?;
-    let mut losses = Vec::new();
-    let m = measure_budget(
+    rows.push(train_row(
         "cnn_train_step",
         "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: \
          fwd + CE + bwd + Adam",
         2.0,
-        10,
-        || {
-            opt.zero_grad(&net);
-            let loss = cross_entropy(&net.forward(&x)?, &y)?;
-            loss.backward()?;
-            opt.step(&mut net)?;
-            losses.push(loss.item::<f32>()?);
-            Ok(())
-        },
-    )?;
-    report_step(&m, &losses, &net);
-    rows.push(m);
+        &mut net,
+        3e-3,
+        &x,
+        &y,
+    )?);
     Ok(())
 }
 
-/// The median and the loss at the first and last timed step.
-fn report_step(m: &Measured, losses: &[f32], model: &dyn Module) {
+/// One training step of `model` timed as a row (zero_grad, forward, the
+/// cross-entropy of the logits flattened to `[-1, classes]` against `y`,
+/// backward, Adam at `lr`), with the median and the loss at the first and
+/// last timed step printed.
+fn train_row<M: Module>(
+    name: &'static str,
+    what: &'static str,
+    budget: f64,
+    model: &mut M,
+    lr: f64,
+    x: &Tensor,
+    y: &Tensor,
+) -> R<Measured> {
+    let mut opt = Adam::new(AdamConfig {
+        lr,
+        ..Default::default()
+    })?;
+    let mut losses = Vec::new();
+    let m = measure_budget(name, what, budget, 10, || {
+        opt.zero_grad(&*model);
+        let logits = model.forward(x)?;
+        let classes = logits.shape()[logits.rank() - 1] as isize;
+        let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
+        loss.backward()?;
+        opt.step(&mut *model)?;
+        losses.push(loss.item::<f32>()?);
+        Ok(())
+    })?;
     eprintln!(
-        "{} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
-        m.name,
+        "{name} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
         m.median() * 1e3,
         m.samples.len(),
         losses[0],
@@ -399,6 +377,7 @@ fn report_step(m: &Measured, losses: &[f32], model: &dyn Module) {
         losses.len(),
         model.parameters().iter().map(|p| p.numel()).sum::<usize>()
     );
+    Ok(m)
 }
 
 fn mlp() -> Result<Sequential> {

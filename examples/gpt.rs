@@ -16,26 +16,13 @@ use std::time::Instant;
 #[path = "models/gpt.rs"]
 mod model;
 
-use model::{Gpt, D, HEADS, LAYERS, SEQ};
+use model::{corpus, Gpt, D, HEADS, LAYERS, SEQ};
 use tensorscope::nn::{cross_entropy, KvCache, Module};
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::{autograd, memory, Device, Generator, Result, Tensor};
 
 const BATCH: usize = 16;
 const STEPS: usize = 1000;
-
-/// The text as token ids, and the alphabet.
-fn corpus() -> (Vec<i64>, Vec<char>) {
-    let text = include_str!("../data/guide.txt");
-    let mut chars: Vec<char> = text.chars().collect();
-    chars.sort_unstable();
-    chars.dedup();
-    let ids = text
-        .chars()
-        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
-        .collect();
-    (ids, chars)
-}
 
 /// `BATCH` windows of `SEQ + 1` tokens from `data` at random offsets:
 /// inputs `[BATCH, SEQ]` and next-token targets `[BATCH * SEQ]`.

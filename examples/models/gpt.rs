@@ -179,3 +179,16 @@ impl Module for Gpt {
         v
     }
 }
+
+/// The text as token ids, and the alphabet.
+pub fn corpus() -> (Vec<i64>, Vec<char>) {
+    let text = include_str!("../../data/guide.txt");
+    let mut chars: Vec<char> = text.chars().collect();
+    chars.sort_unstable();
+    chars.dedup();
+    let ids = text
+        .chars()
+        .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
+        .collect();
+    (ids, chars)
+}

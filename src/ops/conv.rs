@@ -352,8 +352,9 @@ fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<T
 /// shape by the col2im kernel (`backend::windows::col2im`: each input
 /// element adds up its taps once; no padded buffer). The first version
 /// summed the columns back one tap at a time (`kh kw` strided adds into a
-/// padded buffer, then a copy out of it): 4 ms of a 12.5 ms CNN training
-/// step on the 2-core EPYC.
+/// padded buffer, then a copy out of it); the profiler put 4.0 ms of a
+/// 12.5 ms CNN training step (2-core EPYC) in the backward pass outside
+/// any recorded op, where those adds ran.
 fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     let og = (g.o / g.g) as isize;
     let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;

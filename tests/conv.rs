@@ -120,6 +120,23 @@ fn cases() -> Vec<Case> {
             opts: o([3, 2], Padding::Explicit([2, 0]), [2, 2], 3),
             bias: true,
         },
+        // N OH OW = 512 output positions: in f64 the columns' and dy's
+        // rows would lie 4 KiB apart, so the im2col workspace pads them
+        // (ops/conv.rs `padded_row`); in f32 they do not.
+        Case {
+            x: [2, 2, 16, 16],
+            w: [2, 2, 3, 3],
+            opts: o([1, 1], Padding::Explicit([1, 1]), [1, 1], 1),
+            bias: true,
+        },
+        // The same with two groups, a dilation and a stride along W
+        // (N OH OW = 2 * 16 * 16 = 512 again: padded in f64).
+        Case {
+            x: [2, 4, 16, 32],
+            w: [4, 2, 3, 3],
+            opts: o([1, 2], Padding::Explicit([2, 2]), [2, 2], 2),
+            bias: false,
+        },
     ]
 }
 

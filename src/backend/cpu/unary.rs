@@ -99,40 +99,40 @@ pub(crate) mod float {
         x.trunc()
     }
     #[inline(always)]
-    pub(crate) fn tan<C: Float, const F: bool>(x: C) -> C {
-        x.tan()
+    pub(crate) fn tan<C: VMath, const F: bool>(x: C) -> C {
+        x.v_tan::<F>()
     }
     #[inline(always)]
-    pub(crate) fn asin<C: Float, const F: bool>(x: C) -> C {
-        x.asin()
+    pub(crate) fn asin<C: VMath, const F: bool>(x: C) -> C {
+        x.v_asin::<F>()
     }
     #[inline(always)]
-    pub(crate) fn acos<C: Float, const F: bool>(x: C) -> C {
-        x.acos()
+    pub(crate) fn acos<C: VMath, const F: bool>(x: C) -> C {
+        x.v_acos::<F>()
     }
     #[inline(always)]
-    pub(crate) fn atan<C: Float, const F: bool>(x: C) -> C {
-        x.atan()
+    pub(crate) fn atan<C: VMath, const F: bool>(x: C) -> C {
+        x.v_atan::<F>()
     }
     #[inline(always)]
-    pub(crate) fn sinh<C: Float, const F: bool>(x: C) -> C {
-        x.sinh()
+    pub(crate) fn sinh<C: VMath, const F: bool>(x: C) -> C {
+        x.v_sinh::<F>()
     }
     #[inline(always)]
-    pub(crate) fn cosh<C: Float, const F: bool>(x: C) -> C {
-        x.cosh()
+    pub(crate) fn cosh<C: VMath, const F: bool>(x: C) -> C {
+        x.v_cosh::<F>()
     }
     #[inline(always)]
-    pub(crate) fn expm1<C: Float, const F: bool>(x: C) -> C {
-        x.exp_m1()
+    pub(crate) fn expm1<C: VMath, const F: bool>(x: C) -> C {
+        x.v_expm1::<F>()
     }
     #[inline(always)]
-    pub(crate) fn exp2<C: Float, const F: bool>(x: C) -> C {
-        x.exp2()
+    pub(crate) fn exp2<C: VMath, const F: bool>(x: C) -> C {
+        x.v_exp2::<F>()
     }
     #[inline(always)]
-    pub(crate) fn log2<C: Float, const F: bool>(x: C) -> C {
-        x.log2()
+    pub(crate) fn log2<C: VMath, const F: bool>(x: C) -> C {
+        x.v_log2::<F>()
     }
     #[inline(always)]
     pub(crate) fn round<C: VMath, const F: bool>(x: C) -> C {
@@ -243,10 +243,13 @@ macro_rules! cpu_unary_dispatch {
     };
     // sin and cos: the vector kernel plus the libm fix-up of `Trig`.
     (@float $domain:ident sin, $T:ident, $src:ident, $dst:ident) => {
-        map_float::<$T, _>($src, $dst, Trig::<false>)
+        map_float::<$T, _>($src, $dst, Trig::<SIN>)
     };
     (@float $domain:ident cos, $T:ident, $src:ident, $dst:ident) => {
-        map_float::<$T, _>($src, $dst, Trig::<true>)
+        map_float::<$T, _>($src, $dst, Trig::<COS>)
+    };
+    (@float $domain:ident tan, $T:ident, $src:ident, $dst:ident) => {
+        map_float::<$T, _>($src, $dst, Trig::<TAN>)
     };
     (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {{
         #[derive(Clone, Copy)]
@@ -304,19 +307,24 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     }
 }
 
-/// `sin` (`COS = false`) or `cos`: `vmath`'s vector kernel, and libm for
-/// the inputs it leaves out (|x| > 2^20, infinities, NaN: `vmath::trig`).
-#[derive(Clone, Copy)]
-struct Trig<const COS: bool>;
+/// [`Trig`]'s functions.
+const SIN: u8 = 0;
+const COS: u8 = 1;
+const TAN: u8 = 2;
 
-impl<C: VMath + num_traits::Float + Sync, const COS: bool> FloatFn<C> for Trig<COS> {
+/// `sin`, `cos` or `tan` (`K`): `vmath`'s vector kernel, and libm for the
+/// inputs it leaves out (|x| > 2^20, infinities, NaN: `vmath::trig`).
+#[derive(Clone, Copy)]
+struct Trig<const K: u8>;
+
+impl<C: VMath + num_traits::Float + Sync, const K: u8> FloatFn<C> for Trig<K> {
     const FIXES: bool = true;
     #[inline(always)]
     fn apply<const F: bool>(self, x: C) -> C {
-        if COS {
-            float::cos::<C, F>(x)
-        } else {
-            float::sin::<C, F>(x)
+        match K {
+            SIN => float::sin::<C, F>(x),
+            COS => float::cos::<C, F>(x),
+            _ => float::tan::<C, F>(x),
         }
     }
     #[inline(always)]
@@ -325,10 +333,10 @@ impl<C: VMath + num_traits::Float + Sync, const COS: bool> FloatFn<C> for Trig<C
     }
     #[inline(always)]
     fn scalar(self, x: C) -> C {
-        if COS {
-            x.cos()
-        } else {
-            x.sin()
+        match K {
+            SIN => x.sin(),
+            COS => x.cos(),
+            _ => x.tan(),
         }
     }
 }

@@ -8,7 +8,8 @@
 
 #![allow(clippy::excessive_precision)]
 
-pub(crate) use super::trig::{cos, sin, trig_outside};
+pub(crate) use super::trig::{cos, sin, tan, trig_outside};
+pub(crate) use super::wide::{acos, asin, atan, cosh, sinh};
 use super::{derived_kernels, horner, Madd, ERFC_Q_F32 as ERFC_Q, ERF_SMALL_F32 as ERF_P};
 
 /// `ln 2` split so that `k * LN2_HI` is exact for |k| < 2^9.
@@ -77,12 +78,102 @@ pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
     }
 }
 
-/// `ln x`: `x = 2^k m` with `m` in `[sqrt(1/2), sqrt(2))`, then
-/// `ln m = f - f^2/2 + s (f^2/2 + R(s^2))` with `f = m - 1`,
-/// `s = f / (2 + f)` and `R` the atanh series (fdlibm's scheme, with the
-/// series' own coefficients). Subnormals are scaled by 2^23 first.
+/// `2^x` within 2 ulps: `x = n + r` with `n` the nearest integer (exact:
+/// `|r| <= 1/2`), the Taylor series of `2^r = e^(r ln 2)` to degree 7
+/// (truncation below 6e-9 relative), and `2^n` applied in two halves as in
+/// [`exp`]. Integers give exact powers of two. NaN propagates;
+/// `exp2(-inf) = 0`, `exp2(x >= 128) = inf`.
 #[inline(always)]
-pub(crate) fn log<const F: bool>(x: f32) -> f32 {
+pub(crate) fn exp2<const F: bool>(x: f32) -> f32 {
+    const HI: f32 = 128.0;
+    const LO: f32 = -151.0; // below: 0
+    let xc = x.clamp(LO, HI);
+    let t = xc + 12_582_912.0;
+    let fx = t - 12_582_912.0;
+    let r = xc - fx;
+    let y = horner::<f32, F, 8>(
+        &[
+            1.0,
+            std::f32::consts::LN_2,
+            0.2402265069591007,
+            0.055504108664821576,
+            0.009618129107628477,
+            0.0013333558146428441,
+            0.00015403530393381606,
+            1.5252733804059838e-05,
+        ],
+        r,
+    );
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let n1 = n >> 1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
+    let v = y * p1 * p2;
+    if x >= HI {
+        f32::INFINITY
+    } else if x < LO {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// `e^x - 1` within 3 ulps: below 1 in magnitude the Taylor series to
+/// degree 11 (`x P(x)`: no cancellation, `expm1(-0) = -0`; truncation
+/// below 3e-9 relative), above it `e^x - 1` (the cancellation there costs at
+/// most a factor `e / (e - 1)` on [`exp`]'s ulp). `-inf` gives -1.
+#[inline(always)]
+pub(crate) fn expm1<const F: bool>(x: f32) -> f32 {
+    let small = x * horner::<f32, F, 11>(
+        &[
+            1.0,
+            0.5,
+            0.16666666666666666,
+            0.041666666666666664,
+            0.008333333333333333,
+            0.001388888888888889,
+            0.0001984126984126984,
+            2.48015873015873e-05,
+            2.7557319223985893e-06,
+            2.755731922398589e-07,
+            2.505210838544172e-08,
+        ],
+        x,
+    );
+    let big = exp::<F>(x) - 1.0;
+    if x.abs() < 1.0 {
+        small
+    } else {
+        big
+    }
+}
+
+/// `log2 x` within 2 ulps: [`log`]'s reduction `x = 2^k m`, `ln m` by its
+/// series, then `k + ln m log2(e)` in one fused step where the level has
+/// FMA. Exact powers of two give exact integers (`ln m = 0`).
+#[inline(always)]
+pub(crate) fn log2<const F: bool>(x: f32) -> f32 {
+    let p = log_reduce::<F>(x);
+    let lnm = p.f - (p.hfsq - p.s * (p.hfsq + p.r));
+    log_specials(x, lnm.madd::<F>(std::f32::consts::LOG2_E, p.k))
+}
+
+/// The pieces of `ln x` for a finite positive `x` (subnormals included):
+/// `x = 2^k m` with `m` in `[sqrt(1/2), sqrt(2))`, `f = m - 1`,
+/// `s = f / (2 + f)`, `hfsq = f^2 / 2` and `r = s^2 R(s^2)` (the atanh
+/// series), so that `ln m = f - hfsq + s (hfsq + r)`.
+struct LogParts {
+    k: f32,
+    f: f32,
+    s: f32,
+    hfsq: f32,
+    r: f32,
+}
+
+/// [`LogParts`] of `x` (fdlibm's scheme, with the series' own
+/// coefficients). Subnormals are scaled by 2^23 first.
+#[inline(always)]
+fn log_reduce<const F: bool>(x: f32) -> LogParts {
     let sub = x < f32::MIN_POSITIVE;
     let xs = if sub { x * 8_388_608.0 } else { x };
     // Offset so that the exponent field rounds m into [sqrt(1/2), sqrt(2)).
@@ -103,10 +194,19 @@ pub(crate) fn log<const F: bool>(x: f32) -> f32 {
         ],
         z,
     );
-    let hfsq = 0.5 * f * f;
-    let kf = k as f32;
-    let y = kf * LN2_HI + (((s * (hfsq + r) + kf * LN2_LO) - hfsq) + f);
-    // x < 0 and NaN give NaN; 0 gives -inf; inf gives inf.
+    LogParts {
+        k: k as f32,
+        f,
+        s,
+        hfsq: 0.5 * f * f,
+        r,
+    }
+}
+
+/// A logarithm's value `y` at `x` with the special cases applied: `x < 0`
+/// and NaN give NaN, 0 gives -inf, inf gives inf.
+#[inline(always)]
+fn log_specials(x: f32, y: f32) -> f32 {
     let y = if x == f32::INFINITY { x } else { y };
     let y = if x == 0.0 { f32::NEG_INFINITY } else { y };
     if x < 0.0 || x.is_nan() {
@@ -114,6 +214,15 @@ pub(crate) fn log<const F: bool>(x: f32) -> f32 {
     } else {
         y
     }
+}
+
+/// `ln x`: [`log_reduce`], then `ln x = k ln2 + f - hfsq + s (hfsq + r)`
+/// with `ln 2` in two parts.
+#[inline(always)]
+pub(crate) fn log<const F: bool>(x: f32) -> f32 {
+    let LogParts { k, f, s, hfsq, r } = log_reduce::<F>(x);
+    let y = k * LN2_HI + (((s * (hfsq + r) + k * LN2_LO) - hfsq) + f);
+    log_specials(x, y)
 }
 
 /// The odd polynomial of `tanh` below 0.625: `x + x z P(z)`, `z = x^2`.

@@ -164,3 +164,26 @@ pub(crate) fn cos<const F: bool>(x: f64) -> f64 {
 pub(crate) fn trig_outside(_x: f64) -> bool {
     false
 }
+
+/// libm wrappers for the f64 forms of the functions `super::wide`
+/// computes for f32 in f64 lanes (scalar: see that module's docs).
+macro_rules! libm {
+    ($($name:ident = $libm:ident),*) => {$(
+        #[doc = concat!("libm's `", stringify!($libm), "` (scalar).")]
+        #[inline(always)]
+        pub(crate) fn $name<const F: bool>(x: f64) -> f64 {
+            x.$libm()
+        }
+    )*};
+}
+libm!(
+    tan = tan,
+    atan = atan,
+    asin = asin,
+    acos = acos,
+    sinh = sinh,
+    cosh = cosh,
+    expm1 = exp_m1,
+    exp2 = exp2,
+    log2 = log2
+);

@@ -25,6 +25,12 @@
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
 //! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes, C's special cases by selects (`float32::pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
+//! | `tan` | 2 | libm | `sin r / cos r` (or `-cos r / sin r`) of `sin`'s reduction, in f64 (see `trig`) |
+//! | `exp2` | 2 | libm | nearest-integer reduction (exact), Taylor series of `2^r`, 2^n in two halves |
+//! | `log2` | 2 | libm | `log`'s reduction and series, `k + ln m log2 e` fused |
+//! | `expm1` | 3 | libm | Taylor series below 1 in magnitude, `e^x - 1` above |
+//! | `sinh`, `cosh` | 1 | libm | in f64 lanes from the f64 `exp`, Taylor series near 0 (see `wide`) |
+//! | `atan`, `asin`, `acos` | 1 | libm | in f64 lanes: Cephes' reduction, a 14-term series; `asin`, `acos` through `atan` (see `wide`) |
 //!
 //! The bounds are the tests' thresholds; the tests print the measured
 //! worst cases (`cargo test --release --lib vmath -- --nocapture`). On
@@ -51,6 +57,7 @@ use crate::backend::UnaryGrad;
 pub(crate) mod float32;
 pub(crate) mod float64;
 pub(crate) mod trig;
+pub(crate) mod wide;
 
 #[cfg(test)]
 mod tests;
@@ -279,7 +286,17 @@ pub(crate) trait VMath: Copy {
     fn v_sin<const F: bool>(self) -> Self;
     /// `cos`, as [`VMath::v_sin`].
     fn v_cos<const F: bool>(self) -> Self;
-    /// Whether `v_sin` and `v_cos` leave `self` to libm (`trig`'s
+    /// `tan`, as [`VMath::v_sin`].
+    fn v_tan<const F: bool>(self) -> Self;
+    fn v_atan<const F: bool>(self) -> Self;
+    fn v_asin<const F: bool>(self) -> Self;
+    fn v_acos<const F: bool>(self) -> Self;
+    fn v_sinh<const F: bool>(self) -> Self;
+    fn v_cosh<const F: bool>(self) -> Self;
+    fn v_expm1<const F: bool>(self) -> Self;
+    fn v_exp2<const F: bool>(self) -> Self;
+    fn v_log2<const F: bool>(self) -> Self;
+    /// Whether `v_sin`, `v_cos` and `v_tan` leave `self` to libm (`trig`'s
     /// fix-up pass): always false for f64, which calls libm itself.
     fn v_trig_outside(self) -> bool;
     /// Round half to even (`torch.round`): one instruction from SSE4.1 on.
@@ -338,6 +355,42 @@ macro_rules! impl_vmath {
             #[inline(always)]
             fn v_cos<const F: bool>(self) -> Self {
                 $m::cos::<F>(self)
+            }
+            #[inline(always)]
+            fn v_tan<const F: bool>(self) -> Self {
+                $m::tan::<F>(self)
+            }
+            #[inline(always)]
+            fn v_atan<const F: bool>(self) -> Self {
+                $m::atan::<F>(self)
+            }
+            #[inline(always)]
+            fn v_asin<const F: bool>(self) -> Self {
+                $m::asin::<F>(self)
+            }
+            #[inline(always)]
+            fn v_acos<const F: bool>(self) -> Self {
+                $m::acos::<F>(self)
+            }
+            #[inline(always)]
+            fn v_sinh<const F: bool>(self) -> Self {
+                $m::sinh::<F>(self)
+            }
+            #[inline(always)]
+            fn v_cosh<const F: bool>(self) -> Self {
+                $m::cosh::<F>(self)
+            }
+            #[inline(always)]
+            fn v_expm1<const F: bool>(self) -> Self {
+                $m::expm1::<F>(self)
+            }
+            #[inline(always)]
+            fn v_exp2<const F: bool>(self) -> Self {
+                $m::exp2::<F>(self)
+            }
+            #[inline(always)]
+            fn v_log2<const F: bool>(self) -> Self {
+                $m::log2::<F>(self)
             }
             #[inline(always)]
             fn v_trig_outside(self) -> bool {

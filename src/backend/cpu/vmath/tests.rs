@@ -296,6 +296,15 @@ fn cases32() -> Vec<Case<f32>> {
         ("erf'", both!(k32::erf_grad), erf_grad_ref, 4.0, 2.0),
         ("sin", both!(k32::sin), f64::sin, 2.0, 0.0),
         ("cos", both!(k32::cos), f64::cos, 2.0, 0.0),
+        ("tan", both!(k32::tan), f64::tan, 2.0, 0.0),
+        ("atan", both!(k32::atan), f64::atan, 1.0, 0.0),
+        ("asin", both!(k32::asin), f64::asin, 1.0, 0.0),
+        ("acos", both!(k32::acos), f64::acos, 1.0, 0.0),
+        ("sinh", both!(k32::sinh), f64::sinh, 1.0, 0.0),
+        ("cosh", both!(k32::cosh), f64::cosh, 1.0, 0.0),
+        ("expm1", both!(k32::expm1), f64::exp_m1, 3.0, 0.0),
+        ("exp2", both!(k32::exp2), f64::exp2, 2.0, 0.0),
+        ("log2", both!(k32::log2), f64::log2, 2.0, 0.0),
     ]
 }
 
@@ -346,15 +355,15 @@ fn worst<T: Probe>(level: Level, case: &Case<T>, xs: &[T]) -> (f64, T, f64) {
     let f = fs[level.fma() as usize];
     let mut out = xs.to_vec();
     assert!(run_at(level, MapSlice(&mut out, f)).is_ok(), "level");
-    if matches!(name, "sin" | "cos") {
-        // The unary op's fix-up pass (`unary::Block1`): libm for the
+    if matches!(name, "sin" | "cos" | "tan") {
+        // The unary op's fix-up pass (`unary::Trig`): libm for the
         // inputs the vector kernel leaves out.
         for (x, y) in xs.iter().zip(out.iter_mut()) {
             if x.v_trig_outside() {
-                *y = if name == "sin" {
-                    num_traits::Float::sin(*x)
-                } else {
-                    num_traits::Float::cos(*x)
+                *y = match name {
+                    "sin" => num_traits::Float::sin(*x),
+                    "cos" => num_traits::Float::cos(*x),
+                    _ => num_traits::Float::tan(*x),
                 };
             }
         }
@@ -455,6 +464,43 @@ fn special_values<const F: bool>() {
     assert_eq!(k64::log::<F>(0.0), f64::NEG_INFINITY);
     assert!(k64::log::<F>(-1.0).is_nan());
     assert_eq!(k64::tanh::<F>(f64::INFINITY), 1.0);
+    // The f64-lane kernels (`wide`, `trig::tan`): signs of zero, the
+    // ends of the domains, exact powers of two.
+    let pi = std::f32::consts::PI;
+    let half_pi = std::f32::consts::FRAC_PI_2;
+    for (f, x) in [
+        (k32::tan::<F> as fn(f32) -> f32, -0.0f32),
+        (k32::atan::<F>, -0.0),
+        (k32::asin::<F>, -0.0),
+        (k32::sinh::<F>, -0.0),
+        (k32::expm1::<F>, -0.0),
+    ] {
+        assert_eq!(f(x).to_bits(), (-0.0f32).to_bits());
+    }
+    assert_eq!(k32::atan::<F>(f32::INFINITY), half_pi);
+    assert_eq!(k32::atan::<F>(f32::NEG_INFINITY), -half_pi);
+    assert_eq!(k32::asin::<F>(1.0), half_pi);
+    assert_eq!(k32::asin::<F>(-1.0), -half_pi);
+    assert_eq!(k32::acos::<F>(-1.0), pi);
+    assert_eq!(k32::acos::<F>(1.0).to_bits(), 0.0f32.to_bits());
+    for f in [k32::asin::<F> as fn(f32) -> f32, k32::acos::<F>] {
+        assert!(f(1.000_000_1).is_nan() && f(-1.000_000_1).is_nan() && f(f32::NAN).is_nan());
+    }
+    assert_eq!(k32::expm1::<F>(f32::NEG_INFINITY), -1.0);
+    assert_eq!(k32::expm1::<F>(89.0), f32::INFINITY);
+    assert_eq!(k32::sinh::<F>(f32::NEG_INFINITY), f32::NEG_INFINITY);
+    assert_eq!(k32::cosh::<F>(f32::NEG_INFINITY), f32::INFINITY);
+    assert_eq!(k32::cosh::<F>(-0.0), 1.0);
+    for k in -149..128 {
+        let p = (k as f32).exp2();
+        assert_eq!(k32::exp2::<F>(k as f32), p, "2^{k}");
+        assert_eq!(k32::log2::<F>(p), k as f32, "log2 2^{k}");
+    }
+    assert_eq!(k32::exp2::<F>(128.0), f32::INFINITY);
+    assert_eq!(k32::exp2::<F>(f32::NEG_INFINITY), 0.0);
+    assert_eq!(k32::log2::<F>(0.0), f32::NEG_INFINITY);
+    assert!(k32::log2::<F>(-1.0).is_nan());
+
     // sin and cos: the vector path keeps -0 and tiny arguments; the rest
     // of the specials are the fix-up's (`trig_outside`).
     assert_eq!(k32::sin::<F>(-0.0).to_bits(), (-0.0f32).to_bits());

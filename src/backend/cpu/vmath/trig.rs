@@ -1,4 +1,4 @@
-//! `sin` and `cos` of f32 (and of f16 and bf16, which compute in f32).
+//! `sin`, `cos` and `tan` of f32 (and of f16 and bf16, which compute in f32).
 //!
 //! Decision (issue 14): the f32 kernels compute in f64 lanes. The input is
 //! widened, `n = round(x 2/pi)` (the 1.5 * 2^52 trick, which also leaves
@@ -69,10 +69,11 @@ const C: [f64; 4] = [
     f64::from_bits(0x3EF9_9342_E0EE_5069),
 ];
 
-/// `sin(x + q pi/2)` for `q = quadrant + shift`, from the reduced `r`:
-/// the sine or cosine polynomial by `q & 1`, negated by `q & 2`.
+/// The reduction of the widened `x`: `t` (whose low bits hold the
+/// quadrant `n`) and `r = x - n pi/2`, then `sin r` and `cos r` by the
+/// polynomials, all in f64.
 #[inline(always)]
-fn eval<const F: bool>(x: f32, shift: u64) -> f32 {
+fn reduce<const F: bool>(x: f32) -> (f64, f64, f64) {
     let x = x as f64;
     let t = x * INV_PIO2 + MAGIC;
     let n = t - MAGIC;
@@ -83,10 +84,28 @@ fn eval<const F: bool>(x: f32, shift: u64) -> f32 {
     // its extra rounding (2^-53) is far below an f32 ulp.
     let s = r * (1.0 + z * horner::<_, F, _>(&S, z));
     let c = 1.0 + z * horner::<_, F, _>(&C, z);
+    (t, s, c)
+}
+
+/// `sin(x + q pi/2)` for `q = quadrant + shift`, from the reduced `r`:
+/// the sine or cosine polynomial by `q & 1`, negated by `q & 2`.
+#[inline(always)]
+fn eval<const F: bool>(x: f32, shift: u64) -> f32 {
+    let (t, s, c) = reduce::<F>(x);
     // `n` in two's complement in the low bits of `t` (|n| < 2^51).
     let q = t.to_bits().wrapping_add(shift);
     let v = if q & 1 == 0 { s } else { c };
     f64::from_bits(v.to_bits() ^ ((q & 2) << 62)) as f32
+}
+
+/// `tan x` for `|x| <= TRIG_MAX`: `sin r / cos r` in even quadrants and
+/// `-cos r / sin r` in odd ones, divided in f64 (each polynomial within
+/// 2^-33.6 relative, so the quotient within 2^-32.5: half an f32 ulp and
+/// a hair). `tan(-0) = -0`; the rest of the domain as [`sin`].
+#[inline(always)]
+pub(crate) fn tan<const F: bool>(x: f32) -> f32 {
+    let (t, s, c) = reduce::<F>(x);
+    (if t.to_bits() & 1 == 0 { s / c } else { -c / s }) as f32
 }
 
 /// `sin x` for `|x| <= TRIG_MAX` (see the module docs for the rest).
@@ -101,7 +120,7 @@ pub(crate) fn cos<const F: bool>(x: f32) -> f32 {
     eval::<F>(x, 1)
 }
 
-/// Whether [`sin`] and [`cos`] leave `x` to libm: `|x| > TRIG_MAX`,
+/// Whether [`sin`], [`cos`] and [`tan`] leave `x` to libm: `|x| > TRIG_MAX`,
 /// infinities and NaN.
 #[inline(always)]
 pub(crate) fn trig_outside(x: f32) -> bool {

@@ -570,3 +570,19 @@ fn randint_wider_than_2_pow_53_is_an_error() {
         .iter()
         .all(|&x| (0..1 << 53).contains(&x)));
 }
+
+/// Deviation 27: `mode` returns the index of the mode's last occurrence
+/// in every slice. PyTorch returns the same value and one of its indices:
+/// the last for slices of up to 16 elements, an unspecified one beyond
+/// (its CPU sort is unstable there: `torch.mode(torch.tensor([0, 1] *
+/// 10))` gives index 12); with NaN present its value depends on their order.
+#[test]
+fn mode_index_is_the_last_occurrence() {
+    let v: Vec<i64> = (0..20).map(|i| i % 2).collect();
+    let x = Tensor::from_slice(&v, &[20], CPU).unwrap();
+    let (m, i) = x.mode(0, false).unwrap();
+    assert_eq!(
+        (m.item::<i64>().unwrap(), i.item::<i64>().unwrap()),
+        (0, 18)
+    );
+}

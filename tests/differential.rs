@@ -309,6 +309,29 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
                 Tensor::cat(&[&f(&v)?, &f(&i)?], 0)?
             }
         }
+        "nonzero" => a.nonzero()?,
+        "unique" | "unique_consecutive" => {
+            let (v, i, n) = if c.op == "unique" {
+                a.unique_parts()?
+            } else {
+                a.unique_consecutive()?
+            };
+            let f = |t: &Tensor| t.to_dtype(DType::F64)?.reshape(&[-1]);
+            Tensor::cat(&[&f(&v)?, &f(&i)?, &f(&n)?], 0)?
+        }
+        "mode" => {
+            let (v, i) = a.mode(c.f("dim") as isize, c.keep())?;
+            let f = |t: &Tensor| t.to_dtype(DType::F64)?.reshape(&[-1]);
+            Tensor::cat(&[&f(&v)?, &f(&i)?], 0)?
+        }
+        "index_put" => {
+            let idx: Vec<&Tensor> = x[1..x.len() - 1].iter().collect();
+            a.index_put(&idx, &x[x.len() - 1], c.f("acc") == 1.0)?
+        }
+        "einsum" => {
+            let ops: Vec<&Tensor> = x.iter().collect();
+            Tensor::einsum(c.param("eq"), &ops)?
+        }
         "argsort" => a.argsort(c.f("dim") as isize, c.f("desc") == 1.0)?,
         "cumsum" => a.cumsum(c.f("dim") as isize)?,
         "cumprod" => a.cumprod(c.f("dim") as isize)?,

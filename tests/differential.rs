@@ -335,7 +335,7 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "argsort" => a.argsort(c.f("dim") as isize, c.f("desc") == 1.0)?,
         "cumsum" => a.cumsum(c.f("dim") as isize)?,
         "cumprod" => a.cumprod(c.f("dim") as isize)?,
-        "quantile" => {
+        "quantile" | "nanquantile" => {
             let qs: Vec<f64> = c.param("q").split(',').map(num).collect();
             let dim = (c.param("dim") != "none").then(|| c.f("dim") as isize);
             let how = match c.param("how") {
@@ -345,7 +345,11 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
                 "nearest" => Interpolation::Nearest,
                 _ => Interpolation::Linear,
             };
-            a.quantiles(&qs, dim, c.keep(), how)?
+            if c.op == "quantile" {
+                a.quantiles(&qs, dim, c.keep(), how)?
+            } else {
+                a.nanquantiles(&qs, dim, c.keep(), how)?
+            }
         }
         "fmod_scalar" => a.fmod_scalar(c.f("s"))?,
         "remainder_scalar" => a.remainder_scalar(c.f("s"))?,

@@ -20,6 +20,7 @@ on_both!(
     median_and_its_nan_rule,
     gradients_flow_to_the_sources,
     quantiles_interpolate_as_pytorch,
+    nanquantile_skips_nan,
 );
 
 #[cfg(not(feature = "cuda"))]
@@ -29,6 +30,7 @@ common::on_cpu!(
     median_and_its_nan_rule,
     gradients_flow_to_the_sources,
     quantiles_interpolate_as_pytorch,
+    nanquantile_skips_nan,
 );
 
 /// The stable permutation of `v` (NaN as the largest value).
@@ -344,4 +346,71 @@ fn quantiles_interpolate_as_pytorch(dev: Device) {
         let e = r.unwrap_err().to_string();
         assert!(e.contains("quantile") && e.contains(what), "{e}");
     }
+}
+
+/// `nanquantile` against a direct computation over each row's numbers:
+/// rows with NaN in different places, a row of only NaN (NaN out), every
+/// interpolation; and its gradient goes to the two elements around the
+/// position.
+fn nanquantile_skips_nan(dev: Device) {
+    let nan = f64::NAN;
+    let rows: [[f64; 5]; 3] = [
+        [4.0, nan, 1.0, 3.0, 2.0],
+        [nan, nan, nan, nan, nan],
+        [0.5, 7.0, nan, -2.0, nan],
+    ];
+    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+    let x = tensor(&flat, &[3, 5], DType::F64, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let qs = [0.0, 0.3, 0.5, 1.0];
+    for how in [
+        Interpolation::Linear,
+        Interpolation::Lower,
+        Interpolation::Higher,
+        Interpolation::Midpoint,
+        Interpolation::Nearest,
+    ] {
+        let got = read(&x.nanquantiles(&qs, Some(1), false, how).unwrap());
+        for (qi, &q) in qs.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                let mut v: Vec<f64> = row.iter().copied().filter(|x| !x.is_nan()).collect();
+                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                let want = if v.is_empty() {
+                    nan
+                } else {
+                    let pos = q * (v.len() - 1) as f64;
+                    let (lo, hi) = (v[pos.floor() as usize], v[pos.ceil() as usize]);
+                    match how {
+                        Interpolation::Lower => lo,
+                        Interpolation::Higher => hi,
+                        Interpolation::Nearest => v[pos.round_ties_even() as usize],
+                        Interpolation::Midpoint => lo + (hi - lo) * 0.5,
+                        Interpolation::Linear => lo + (hi - lo) * (pos - pos.floor()),
+                    }
+                };
+                let g = got[qi * 3 + r];
+                assert!(
+                    (g.is_nan() && want.is_nan()) || (g - want).abs() < 1e-12,
+                    "{how:?} q {q} row {r}: {g} vs {want}"
+                );
+            }
+        }
+    }
+    // Row 0's numbers sorted: 1 2 3 4; q = 0.5 is 2.5, half from 2 and 3.
+    let m = x.nanquantile(0.5, Some(1), false).unwrap();
+    m.narrow(0, 0, 1)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = read(&x.grad().unwrap());
+    assert_eq!(&g[..5], &[0.0, 0.0, 0.0, 0.5, 0.5]);
+    let all = x.detach().nanquantile(0.5, None, true).unwrap();
+    assert_eq!(all.shape(), &[1, 1]);
+    // The numbers of the whole tensor: -2 0.5 1 2 3 4 7, the median 2.
+    assert_eq!(read(&all), vec![2.0]);
+    let e = x.nanquantile(1.5, None, false).unwrap_err().to_string();
+    assert!(e.contains("nanquantile") && e.contains("[0, 1]"), "{e}");
 }

@@ -202,7 +202,39 @@ impl Tensor {
         self.quantile_impl(q, dim, keepdim, interpolation, true)
     }
 
-    fn quantile_impl(
+    /// `torch.nanquantile(x, q, dim, keepdim)`: [`quantile`](Tensor::quantile)
+    /// over the elements that are not NaN (NaN only for a slice that is all
+    /// NaN). Linear interpolation; see
+    /// [`nanquantiles`](Tensor::nanquantiles) for the others.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, Device};
+    /// let x = Tensor::from_slice(&[1.0f64, f64::NAN, 3.0, 2.0], &[4], Device::Cpu)?;
+    /// assert_eq!(x.nanquantile(0.5, None, false)?.item::<f64>()?, 2.0);
+    /// assert!(x.quantile(0.5, None, false)?.item::<f64>()?.is_nan());
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn nanquantile(&self, q: f64, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        let _op = op_context("nanquantile");
+        self.nanquantile_impl(&[q], dim, keepdim, Interpolation::Linear, false)
+    }
+
+    /// `torch.nanquantile(x, q_tensor, dim, keepdim, interpolation)`: as
+    /// [`quantiles`](Tensor::quantiles), skipping NaN. The position of
+    /// quantile `q` in a slice with `c` numbers is `q (c - 1)`, computed per
+    /// slice in the input's dtype, as PyTorch does.
+    pub fn nanquantiles(
+        &self,
+        q: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: Interpolation,
+    ) -> Result<Tensor> {
+        let _op = op_context("nanquantile");
+        self.nanquantile_impl(q, dim, keepdim, interpolation, true)
+    }
+
+    fn nanquantile_impl(
         &self,
         qs: &[f64],
         dim: Option<isize>,
@@ -210,17 +242,76 @@ impl Tensor {
         how: Interpolation,
         stacked: bool,
     ) -> Result<Tensor> {
-        const OP: &str = "quantile";
+        const OP: &str = "nanquantile";
+        let (x, d, out_shape) = self.quantile_slices(OP, qs, dim, keepdim)?;
+        let di = d as isize;
+        let (sorted, _) = x.sort(di, false).map_err(|e| e.reported_as(OP))?;
+        let dt = x.dtype();
+        // Per slice: how many numbers (NaN sort last), as the input's dtype.
+        let count = no_grad(|| {
+            x.isnan()?
+                .logical_not()?
+                .to_dtype(DType::I64)?
+                .sum(&[di], true)?
+                .to_dtype(dt)
+        })?;
+        let mut out = Vec::with_capacity(qs.len());
+        for &q in qs {
+            let pick = |pos: &Tensor| -> Result<Tensor> {
+                let i = no_grad(|| pos.to_dtype(DType::I64))?;
+                sorted.gather(di, &i)
+            };
+            // A slice of only NaN has position 0 (PyTorch clamps the
+            // negative `q (0 - 1)`): its first sorted element, a NaN, is
+            // the value and takes the gradient, as in PyTorch.
+            let (pos, lo, hi) = no_grad(|| -> Result<_> {
+                let pos = count
+                    .sub_scalar(1.0)?
+                    .mul_scalar(q)?
+                    .clamp(Some(0.0), None)?;
+                let lo = pos.floor()?;
+                let hi = pos.ceil()?;
+                Ok((pos, lo, hi))
+            })?;
+            let v = match how {
+                Interpolation::Lower => pick(&lo)?,
+                Interpolation::Higher => pick(&hi)?,
+                Interpolation::Nearest => pick(&no_grad(|| pos.round())?)?,
+                Interpolation::Midpoint => {
+                    let a = pick(&lo)?;
+                    a.add(&pick(&hi)?.sub(&a)?.mul_scalar(0.5)?)?
+                }
+                Interpolation::Linear => {
+                    let a = pick(&lo)?;
+                    let w = no_grad(|| pos.sub(&lo))?;
+                    a.add(&pick(&hi)?.sub(&a)?.mul(&w)?)?
+                }
+            };
+            out.push(v.reshape(&out_shape)?);
+        }
+        Self::quantile_result(out, qs, &out_shape, &x, stacked)
+    }
+
+    /// The checks and slicing shared by `quantile` and `nanquantile`:
+    /// the tensor whose dimension `d` holds the slices (`self`, or all its
+    /// elements as one) and each quantile's output shape.
+    fn quantile_slices(
+        &self,
+        op: &'static str,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> Result<(Tensor, usize, Vec<isize>)> {
         if !matches!(self.dtype(), DType::F32 | DType::F64) {
             bail!(Error::dtype(
-                OP,
+                op,
                 "a float32 or float64 tensor (PyTorch: quantile() input tensor must be either float or double dtype)",
                 self.dtype()
             ));
         }
         if self.numel() == 0 {
             bail!(Error::arg(
-                OP,
+                op,
                 format!(
                     "cannot take a quantile of an empty tensor of shape {:?}",
                     self.shape()
@@ -228,31 +319,26 @@ impl Tensor {
             ));
         }
         if let Some(&q) = qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
-            bail!(Error::arg(OP, format!("q must be in [0, 1], got {q}")));
+            bail!(Error::arg(op, format!("q must be in [0, 1], got {q}")));
         }
         // The slices: along `dim`, or of every element (one slice).
         let (x, d) = match dim {
-            Some(d) if self.rank() > 0 => (self.alias(), normalize_dim(OP, d, self.rank())?),
+            Some(d) if self.rank() > 0 => (self.alias(), normalize_dim(op, d, self.rank())?),
             Some(d) => {
-                normalize_dim(OP, d, 1)?;
+                normalize_dim(op, d, 1)?;
                 (self.reshape(&[1])?, 0)
             }
             None => (self.reshape(&[-1])?, 0),
         };
-        let n = x.shape()[d];
-        if n == 0 {
+        if x.shape()[d] == 0 {
             bail!(Error::arg(
-                OP,
+                op,
                 format!(
                     "cannot take a quantile of an empty slice of shape {:?}",
                     self.shape()
                 )
             ));
         }
-        let di = d as isize;
-        let (sorted, _) = x.sort(di, false).map_err(|e| e.reported_as(OP))?;
-        let has_nan = no_grad(|| x.isnan()?.any(&[di], true))?;
-        let nan = Tensor::full(&[], f64::NAN, x.dtype(), x.device())?;
         // Each quantile's shape: the input's, with `dim` kept as 1 or
         // dropped (all dimensions for `dim = None`); a 0-d input gives 0-d.
         let out_shape: Vec<isize> = match (dim, keepdim) {
@@ -262,12 +348,46 @@ impl Tensor {
             (None, true) => vec![1; self.rank()],
             (None, false) => vec![],
         };
+        Ok((x, d, out_shape))
+    }
+
+    /// The quantiles stacked along a new first dimension (an empty one
+    /// for no `q`), or the one quantile.
+    fn quantile_result(
+        mut out: Vec<Tensor>,
+        qs: &[f64],
+        out_shape: &[isize],
+        x: &Tensor,
+        stacked: bool,
+    ) -> Result<Tensor> {
         if qs.is_empty() {
-            let mut shape = vec![0isize];
-            shape.extend(&out_shape);
-            let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let mut shape = vec![0usize];
+            shape.extend(out_shape.iter().map(|&d| d as usize));
             return Tensor::zeros(&shape, x.dtype(), x.device());
         }
+        if stacked {
+            let refs: Vec<&Tensor> = out.iter().collect();
+            Tensor::stack(&refs, 0)
+        } else {
+            Ok(out.pop().expect("one quantile"))
+        }
+    }
+
+    fn quantile_impl(
+        &self,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        how: Interpolation,
+        stacked: bool,
+    ) -> Result<Tensor> {
+        const OP: &str = "quantile";
+        let (x, d, out_shape) = self.quantile_slices(OP, qs, dim, keepdim)?;
+        let n = x.shape()[d];
+        let di = d as isize;
+        let (sorted, _) = x.sort(di, false).map_err(|e| e.reported_as(OP))?;
+        let has_nan = no_grad(|| x.isnan()?.any(&[di], true))?;
+        let nan = Tensor::full(&[], f64::NAN, x.dtype(), x.device())?;
         let mut out = Vec::with_capacity(qs.len());
         for &q in qs {
             // The position in the input's dtype, as PyTorch computes it (an
@@ -291,12 +411,7 @@ impl Tensor {
             let v = Tensor::where_cond(&has_nan, &nan, &v)?;
             out.push(v.reshape(&out_shape)?);
         }
-        if stacked {
-            let refs: Vec<&Tensor> = out.iter().collect();
-            Tensor::stack(&refs, 0)
-        } else {
-            Ok(out.pop().expect("one quantile"))
-        }
+        Self::quantile_result(out, qs, &out_shape, &x, stacked)
     }
 
     /// The stable sorting permutation along `dim`, int64, contiguous.

@@ -314,6 +314,22 @@ fn the_workspace_is_freed_before_the_op_returns(dev: Device) {
         "the columns were held at the peak: {m:?}"
     );
     drop(y);
+    // In f64 the columns' rows (N OH OW = 512 elements, 4 KiB) are padded
+    // by 64 bytes (ops/conv.rs `padded_row`): the peak holds the padded
+    // columns and the product `[16, 512]` together, more than unpadded
+    // columns and the product could be (72 rows x 64 B = 4.6 KB more).
+    let x = x.to_dtype(DType::F64).unwrap();
+    let w = w.to_dtype(DType::F64).unwrap();
+    drop(x.conv2d(&w, None, &opts).unwrap());
+    let (y, m) = memory::measure(dev, || x.conv2d(&w, None, &opts).unwrap()).unwrap();
+    let padded_cols = 8 * 9 * (512 + 8) * 8;
+    let product = 16 * 512 * 8;
+    assert_eq!(m.allocated_delta, (2 * 16 * 16 * 16 * 8) as i64);
+    assert!(
+        m.peak_delta >= padded_cols + product,
+        "the padded columns and the product were held at the peak: {m:?}"
+    );
+    drop(y);
 }
 
 /// `conv_transpose2d` against its direct loop

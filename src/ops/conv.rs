@@ -310,8 +310,8 @@ pub(super) fn pad2d(x: &Tensor, lo: [usize; 2], hi: [usize; 2], value: f64) -> R
 /// (`[64, 576] x [576, 8192]`, rows 32 KiB apart) took 18.1 ms through
 /// gemm 0.19 on the 2-core EPYC and 8.9 ms with the rows 64 bytes further
 /// apart; a 3x3 convolution of the CNN example (`[32, 144] x [144, 4096]`)
-/// 0.65 against 0.40 ms (a standalone gemm run, both layouts interleaved,
-/// best of 5).
+/// 0.65 against 0.40 ms (a standalone gemm run, the layouts back to back
+/// in one process, best of 5: `bench/results/raw-models/gemm-layouts-s12.*`).
 fn padded_row(len: usize, esize: usize) -> usize {
     let bytes = len.saturating_mul(esize);
     if bytes >= 4096 && bytes.is_multiple_of(1024) {
@@ -321,14 +321,18 @@ fn padded_row(len: usize, esize: usize) -> usize {
     }
 }
 
-/// An uninitialised `[g, rows, cols]` operand for a product, each row
-/// [`padded_row`] elements after the previous one (a view of a slightly
-/// larger buffer from the caching allocator, freed with it), and that row
-/// stride.
-fn workspace(g: usize, rows: usize, cols: usize, like: &Tensor) -> Result<(Tensor, usize)> {
+/// An uninitialised `[g, rows, cols]` operand for a product whose rows
+/// need padding, each row [`padded_row`] elements after the previous one
+/// (a view of a slightly larger buffer from the caching allocator, freed
+/// with it), and that row stride; `None` when rows of `cols` elements need
+/// none (the caller keeps its usual layout).
+fn workspace(g: usize, rows: usize, cols: usize, like: &Tensor) -> Result<Option<(Tensor, usize)>> {
     let rs = padded_row(cols, like.dtype().size_in_bytes());
+    if rs == cols {
+        return Ok(None);
+    }
     let buf = Tensor::empty(&[g, rows, rs], like.dtype(), like.device())?;
-    Ok((buf.narrow(2, 0, cols)?, rs))
+    Ok(Some((buf.narrow(2, 0, cols)?, rs)))
 }
 
 /// The columns of `x`, `[G, K, N L]`: for each group, its `C/G kh kw`
@@ -353,14 +357,13 @@ fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
         p.storage_offset(),
     )?;
     let nl = g.n * g.l();
-    if padded_row(nl, x.dtype().size_in_bytes()) == nl {
+    let Some((cols, rs)) = workspace(g.g, g.k(), nl, x)? else {
         // No padding needed: an alias when the patches are the input
         // itself (a pointwise convolution of one sample), else one copy.
         return patches
             .contiguous()?
             .reshape(&[g.g as isize, g.k() as isize, nl as isize]);
-    }
-    let (cols, rs) = workspace(g.g, g.k(), nl, x)?;
+    };
     let taps = g.kh * g.kw;
     cols.as_strided(
         &[g.g, cg, g.kh, g.kw, g.n, g.oh, g.ow],
@@ -378,13 +381,12 @@ fn dy_matrix(dy: &Tensor, g: &Geometry) -> Result<Tensor> {
     let og = g.o / g.g;
     let nl = g.n * g.l();
     let grouped = dy.reshape(&[g.n as isize, g.g as isize, og as isize, g.l() as isize])?;
-    if padded_row(nl, dy.dtype().size_in_bytes()) == nl {
+    let Some((m, rs)) = workspace(g.g, og, nl, dy)? else {
         // No padding needed: a view for one sample, else one copy.
         return grouped
             .permute(&[1, 2, 0, 3])?
             .reshape(&[g.g as isize, og as isize, nl as isize]);
-    }
-    let (m, rs) = workspace(g.g, og, nl, dy)?;
+    };
     m.as_strided(
         &[g.n, g.g, og, g.l()],
         &[g.l(), og * rs, rs, 1],

@@ -151,10 +151,16 @@ impl Part {
     /// The tensor permuted to `order` (a permutation of its labels), each
     /// dimension expanded to `sizes`' size for its label.
     fn arranged(&self, order: &[Label], sizes: &dyn Fn(Label) -> usize) -> Result<Tensor> {
-        let perm: Vec<isize> = order
-            .iter()
-            .map(|l| self.labels.iter().position(|x| x == l).unwrap_or(0) as isize)
-            .collect();
+        let mut perm = Vec::with_capacity(order.len());
+        for l in order {
+            let Some(i) = self.labels.iter().position(|x| x == l) else {
+                bail!(Error::arg(
+                    OP,
+                    format!("internal: subscript {} lost", show(*l))
+                ));
+            };
+            perm.push(i as isize);
+        }
         let shape: Vec<isize> = order.iter().map(|&l| sizes(l) as isize).collect();
         self.t.permute(&perm)?.expand(&shape)
     }

@@ -52,11 +52,11 @@ impl Tensor {
                 return Tensor::zeros(&[count, 0], DType::I64, dev);
             }
             let shape = self.shape();
+            let full: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
             let mut coords = Vec::with_capacity(shape.len());
             for (d, &size) in shape.iter().enumerate() {
                 let mut at = vec![1isize; shape.len()];
                 at[d] = size as isize;
-                let full: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
                 let c = Tensor::arange(0.0, size as f64, 1.0, DType::I64, dev)?
                     .reshape(&at)?
                     .expand(&full)?;

@@ -36,6 +36,18 @@ fn two_prod<const F: bool>(a: f32, b: f32) -> (f32, f32) {
     (p, e)
 }
 
+/// `y 2^n` for the integer `n` that the 1.5 * 2^23 rounding trick left in
+/// the low bits of `t` (`t = n + 1.5 * 2^23`), applied in two halves so
+/// that results down to the subnormals round once ([`exp`], [`exp2`]).
+#[inline(always)]
+fn times_pow2(y: f32, t: f32) -> f32 {
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let n1 = n >> 1;
+    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
+    y * p1 * p2
+}
+
 /// `e^x` within 1 ulp (Cephes' `expf` polynomial): `x = n ln2 + r`
 /// with `|r| <= ln2 / 2`, a degree-7 polynomial for `e^r`, and `2^n` applied
 /// in two halves so that results down to the subnormals are right. NaN
@@ -64,11 +76,7 @@ pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
     );
     // `y r^2 + r + 1`, in that order.
     let y = (y * r).madd::<F>(r, r) + 1.0;
-    let n = (t.to_bits() as i32) - 0x4B40_0000;
-    let n1 = n >> 1;
-    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
-    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
-    let v = y * p1 * p2;
+    let v = times_pow2(y, t);
     if x > HI {
         f32::INFINITY
     } else if x < LO {
@@ -80,8 +88,7 @@ pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
 
 /// `2^x` within 2 ulps: `x = n + r` with `n` the nearest integer (exact:
 /// `|r| <= 1/2`), the Taylor series of `2^r = e^(r ln 2)` to degree 7
-/// (truncation below 6e-9 relative), and `2^n` applied in two halves as in
-/// [`exp`]. Integers give exact powers of two. NaN propagates;
+/// (truncation below 6e-9 relative), and `2^n` applied by [`times_pow2`]. Integers give exact powers of two. NaN propagates;
 /// `exp2(-inf) = 0`, `exp2(x >= 128) = inf`.
 #[inline(always)]
 pub(crate) fn exp2<const F: bool>(x: f32) -> f32 {
@@ -104,11 +111,7 @@ pub(crate) fn exp2<const F: bool>(x: f32) -> f32 {
         ],
         r,
     );
-    let n = (t.to_bits() as i32) - 0x4B40_0000;
-    let n1 = n >> 1;
-    let p1 = f32::from_bits(((n1 + 127) as u32) << 23);
-    let p2 = f32::from_bits(((n - n1 + 127) as u32) << 23);
-    let v = y * p1 * p2;
+    let v = times_pow2(y, t);
     if x >= HI {
         f32::INFINITY
     } else if x < LO {

@@ -286,9 +286,13 @@ fn quantiles_interpolate_as_pytorch(dev: Device) {
         one(&[3e38, 3e38], DType::F32, 0.5, Interpolation::Midpoint),
         [3e38f32 as f64]
     );
-    // The position in f32 for f32 input: 0.29 * 100 is 29 there.
+    // q rounded to f32 for f32 input, the position in f64 (as torch 2.15):
+    // 0.29f32 * 100 = 28.9999992, so 'lower' is 28 (an f32 product would
+    // round to 29.0); 0.2f32 * 5 = 1.0000000149, so 'higher' is 2.
     let r101: Vec<f64> = (0..101).map(|i| i as f64).collect();
-    assert_eq!(one(&r101, DType::F32, 0.29, Interpolation::Lower), [29.0]);
+    assert_eq!(one(&r101, DType::F32, 0.29, Interpolation::Lower), [28.0]);
+    assert_eq!(one(&six, DType::F32, 0.2, Interpolation::Higher), [2.0]);
+    assert_eq!(one(&six, DType::F64, 0.2, Interpolation::Higher), [1.0]);
     assert_eq!(
         x.quantiles(&[], Some(1), false, Interpolation::Linear)
             .unwrap()

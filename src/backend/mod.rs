@@ -444,6 +444,7 @@ mod reduce;
 pub(crate) mod scan;
 pub(crate) mod sort;
 pub(crate) mod windows;
+pub(crate) mod winograd;
 #[allow(unused_imports)]
 pub(crate) use index::*;
 pub(crate) use random::*;

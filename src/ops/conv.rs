@@ -3,7 +3,10 @@
 //! padding (explicit, `same` or `valid`), dilation and groups, forward and
 //! backward on every device.
 //!
-//! How: im2col plus a matrix product. The patches of the (padded) input
+//! How: Winograd's F(2x2, 3x3) for the stride-1 3x3 convolutions of f32
+//! CPU tensors with at least 32 channels in and out and outputs at least 16
+//! wide (`conv/winograd.rs`);
+//! everywhere else im2col plus a matrix product. The patches of the (padded) input
 //! are a strided view of it (`as_strided`: no copy), which one copy kernel
 //! lays out as the columns `[groups, C/groups * kh * kw, N * OH * OW]`; the
 //! weight `[groups, O/groups, C/groups * kh * kw]` times them is the output
@@ -29,6 +32,8 @@ use crate::backend::windows::{self, Windows};
 use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
+
+mod winograd;
 
 /// The zero padding of a convolution (PyTorch's `padding=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -398,6 +403,9 @@ fn dy_matrix(dy: &Tensor, g: &Geometry) -> Result<Tensor> {
 
 /// The forward pass, without autograd: `[N, O, OH, OW]`.
 fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<Tensor> {
+    if winograd::applies(g, x) {
+        return winograd::forward(x, w, b, g);
+    }
     // One product per group over every sample's columns at once
     // (`[O/G, K] x [K, N L]`) rather than N narrow ones: no slower on the
     // CPU (bench/results/models.md), and one wide call suits cuBLAS; the
@@ -428,6 +436,9 @@ fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<T
 /// 12.5 ms CNN training step (2-core EPYC) in the backward pass outside
 /// any recorded op, where those adds ran.
 fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
+    if winograd::applies(g, dy) {
+        return winograd::input_grad(dy, w, g);
+    }
     let og = (g.o / g.g) as isize;
     let wm = w.reshape(&[g.g as isize, og, g.k() as isize])?;
     let dyt = dy_matrix(dy, g)?;
@@ -453,6 +464,9 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
 
 /// The weight's gradient `[O, C/G, kh, kw]`: `dy` times the columns.
 fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry, wshape: &[usize]) -> Result<Tensor> {
+    if winograd::applies(g, x) {
+        return winograd::weight_grad(dy, x, g);
+    }
     let cols = columns(x, g)?; // [G, K, N L]
     let dyt = dy_matrix(dy, g)?;
     let gw = dyt.matmul(&cols.transpose(1, 2)?)?; // [G, O/G, K]

@@ -34,6 +34,21 @@ pub enum Interpolation {
     Nearest,
 }
 
+/// `q` as PyTorch uses it to place a quantile: rounded to the input's
+/// dtype (its `q` tensor has that dtype), then widened, so that the
+/// position `q (n - 1)` is computed in f64. Measured with torch 2.15 on 6
+/// values: f32 `q = 0.1` gives position 0.50000000745 (the 'nearest'
+/// element is index 1, not 0 as f64's exact 0.5 rounds), `q = 0.2`
+/// 1.0000000149 ('higher' is index 2, which an f32 product, 1.0 exactly,
+/// would miss). The differential suite holds such cases.
+fn quantile_q(q: f64, dt: DType) -> f64 {
+    if dt == DType::F32 {
+        q as f32 as f64
+    } else {
+        q
+    }
+}
+
 impl Tensor {
     /// `torch.sort(x, dim, descending, stable=True)`: the values along
     /// `dim` in order and their indices (int64). Every dtype; NaN last
@@ -222,7 +237,7 @@ impl Tensor {
     /// `torch.nanquantile(x, q_tensor, dim, keepdim, interpolation)`: as
     /// [`quantiles`](Tensor::quantiles), skipping NaN. The position of
     /// quantile `q` in a slice with `c` numbers is `q (c - 1)`, computed per
-    /// slice in the input's dtype, as PyTorch does.
+    /// slice in f64 from `q` rounded to the input's dtype, as PyTorch does.
     pub fn nanquantiles(
         &self,
         q: &[f64],
@@ -247,16 +262,18 @@ impl Tensor {
         let di = d as isize;
         let (sorted, _) = x.sort(di, false).map_err(|e| e.reported_as(OP))?;
         let dt = x.dtype();
-        // Per slice: how many numbers (NaN sort last), as the input's dtype.
+        // Per slice: how many numbers (NaN sort last), in f64 (positions
+        // are f64: see `quantile_q`).
         let count = no_grad(|| {
             x.isnan()?
                 .logical_not()?
                 .to_dtype(DType::I64)?
                 .sum(&[di], true)?
-                .to_dtype(dt)
+                .to_dtype(DType::F64)
         })?;
         let mut out = Vec::with_capacity(qs.len());
         for &q in qs {
+            let q = quantile_q(q, dt);
             let pick = |pos: &Tensor| -> Result<Tensor> {
                 let i = no_grad(|| pos.to_dtype(DType::I64))?;
                 sorted.gather(di, &i)
@@ -283,7 +300,7 @@ impl Tensor {
                 }
                 Interpolation::Linear => {
                     let a = pick(&lo)?;
-                    let w = no_grad(|| pos.sub(&lo))?;
+                    let w = no_grad(|| pos.sub(&lo)?.to_dtype(dt))?;
                     a.add(&pick(&hi)?.sub(&a)?.mul(&w)?)?
                 }
             };
@@ -390,13 +407,7 @@ impl Tensor {
         let nan = Tensor::full(&[], f64::NAN, x.dtype(), x.device())?;
         let mut out = Vec::with_capacity(qs.len());
         for &q in qs {
-            // The position in the input's dtype, as PyTorch computes it (an
-            // f32 position can land on a whole number an f64 one misses).
-            let pos = if x.dtype() == DType::F32 {
-                (q as f32 * (n - 1) as f32) as f64
-            } else {
-                q * (n - 1) as f64
-            };
+            let pos = quantile_q(q, x.dtype()) * (n - 1) as f64;
             let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
             let at = |i: usize| sorted.narrow(di, i, 1);
             let v = match how {

@@ -25,6 +25,7 @@ pub(crate) mod strided;
 pub(crate) mod unary;
 pub(crate) mod vmath;
 pub(crate) mod windows;
+pub(crate) mod winograd;
 
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, where_cond};
 pub(crate) use unary::unary;

@@ -21,7 +21,7 @@
 //! | `silu` | 2 | 4 | `x sigmoid(x)` |
 //! | `softplus` | 2 | 4 | `max(x, 0) + log1p(e^-|x|)`; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
-//! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`, `t^2` kept in two floats |
+//! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`: `e^(-x^2/2) Q(2 / (2 + |x|/sqrt 2))` with `x^2` exact in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
 //! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes, C's special cases by selects (`float32::pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
@@ -36,17 +36,21 @@
 //! worst cases (`cargo test --release --lib vmath -- --nocapture`). On
 //! this project's 2-core AMD EPYC, at the x86-64 baseline (products and
 //! sums apart) and at AVX2+FMA (polynomial steps fused, see [`Madd`]):
-//! f32 `exp` 0.95 / 0.995 ulp, `erf` 2.4 / 2.2, `gelu` 3.7 / 4.2; 0.501 for
+//! f32 `exp` 0.95 / 0.995 ulp, `erf` 2.4 / 2.2, `gelu` 5.1 / 3.5; 0.501 for
 //! `sin` and `cos` over every f32 up to 2^20 (see `trig`). Ulps are counted
 //! at the result's own spacing, so a subnormal result is held to a few
 //! multiples of the smallest subnormal.
 //!
 //! For the compositions `silu`, `gelu` and `gelu_tanh` the bound grows by
 //! twice the function's condition number `|x f'(x) / f(x)|`: their inner
-//! argument (`-x` inside `e^-x`, `x / sqrt 2`, `sqrt(2/pi)(x + 0.044715 x^3)`)
-//! is rounded before the outer function amplifies that rounding, which no
+//! argument (`-x` inside `e^-x`, `sqrt(2/pi)(x + 0.044715 x^3)`) is
+//! rounded before the outer function amplifies that rounding, which no
 //! evaluation in the same precision avoids (it matters only in the far
-//! negative tails, where PyTorch's `0.5 x (1 + tanh u)` returns 0).
+//! negative tails, where PyTorch's `0.5 x (1 + tanh u)` returns 0). f32
+//! `gelu` keeps its exponential's argument `x^2 / 2` exact, so its tail
+//! stays within 4.5 ulps; the allowance covers its polynomial's rounding
+//! near 0 at the baseline level (5.1 ulps at `x = 0.0146`, where the
+//! condition number is 1), which FMA avoids (3.5).
 //!
 //! The polynomial coefficients of `erf` and of `tanh`'s small range were
 //! fitted (least squares on Chebyshev nodes, relative weight, against
@@ -126,6 +130,26 @@ pub(crate) const ERFC_Q_F32: [f32; 10] = [
     -0.612654312065678,
     0.3523554503526775,
     -0.07472185011239013,
+];
+
+/// `e^(t^2) erfc(t)` on `[0, 10.5]` as a polynomial in `w = 2 / (2 + t)`
+/// (2.0e-9 relative with these f32 coefficients: fitted one coefficient
+/// at a time, each rounded to f32 before the rest are refitted): `gelu`'s
+/// normal CDF in one piece.
+#[allow(clippy::excessive_precision)]
+pub(crate) const ERFC_Q_WIDE_F32: [f32; 12] = [
+    2.8714098334603477e-06,
+    0.28200727701187134,
+    0.2832527756690979,
+    0.23810173571109772,
+    0.2175888866186142,
+    -0.0423000231385231,
+    0.23815974593162537,
+    -0.313169926404953,
+    -0.006783085875213146,
+    0.20414766669273376,
+    -0.12633919715881348,
+    0.025331275537610054,
 ];
 
 /// `(tanh(x) - x) / x^3` on `x^2` in `[0, 0.625^2]` (1.4e-7 relative).

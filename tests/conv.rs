@@ -8,8 +8,6 @@
 
 mod common;
 
-#[cfg(feature = "cuda")]
-use common::devices::on_both;
 use common::{assert_close, read, tensor, uniform};
 use tensorscope::{memory, ConvOptions, ConvTransposeOptions, DType, Device, Padding, Tensor};
 
@@ -775,8 +773,7 @@ fn bad_operands_are_errors_naming_the_op(dev: Device) {
     assert!(e.contains("conv1d") && e.contains("[1, 2, 5]"), "{e}");
 }
 
-#[cfg(feature = "cuda")]
-on_both!(
+common::on_devices!(
     conv2d_matches_the_direct_loop,
     conv2d_gradients_match_the_loop,
     conv1d_is_conv2d_of_height_one,
@@ -786,40 +783,3 @@ on_both!(
     winograd_matches_the_loop,
     the_winograd_workspace_is_freed,
 );
-
-#[cfg(not(feature = "cuda"))]
-mod cpu {
-    use tensorscope::Device;
-    #[test]
-    fn conv2d_matches_the_direct_loop() {
-        super::conv2d_matches_the_direct_loop(Device::Cpu)
-    }
-    #[test]
-    fn conv2d_gradients_match_the_loop() {
-        super::conv2d_gradients_match_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn conv1d_is_conv2d_of_height_one() {
-        super::conv1d_is_conv2d_of_height_one(Device::Cpu)
-    }
-    #[test]
-    fn the_workspace_is_freed_before_the_op_returns() {
-        super::the_workspace_is_freed_before_the_op_returns(Device::Cpu)
-    }
-    #[test]
-    fn bad_operands_are_errors_naming_the_op() {
-        super::bad_operands_are_errors_naming_the_op(Device::Cpu)
-    }
-    #[test]
-    fn conv_transpose2d_matches_the_loop() {
-        super::conv_transpose2d_matches_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn winograd_matches_the_loop() {
-        super::winograd_matches_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn the_winograd_workspace_is_freed() {
-        super::the_winograd_workspace_is_freed(Device::Cpu)
-    }
-}

@@ -7,24 +7,11 @@
 
 mod common;
 
-#[cfg(feature = "cuda")]
-use common::devices::on_both;
 use common::{ints, tensor, uniform};
 use std::collections::BTreeMap;
 use tensorscope::{DType, Device, Tensor};
 
-#[cfg(feature = "cuda")]
-on_both!(
-    nonzero_lists_coordinates,
-    unique_is_the_sorted_set,
-    mode_is_the_smallest_most_frequent,
-    index_put_writes_and_accumulates,
-    einsum_matches_the_loop,
-    errors_name_the_op,
-);
-
-#[cfg(not(feature = "cuda"))]
-common::on_cpu!(
+common::on_devices!(
     nonzero_lists_coordinates,
     unique_is_the_sorted_set,
     mode_is_the_smallest_most_frequent,

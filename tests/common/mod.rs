@@ -35,6 +35,20 @@ macro_rules! on_cpu {
 }
 #[allow(unused_imports)]
 pub(crate) use on_cpu;
+
+/// `on_both!` in the build with the `cuda` feature, `on_cpu!` without: one
+/// list of test bodies for both builds.
+#[allow(unused_macros)] // test binaries that include tests/common without using it
+macro_rules! on_devices {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(feature = "cuda")]
+        $crate::common::devices::on_both!($($name),*);
+        #[cfg(not(feature = "cuda"))]
+        $crate::common::on_cpu!($($name),*);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_devices;
 use tensorscope::{bf16, f16, DType, Device, Result, Tensor};
 
 /// A module that is only its named parameters (its forward is the

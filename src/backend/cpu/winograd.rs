@@ -171,9 +171,9 @@ pub(crate) fn tiles(
 /// Elements (of a spatial plane) per parallel task.
 const CHUNK: usize = 1 << 14;
 
-/// `[[(); M]; N]` of zeroed vectors of `len`.
-fn vecs<const N: usize, const M: usize>(len: usize) -> [[Vec<f32>; M]; N] {
-    std::array::from_fn(|_| std::array::from_fn(|_| vec![0f32; len]))
+/// `N` values of `make` (nest it for the 2-d groups of vectors).
+fn vecs<T, const N: usize>(make: impl Fn() -> T) -> [T; N] {
+    std::array::from_fn(|_| make())
 }
 
 /// The scratch of one task (a chunk of planes), for a grid of `th x tw`
@@ -185,23 +185,24 @@ struct Bufs {
     /// `input_adjoint`: `B` down the tiles' rows, per row and column.
     p: [[Vec<f32>; 4]; 4],
     /// `input_adjoint`: `B` along a row's middle columns.
-    q: [[Vec<f32>; 2]; 1],
+    q: [Vec<f32>; 2],
     /// `output`: `A^T` down the tiles' rows; `output_adjoint`: `A` along
     /// the tiles' two rows.
     u: [[Vec<f32>; 4]; 2],
     /// `output`: a row's even and odd outputs.
-    eo: [[Vec<f32>; 2]; 1],
+    eo: [Vec<f32>; 2],
 }
 
 impl Bufs {
     fn new(th: usize, tw: usize) -> Self {
+        let row = |len: usize| move || vec![0f32; len];
         Bufs {
             split: Split::zeros(2 * th + 2, tw),
-            t: vecs(tw + 1),
-            p: vecs(tw),
-            q: vecs(tw),
-            u: vecs(tw),
-            eo: vecs(tw),
+            t: vecs(|| vecs(row(tw + 1))),
+            p: vecs(|| vecs(row(tw))),
+            q: vecs(row(tw)),
+            u: vecs(|| vecs(row(tw))),
+            eo: vecs(row(tw)),
         }
     }
 }
@@ -310,12 +311,7 @@ fn input_adjoint<'a>(
 ) {
     // p[r][b]: B down the tile's rows, per column b; q: B along a row's
     // middle columns (the outer two are p[r][0] and -p[r][3]).
-    let Bufs {
-        split: s,
-        p,
-        q: [q],
-        ..
-    } = b;
+    let Bufs { split: s, p, q, .. } = b;
     s.clear();
     for i in 0..th {
         let dv = runs(i);
@@ -370,9 +366,7 @@ fn output<'a>(
 ) {
     // u[r][b]: A^T down the tile's rows, per column b.
     let Bufs {
-        u,
-        eo: [[even, odd]],
-        ..
+        u, eo: [even, odd], ..
     } = b;
     for i in 0..th {
         let m = runs(i);

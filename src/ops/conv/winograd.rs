@@ -40,9 +40,10 @@ pub(super) const MIN_CHANNELS: usize = 32;
 /// rows of `ceil(OW / 2)` tiles, and below 8 a row is too short to
 /// vectorise. Measured in a standalone copy of the kernels (2-core EPYC,
 /// session 13): the CNN example's 8x8 and 4x4 layers (16 and 32 channels)
-/// spent 1.2 and 0.65 ms per forward pass in Winograd's transforms and
-/// products, against about 0.7 and 0.4 ms for im2col's copy and product,
-/// and its training step ran 20.2 ms instead of 9.8.
+/// took 1.19 and 0.65 ms per forward pass in Winograd's transforms and
+/// products, while im2col's product alone took 0.39 and 0.27 ms (gemm
+/// 0.19, the same machine; its column copy not timed there); the
+/// example's training step ran 20.2 ms with Winograd and 9.8 without.
 pub(super) const MIN_WIDTH: usize = 16;
 
 /// Whether Winograd may run at all: unless `TENSORSCOPE_CONV=im2col`

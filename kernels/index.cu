@@ -1,7 +1,8 @@
 // Indexing: gather (index_select, gather, fancy indexing, the values of
 // max_dim/min_dim), scatter (scatter_, index_copy_, index_fill_ and
 // scatter_value_ through a one-element broadcast source), scatter_add
-// (scatter_add_, index_add_), masked_select.
+// (scatter_add_, index_add_), scatter_mul/max/min (scatter_reduce_),
+// masked_select.
 //
 // These mirror the dispatch functions of src/backend/index.rs: the host
 // passes *walk layouts* (the indexed operand's strides with the indexed
@@ -23,6 +24,11 @@
 //       dst[o0 + resolve(index[o2]) * stride] = src[o1]
 //   scatter_add_<I>_<dtype>(same parameters)
 //       the same with an atomic add (numeric dtypes).
+//   scatter_mul_<I>_<dtype>, scatter_max_<I>_<dtype>, scatter_min_<I>_<dtype>
+//       (same parameters; numeric dtypes) the same with an atomic multiply,
+//       maximum or minimum (scatter_reduce_). Float maximum and minimum
+//       propagate NaN, as torch.maximum does. A bool destination uses the u8
+//       kernels: on 0 and 1, max is `or`, min and mul are `and`.
 //
 // `err` (may be null) is the buffer index_check_<I> wrote, earlier on the
 // same stream: when it holds a report the kernel writes nothing, so a bad
@@ -107,11 +113,73 @@ DEV void scatter_add_impl(const Geom<3>& g, i64 n, T* dst, const T* src, const I
         scatter_impl<I, Bits<B>::T>(g, n, dst, src, index, size, stride, err);                                \
     }
 
+// The combinations of scatter_reduce_. Integer products wrap (computed
+// unsigned: no signed overflow); f16 and bf16 go through float and round
+// once; max and min return one of their operands, so they round nothing.
+template <typename T> DEV T red_mul(T a, T b) { return a * b; }
+DEV i32 red_mul(i32 a, i32 b) { return (i32)((u32)a * (u32)b); }
+DEV i64 red_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+DEV u8 red_mul(u8 a, u8 b) { return (u8)((u32)a * (u32)b); }
+DEV f16 red_mul(f16 a, f16 b) { return float_to_f16(load(a) * load(b)); }
+DEV bf16 red_mul(bf16 a, bf16 b) { return float_to_bf16(load(a) * load(b)); }
+template <typename T> DEV T red_max(T a, T b) {
+    if (is_nan(load(a))) return a;
+    if (is_nan(load(b))) return b;
+    return load(a) < load(b) ? b : a;
+}
+template <typename T> DEV T red_min(T a, T b) {
+    if (is_nan(load(a))) return a;
+    if (is_nan(load(b))) return b;
+    return load(b) < load(a) ? b : a;
+}
+
+// Atomic `*p = f(*p)` for any element: a CAS loop on the element (4 or 8
+// bytes) or on the aligned word holding it (1 or 2 bytes). Stops without a
+// write when f changes nothing (a maximum already in place).
+template <typename T, typename F> DEV void atomic_update(T* p, F f) {
+    if constexpr (sizeof(T) <= 2) {
+        atomic_update_small(p, f);
+    } else {
+        typedef typename Bits<sizeof(T)>::T W;  // u32 or u64: atomicCAS takes both
+        W* w = (W*)p;
+        W old = *w, assumed;
+        do {
+            assumed = old;
+            const T cur = from_bits<T>((u64)assumed);
+            const T nxt = f(cur);
+            if (to_bits(cur) == to_bits(nxt)) return;
+            old = atomicCAS(w, assumed, (W)to_bits(nxt));
+        } while (assumed != old);
+    }
+}
+
+template <typename I, typename T, typename F>
+DEV void scatter_reduce_impl(const Geom<3>& g, i64 n, T* dst, const T* src, const I* index, i64 size, i64 stride,
+                             const i64* err, F combine) {
+    if (reported(err)) return;
+    for_each<3>(g, n, [&](const i64* off) {
+        const i64 k = resolve(index[off[2]], size);
+        if (k < 0) return;
+        const T v = src[off[1]];
+        atomic_update(dst + off[0] + k * stride, [&](T x) { return combine(x, v); });
+    });
+}
+
+#define SCATTER_REDUCE_KERNEL(NAME, IS, I, SUF, T, COMBINE)                                                   \
+    KERNEL void scatter_##NAME##_##IS##_##SUF(Geom<3> g, i64 n, T* dst, const T* src, const I* index,         \
+                                              i64 size, i64 stride, const i64* err) {                         \
+        scatter_reduce_impl<I, T>(g, n, dst, src, index, size, stride, err,                                   \
+                                  [](T a, T b) { return COMBINE(a, b); });                                    \
+    }
+
 #define SCATTER_ADD_KERNEL(IS, I, SUF, T)                                                                     \
     KERNEL void scatter_add_##IS##_##SUF(Geom<3> g, i64 n, T* dst, const T* src, const I* index, i64 size,    \
                                          i64 stride, const i64* err) {                                        \
         scatter_add_impl<I, T>(g, n, dst, src, index, size, stride, err);                                     \
-    }
+    }                                                                                                         \
+    SCATTER_REDUCE_KERNEL(mul, IS, I, SUF, T, red_mul)                                                        \
+    SCATTER_REDUCE_KERNEL(max, IS, I, SUF, T, red_max)                                                        \
+    SCATTER_REDUCE_KERNEL(min, IS, I, SUF, T, red_min)
 
 #define INDEX_KERNELS(IS, I)                 \
     INDEX_CHECK_KERNEL(IS, I)                \

@@ -64,8 +64,6 @@ DEV float r_div(float a, float b) { return __fdiv_rn(a, b); }
 DEV double r_div(double a, double b) { return __ddiv_rn(a, b); }
 DEV float r_sqrt(float a) { return __fsqrt_rn(a); }
 DEV double r_sqrt(double a) { return __dsqrt_rn(a); }
-DEV bool is_nan(float a) { return a != a; }
-DEV bool is_nan(double a) { return a != a; }
 
 template <typename C> struct Nan;
 template <> struct Nan<float> { static DEV float get() { return __int_as_float(0x7fc00000); } };

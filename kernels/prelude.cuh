@@ -86,6 +86,9 @@ DEV i64 load(i64 x) { return x; }
 DEV i32 load(i32 x) { return x; }
 DEV u8 load(u8 x) { return x; }
 
+// NaN test of a computed value (any type with `!=`; false for integers).
+template <typename C> DEV bool is_nan(C x) { return x != x; }
+
 template <typename T> struct Store;
 template <> struct Store<f16> { static DEV f16 from(float v) { return float_to_f16(v); } };
 template <> struct Store<bf16> { static DEV bf16 from(float v) { return float_to_bf16(v); } };
@@ -244,6 +247,16 @@ DEV A group_reduce(A v, A* scratch, int width, F combine) {
     return r;
 }
 
+// The bits of `v` in the low bytes of a u64 (the inverse of from_bits).
+template <typename T> DEV u64 to_bits(T v) {
+    u64 b = 0;
+    const u8* src = (const u8*)&v;
+    u8* dst = (u8*)&b;
+#pragma unroll
+    for (int i = 0; i < (int)sizeof(T); ++i) dst[i] = src[i];
+    return b;
+}
+
 // Atomic read-modify-write of a 1- or 2-byte value through a CAS loop on the
 // aligned 32-bit word that holds it.
 template <typename T, typename F> DEV void atomic_update_small(T* p, F f) {
@@ -255,12 +268,7 @@ template <typename T, typename F> DEV void atomic_update_small(T* p, F f) {
     do {
         assumed = old;
         T cur = from_bits<T>((u64)((assumed & mask) >> shift));
-        T nxt = f(cur);
-        u64 nb = 0;
-        const u8* src = (const u8*)&nxt;
-        u8* dst = (u8*)&nb;
-        for (int i = 0; i < (int)sizeof(T); ++i) dst[i] = src[i];
-        const u32 repl = (assumed & ~mask) | (((u32)nb << shift) & mask);
+        const u32 repl = (assumed & ~mask) | (((u32)to_bits(f(cur)) << shift) & mask);
         old = atomicCAS(word, assumed, repl);
     } while (assumed != old);
 }

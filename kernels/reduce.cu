@@ -228,7 +228,6 @@ template <typename T> struct ProdI : SumI<T> {
     static DEV u64 combine(u64 a, u64 b) { return a * b; }
 };
 
-template <typename C> DEV bool is_nan(C x) { return x != x; }
 
 // max / min on the compute type; the identities are the extreme values.
 template <typename C> struct Limits;

@@ -586,3 +586,62 @@ fn mode_index_is_the_last_occurrence() {
         (0, 18)
     );
 }
+
+/// Deviation 28: the gradient of the scatter family with respect to a
+/// source larger than the index has the source's shape, zero where the
+/// source was not read. PyTorch's backward fails ("Function
+/// ScatterBackward0 returned an invalid gradient at index 1 - got [3, 5]
+/// but expected shape compatible with [3, 6]"), though its forward accepts
+/// the source.
+#[test]
+fn scatter_gradients_cover_a_larger_source() {
+    let x = Tensor::zeros(&[3, 4], DType::F64, CPU).unwrap();
+    let i = Tensor::from_slice(&[0i64, 1, 2, 3, 0].repeat(3), &[3, 5], CPU).unwrap();
+    let mut want = vec![1.0; 18];
+    for r in 0..3 {
+        want[r * 6 + 5] = 0.0;
+    }
+    for op in ["scatter", "scatter_add", "scatter_reduce"] {
+        let s = Tensor::ones(&[3, 6], DType::F64, CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let y = match op {
+            "scatter" => x.scatter(1, &i, &s),
+            "scatter_add" => x.scatter_add(1, &i, &s),
+            _ => x.scatter_reduce(1, &i, &s, tensorscope::ScatterReduce::Amax, true),
+        }
+        .unwrap();
+        y.sum_all().unwrap().backward().unwrap();
+        let g = s.grad().unwrap();
+        assert_eq!(g.shape(), &[3, 6], "{op}");
+        let g = g.to_vec::<f64>().unwrap();
+        if op != "scatter_reduce" {
+            // (scatter: index 0 repeats in each row; both writers get
+            // the gradient of the position, as in PyTorch.)
+            assert_eq!(g, want, "{op}");
+        } else {
+            // amax of 1s with self's 0 at column 0: the two 1s tie.
+            let mut w = want.clone();
+            for r in 0..3 {
+                w[r * 6] = 0.5;
+                w[r * 6 + 4] = 0.5;
+            }
+            assert_eq!(g, w, "{op}");
+        }
+    }
+}
+
+/// Deviation 29: `unique_dim` sorts a slice holding NaN after every slice
+/// that holds a number where they first differ, whatever the input's
+/// order. PyTorch keeps such slices distinct too, but their place follows
+/// the input: rows `[[nan, 1], [0, 1]]` come back in that order.
+#[test]
+fn unique_dim_sorts_nan_slices_last() {
+    let x = Tensor::from_slice(&[f32::NAN, 1.0, 0.0, 1.0], &[2, 2], CPU).unwrap();
+    let (rows, inverse, _) = x.unique_dim(0).unwrap();
+    let r = rows.to_vec::<f32>().unwrap();
+    assert_eq!(&r[..2], &[0.0, 1.0]);
+    assert!(r[2].is_nan() && r[3] == 1.0);
+    assert_eq!(inverse.to_vec::<i64>().unwrap(), vec![1, 0]);
+}

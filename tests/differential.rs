@@ -35,7 +35,7 @@ use tensorscope::optim::{
     RMSpropConfig, Sgd, SgdConfig,
 };
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
-use tensorscope::{DType, Device, Interpolation, Result, Tensor};
+use tensorscope::{DType, Device, Interpolation, Result, ScatterReduce, Tensor};
 
 const FIXTURE: &str = include_str!("fixtures/differential.txt");
 
@@ -310,11 +310,12 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
             }
         }
         "nonzero" => a.nonzero()?,
-        "unique" | "unique_consecutive" => {
-            let (v, i, n) = if c.op == "unique" {
-                a.unique_parts()?
-            } else {
-                a.unique_consecutive()?
+        "unique" | "unique_consecutive" | "unique_dim" | "unique_consecutive_dim" => {
+            let (v, i, n) = match c.op.as_str() {
+                "unique" => a.unique_parts()?,
+                "unique_consecutive" => a.unique_consecutive()?,
+                "unique_dim" => a.unique_dim(c.f("dim") as isize)?,
+                _ => a.unique_consecutive_dim(c.f("dim") as isize)?,
             };
             let f = |t: &Tensor| t.to_dtype(DType::F64)?.reshape(&[-1]);
             Tensor::cat(&[&f(&v)?, &f(&i)?, &f(&n)?], 0)?
@@ -428,6 +429,11 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "logical_not" => a.logical_not()?,
         "index_select" => a.index_select(c.f("dim") as isize, b())?,
         "gather" => a.gather(c.f("dim") as isize, b())?,
+        "scatter_add" => a.scatter_add(c.f("dim") as isize, b(), &x[2])?,
+        "scatter_reduce" => {
+            let r: ScatterReduce = c.param("reduce").parse()?;
+            a.scatter_reduce(c.f("dim") as isize, b(), &x[2], r, c.f("self") == 1.0)?
+        }
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,
         "stack" => Tensor::stack(&[a, b()], c.f("dim") as isize)?,
         "where" => Tensor::where_cond(a, b(), &x[2])?,

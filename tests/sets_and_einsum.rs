@@ -14,6 +14,7 @@ use tensorscope::{DType, Device, Tensor};
 common::on_devices!(
     nonzero_lists_coordinates,
     unique_is_the_sorted_set,
+    unique_dim_is_the_sorted_set_of_slices,
     mode_is_the_smallest_most_frequent,
     index_put_writes_and_accumulates,
     einsum_matches_the_loop,
@@ -108,6 +109,102 @@ fn unique_is_the_sorted_set(dev: Device) {
     assert_eq!((vals.numel(), inv.numel(), counts.numel()), (0, 0, 0));
     let b = tensor(&[1.0, 0.0, 1.0], &[3], DType::Bool, dev);
     assert_eq!(f64s(&b.unique().unwrap()), vec![0.0, 1.0]);
+}
+
+fn unique_dim_is_the_sorted_set_of_slices(dev: Device) {
+    // [3, 10, 2] of 0/1 values: slices along dim 1 are [3, 2] blocks that
+    // repeat; their order is lexicographic in row-major order of the rest.
+    let (a, n, b) = (3usize, 10usize, 2usize);
+    let v = ints(a * n * b, 11, 0, 1);
+    for dt in [DType::F32, DType::I64, DType::U8, DType::Bool] {
+        let x = tensor(&v, &[a, n, b], DType::F64, dev)
+            .to_dtype(dt)
+            .unwrap();
+        let slice = |j: usize| -> Vec<i64> {
+            (0..a)
+                .flat_map(|i| (0..b).map(move |k| (i, k)))
+                .map(|(i, k)| v[(i * n + j) * b + k] as i64)
+                .collect()
+        };
+        let mut set = BTreeMap::new();
+        for j in 0..n {
+            *set.entry(slice(j)).or_insert(0i64) += 1;
+        }
+        let (vals, inv, counts) = x.unique_dim(1).unwrap();
+        let k = set.len();
+        assert_eq!(vals.shape(), &[a, k, b], "{dt}");
+        assert_eq!(vals.dtype(), dt);
+        let keys: Vec<&Vec<i64>> = set.keys().collect();
+        for (u, key) in keys.iter().enumerate() {
+            let got: Vec<i64> = i64s(&vals.select(1, u as isize).unwrap());
+            assert_eq!(&got, *key, "{dt}: unique slice {u}");
+        }
+        assert_eq!(
+            i64s(&counts),
+            set.values().copied().collect::<Vec<_>>(),
+            "{dt}"
+        );
+        for j in 0..n {
+            assert_eq!(
+                *keys[i64s(&inv)[j] as usize],
+                slice(j),
+                "{dt}: inverse of slice {j}"
+            );
+        }
+        // Consecutive runs: the input's order, equal neighbours merged.
+        let (vals, inv, counts) = x.unique_consecutive_dim(-2).unwrap();
+        let mut runs: Vec<(Vec<i64>, i64)> = Vec::new();
+        let mut want_inv = Vec::new();
+        for j in 0..n {
+            match runs.last_mut() {
+                Some((s, c)) if *s == slice(j) => *c += 1,
+                _ => runs.push((slice(j), 1)),
+            }
+            want_inv.push(runs.len() as i64 - 1);
+        }
+        assert_eq!(vals.shape(), &[a, runs.len(), b]);
+        assert_eq!(i64s(&counts), runs.iter().map(|r| r.1).collect::<Vec<_>>());
+        assert_eq!(i64s(&inv), want_inv);
+    }
+    // Slices holding NaN equal nothing and sort after numbers (deviation 29).
+    let nan = f64::NAN;
+    let x = tensor(
+        &[nan, 1.0, 0.0, 1.0, nan, 1.0, 0.0, 1.0],
+        &[4, 2],
+        DType::F32,
+        dev,
+    );
+    let (vals, inv, counts) = x.unique_dim(0).unwrap();
+    let got = f64s(&vals);
+    assert_eq!(&got[..2], &[0.0, 1.0]);
+    assert!(
+        got[2].is_nan() && got[4].is_nan() && got.len() == 6,
+        "{got:?}"
+    );
+    assert_eq!(i64s(&counts), vec![2, 1, 1]);
+    assert_eq!(i64s(&inv)[1], 0);
+    assert_eq!(i64s(&inv)[3], 0);
+    // Empty and refused shapes, as PyTorch.
+    let e = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
+    let (vals, inv, counts) = e.unique_dim(0).unwrap();
+    assert_eq!(
+        (vals.shape(), inv.numel(), counts.numel()),
+        (&[0usize, 3][..], 0, 0)
+    );
+    let msg = |r: tensorscope::Result<tensorscope::UniqueParts>| r.unwrap_err().to_string();
+    let e = msg(Tensor::zeros(&[2, 0, 3], DType::F32, dev)
+        .unwrap()
+        .unique_dim(0));
+    assert!(e.contains("unique_dim") && e.contains("[2, 0, 3]"), "{e}");
+    let e = msg(Tensor::zeros(&[], DType::F32, dev)
+        .unwrap()
+        .unique_consecutive_dim(0));
+    assert!(
+        e.contains("unique_consecutive_dim") && e.contains("0-d"),
+        "{e}"
+    );
+    let e = msg(x.unique_dim(2));
+    assert!(e.contains("unique_dim"), "{e}");
 }
 
 fn mode_is_the_smallest_most_frequent(dev: Device) {

@@ -10,6 +10,8 @@
 //! * `index_fill` / `index_copy`: `self`'s gradient is zero in the written
 //!   slices; `index_copy`'s `src` gets the gradient's slices at the index.
 //! * `index_add`: `self` gets the gradient as it is; `src` its slices.
+//! * `scatter_reduce`: PyTorch's `scatter_reduce_backward` (see
+//!   [`scatter_reduce`]).
 //!
 //! As in PyTorch, with repeated indices `scatter`/`index_copy` give every
 //! duplicate the gradient of the position it wrote to (only one of them
@@ -21,10 +23,23 @@
 use super::{attach, needs_grad, BackwardFn, Saved};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::{mean_counts, ScatterReduce};
 use crate::tensor::Tensor;
 
 fn isize_shape(s: &[usize]) -> Vec<isize> {
     s.iter().map(|&d| d as isize).collect()
+}
+
+/// `t`'s leading corner of `shape` (a view): the elements of a source that
+/// a scatter with an index of that shape reads.
+fn corner(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let mut part = t.alias();
+    for (k, &n) in shape.iter().enumerate() {
+        if part.shape()[k] != n {
+            part = part.narrow(k as isize, 0, n)?;
+        }
+    }
+    Ok(part)
 }
 
 /// `g` (shaped like `index`) placed in the leading corner of zeros of
@@ -35,11 +50,7 @@ fn pad_to(g: Tensor, shape: &[usize]) -> Result<Tensor> {
         return Ok(g);
     }
     let z = Tensor::zeros(shape, g.dtype(), g.device())?;
-    let mut part = z.alias();
-    for (k, &n) in g.shape().iter().enumerate() {
-        part = part.narrow(k as isize, 0, n)?;
-    }
-    part.copy_(&g)?;
+    corner(&z, g.shape())?.copy_(&g)?;
     Ok(z)
 }
 
@@ -154,6 +165,119 @@ pub(crate) fn write(
         Ok(grads)
     });
     Ok(attach(out, name, &inputs, f))
+}
+
+/// Records `out = x.scatter_reduce(d, index, src, reduce, include_self)`
+/// with PyTorch's `scatter_reduce_backward`:
+///
+/// * sum: `gx = g`, `gs = g.gather(index)`;
+/// * mean: both divided by the count `N` of values combined (`x`'s own
+///   counted when included; 1 where there are none);
+/// * prod: `gx = g * P' / x'`, with `x'` = `x` with its zeros replaced by 1
+///   and `P'` the forward recomputed from `x'` (so a zero of `x` gets the
+///   product of the others); `gs = (g * out).gather / src` where `src` is
+///   not 0, and where it is the position's only zero source, the gathered
+///   `g` times the product with that zero replaced by 1;
+/// * amax/amin: the gradient of a position is shared evenly between the
+///   values equal to its result, `x`'s included (even when excluded from
+///   the forward, as PyTorch counts it).
+///
+/// With `include_self = false`, `gx` is 0 at the positions `index` names.
+pub(crate) fn scatter_reduce(
+    x: &Tensor,
+    d: usize,
+    index: &Tensor,
+    src: &Tensor,
+    reduce: ScatterReduce,
+    include_self: bool,
+    out: Tensor,
+) -> Result<Tensor> {
+    if !needs_grad(&[x, src]) || !out.dtype().is_float() {
+        return Ok(out);
+    }
+    let name = "ScatterReduceBackward";
+    let ki = Saved::new(index, name)?;
+    // prod, amax and amin need the values; sum and mean only the index.
+    let kv = match reduce {
+        ScatterReduce::Sum | ScatterReduce::Mean => None,
+        _ => Some((
+            Saved::new(x, name)?,
+            Saved::new(src, name)?,
+            Saved::new(&out, name)?,
+        )),
+    };
+    let (dt, rx) = (x.dtype(), x.requires_grad());
+    let src_shape = src.requires_grad().then(|| src.shape().to_vec());
+    let dim = d as isize;
+    let f: BackwardFn = Box::new(move |g| {
+        let g = g.to_dtype(dt)?;
+        let idx = ki.get()?;
+        // Each side only when it needs a gradient (prod's costs two more
+        // forward passes).
+        let (want_x, want_s) = (rx, src_shape.is_some());
+        let (gx, gs) = match &kv {
+            None if reduce == ScatterReduce::Sum => (
+                want_x.then(|| g.alias()),
+                want_s.then(|| g.gather(dim, idx)).transpose()?,
+            ),
+            None => {
+                let n = mean_counts(name, &g, d, idx, include_self)?;
+                let gs = || g.gather(dim, idx)?.div(&n.gather(dim, idx)?);
+                (
+                    want_x.then(|| g.div(&n)).transpose()?,
+                    want_s.then(gs).transpose()?,
+                )
+            }
+            Some((kx, ks, ko)) if reduce == ScatterReduce::Prod => {
+                let (x, s, res) = (kx.get()?, corner(ks.get()?, idx.shape())?, ko.get()?);
+                let gx = || -> Result<Tensor> {
+                    // A zero of x gets the product of the others.
+                    let x1 = x.masked_fill(&x.eq_scalar(0.0)?, 1.0)?;
+                    let p1 = x1.scatter_reduce(dim, idx, &s, reduce, include_self)?;
+                    g.mul(&p1)?.div(&x1)
+                };
+                let gs = || -> Result<Tensor> {
+                    let zero = s.eq_scalar(0.0)?;
+                    let zeros_at = x
+                        .zeros_like()?
+                        .scatter_add(dim, idx, &zero.to_dtype(dt)?)?
+                        .gather(dim, idx)?;
+                    let single = zero.logical_and(&zeros_at.eq_scalar(1.0)?)?;
+                    let s1 = s.masked_fill(&single, 1.0)?;
+                    let others = x.scatter_reduce(dim, idx, &s1, reduce, include_self)?;
+                    Tensor::where_cond(
+                        &single,
+                        &g.mul(&others)?.gather(dim, idx)?,
+                        &g.mul(res)?
+                            .gather(dim, idx)?
+                            .div(&s.masked_fill(&zero, 1.0)?)?,
+                    )
+                };
+                (want_x.then(gx).transpose()?, want_s.then(gs).transpose()?)
+            }
+            Some((kx, ks, ko)) => {
+                let (x, s, res) = (kx.get()?, corner(ks.get()?, idx.shape())?, ko.get()?);
+                let at_x = x.eq(res)?.to_dtype(dt)?;
+                let at_s = s.eq(&res.gather(dim, idx)?)?.to_dtype(dt)?;
+                let shared = g.div(&at_x.scatter_add(dim, idx, &at_s)?)?;
+                let gs = || at_s.mul(&shared.gather(dim, idx)?);
+                (
+                    want_x.then(|| at_x.mul(&shared)).transpose()?,
+                    want_s.then(gs).transpose()?,
+                )
+            }
+        };
+        let gx = match (gx, include_self) {
+            (Some(gx), false) => Some(gx.scatter_value(dim, idx, 0.0)?),
+            (gx, _) => gx,
+        };
+        let gs = match (gs, &src_shape) {
+            (Some(gs), Some(shape)) => Some(pad_to(gs, shape)?),
+            _ => None,
+        };
+        Ok(vec![gx, gs])
+    });
+    Ok(attach(out, name, &[x, src], f))
 }
 
 /// Records `out = weight.index_select(0, flat_index)` viewed with the

@@ -1,6 +1,6 @@
 //! Dispatch of the indexed kernels: gather (index_select, gather, fancy
-//! indexing), scatter (scatter_, scatter_add_, index_fill_, index_copy_,
-//! index_add_) and boolean-mask selection.
+//! indexing), scatter (scatter_, scatter_add_, scatter_reduce_, index_fill_,
+//! index_copy_, index_add_) and boolean-mask selection.
 //!
 //! Each function locks the storages involved (shared for reads, exclusive
 //! for the written one), checks every index against the indexed dimension
@@ -58,8 +58,14 @@ pub(crate) enum ScatterSrc<'a> {
 pub(crate) enum ScatterMode {
     /// Overwrite.
     Assign,
-    /// Accumulate.
+    /// Accumulate (numeric dtypes).
     Add,
+    /// Multiply (numeric dtypes; on bool, `and`).
+    Mul,
+    /// Keep the larger (NaN wins, as `torch.maximum`; on bool, `or`).
+    Max,
+    /// Keep the smaller (NaN wins; on bool, `and`).
+    Min,
 }
 
 /// `dst[i] = src[walk(i) + index[i] * stride]`. `src.layout` is the walk

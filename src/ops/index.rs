@@ -94,7 +94,7 @@ impl Tensor {
     /// `t` ready to be read while `self` is written: a copy if it shares
     /// `self`'s storage at all (a scatter writes in index order, so even an
     /// identical layout could be read after it was overwritten).
-    fn unshared(&self, t: &Tensor) -> Result<Tensor> {
+    pub(super) fn unshared(&self, t: &Tensor) -> Result<Tensor> {
         if self.shares_storage(t) {
             t.deep_clone()
         } else {
@@ -371,7 +371,7 @@ impl Tensor {
     }
 
     /// Validation shared by the scatter family; returns the normalized dim.
-    fn scatter_check(
+    pub(super) fn scatter_check(
         &self,
         op: &'static str,
         dim: isize,
@@ -439,7 +439,7 @@ impl Tensor {
         Ok(d)
     }
 
-    fn scatter_impl(
+    pub(super) fn scatter_impl(
         &mut self,
         op: &'static str,
         dim: isize,

@@ -1,5 +1,6 @@
 //! Counting and set ops (issue 17, item 5): `nonzero` (and `argwhere`),
-//! `count_nonzero`, `unique`, `unique_consecutive` and `mode`.
+//! `count_nonzero`, `unique`, `unique_consecutive` (and their `_dim` forms
+//! over slices) and `mode`.
 //!
 //! Each is a composition of ops that run on both devices (comparisons,
 //! the stable sort, `cumsum`, `masked_select`, `scatter_add`, `gather`), so
@@ -115,7 +116,8 @@ impl Tensor {
     /// distinct values (ascending, 1-D), the index into them of every
     /// element (int64, `self`'s shape) and how many elements each value
     /// has (int64). Every dtype; no graph (PyTorch's is not
-    /// differentiable either). `dim=` is not supported.
+    /// differentiable either). [`unique_dim`](Tensor::unique_dim) is the
+    /// `dim=` form.
     ///
     /// ```
     /// # use tensorscope::{Tensor, Device};
@@ -155,6 +157,42 @@ impl Tensor {
         let _op = op_context("unique_consecutive");
         no_grad(|| groups(&self.reshape(&[-1])?, None, self.shape()))
             .map_err(|e| e.reported_as("unique_consecutive"))
+    }
+
+    /// `torch.unique(x, dim=dim, return_inverse=True, return_counts=True)`:
+    /// the distinct slices along `dim`, sorted lexicographically (element
+    /// by element in row-major order of the other dimensions), stacked
+    /// along `dim`; for each input slice the index of its unique slice
+    /// (int64 `[size of dim]`); and how many input slices each unique one
+    /// stands for (int64). A slice holding NaN equals no other and sorts
+    /// after those that hold a number in the first place where they differ
+    /// (PyTorch's order for such slices depends on the input's order:
+    /// GUIDE 10, deviation 29). No graph, as in PyTorch. An `Err` for a 0-d
+    /// tensor, and for empty slices of a non-empty `dim`, as in PyTorch.
+    ///
+    /// ```
+    /// # use tensorscope::{Tensor, Device};
+    /// let x = Tensor::from_slice(&[1i64, 2, 1, 2, 0, 5, 1, 1], &[4, 2], Device::Cpu)?;
+    /// let (rows, inv, counts) = x.unique_dim(0)?;
+    /// assert_eq!(rows.to_vec::<i64>()?, vec![0, 5, 1, 1, 1, 2]);
+    /// assert_eq!(inv.to_vec::<i64>()?, vec![2, 2, 0, 1]);
+    /// assert_eq!(counts.to_vec::<i64>()?, vec![1, 1, 2]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn unique_dim(&self, dim: isize) -> Result<UniqueParts> {
+        const OP: &str = "unique_dim";
+        let _op = op_context(OP);
+        no_grad(|| slice_groups(OP, self, dim, true)).map_err(|e| e.reported_as(OP))
+    }
+
+    /// `torch.unique_consecutive(x, dim=dim, return_inverse=True,
+    /// return_counts=True)`: each run of equal consecutive slices along
+    /// `dim` becomes one slice; the inverse (int64 `[size of dim]`) and
+    /// the runs' lengths. Errors as [`unique_dim`](Tensor::unique_dim).
+    pub fn unique_consecutive_dim(&self, dim: isize) -> Result<UniqueParts> {
+        const OP: &str = "unique_consecutive_dim";
+        let _op = op_context(OP);
+        no_grad(|| slice_groups(OP, self, dim, false)).map_err(|e| e.reported_as(OP))
     }
 
     /// `torch.mode(x, dim, keepdim)`: the most frequent value along `dim`
@@ -232,10 +270,9 @@ fn run_starts(t: &Tensor, d: usize) -> Result<Tensor> {
 /// permutation that sorted them (element `i` of `vals` came from
 /// `order[i]`), `None` for the input order; the inverse gets `shape`.
 fn groups(vals: &Tensor, order: Option<&Tensor>, shape: &[usize]) -> Result<UniqueParts> {
-    let n = vals.numel();
     let dev = vals.device();
     let shape_i: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
-    if n == 0 {
+    if vals.numel() == 0 {
         return Ok((
             vals.alias(),
             Tensor::zeros(shape, DType::I64, dev)?,
@@ -244,13 +281,115 @@ fn groups(vals: &Tensor, order: Option<&Tensor>, shape: &[usize]) -> Result<Uniq
     }
     let first = run_starts(vals, 0)?;
     let values = vals.masked_select(&first)?;
+    let (inverse, counts) = group_ids(first, values.numel(), order)?;
+    Ok((values, inverse.reshape(&shape_i)?, counts))
+}
+
+/// From the bool vector `first` (which of `n` sorted elements start a run
+/// of `runs`), where each element went (int64 `[n]`, in the input's order
+/// through `order`, see [`groups`]) and each run's length (int64 `[runs]`).
+fn group_ids(first: Tensor, runs: usize, order: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    let (n, dev) = (first.numel(), first.device());
     let gid = first.to_dtype(DType::I64)?.cumsum(0)?.sub_scalar(1.0)?;
     drop(first);
     let ones = Tensor::ones(&[n], DType::I64, dev)?;
-    let counts = Tensor::zeros(&[values.numel()], DType::I64, dev)?.scatter_add(0, &gid, &ones)?;
+    let counts = Tensor::zeros(&[runs], DType::I64, dev)?.scatter_add(0, &gid, &ones)?;
     let inverse = match order {
         Some(order) => Tensor::zeros(&[n], DType::I64, dev)?.scatter(0, order, &gid)?,
         None => gid,
     };
-    Ok((values, inverse.reshape(&shape_i)?, counts))
+    Ok((inverse, counts))
+}
+
+/// `t`'s slices along `dim` as the rows of a `[n, m]` tensor (the other
+/// dimensions flattened in order), with the permutation that moved `dim`
+/// first; `None` when there are no slices (`t`'s size along `dim` is 0).
+fn slices(op: &'static str, t: &Tensor, dim: isize) -> Result<Option<(Tensor, Vec<isize>)>> {
+    if t.rank() == 0 {
+        bail!(Error::arg(
+            op,
+            format!("dim {dim} of a 0-d tensor: it has no dimensions")
+        ));
+    }
+    let d = normalize_dim(op, dim, t.rank())?;
+    let n = t.shape()[d];
+    if n == 0 {
+        return Ok(None);
+    }
+    if t.numel() == 0 {
+        // (PyTorch: "There are 0 sized dimensions, and they aren't selected".)
+        bail!(Error::arg(
+            op,
+            format!(
+                "the slices along dim {d} of shape {:?} are empty: another dimension has size 0",
+                t.shape()
+            )
+        ));
+    }
+    let mut perm: Vec<isize> = vec![d as isize];
+    perm.extend((0..t.rank() as isize).filter(|&k| k != d as isize));
+    let rows = t.permute(&perm)?.reshape(&[n as isize, -1])?;
+    Ok(Some((rows, perm)))
+}
+
+/// The slices of `rows` (`[n, m]`) that start a run of equal slices (bool
+/// `[n]`): the first, and each that differs from the one before in some
+/// element (NaN never equals anything).
+fn slice_run_starts(rows: &Tensor) -> Result<Tensor> {
+    let n = rows.shape()[0];
+    let head = Tensor::full(&[1], 1.0, DType::Bool, rows.device())?;
+    if n <= 1 {
+        return Ok(head);
+    }
+    let differs = rows
+        .narrow(0, 1, n - 1)?
+        .ne(&rows.narrow(0, 0, n - 1)?)?
+        .any(&[1], false)?;
+    Tensor::cat(&[&head, &differs], 0)
+}
+
+/// The permutation that sorts the rows of `rows` (`[n, m]`)
+/// lexicographically: a stable sort by each column, last to first (NaN
+/// sorts last, as in the sort).
+fn lexsort(rows: &Tensor) -> Result<Tensor> {
+    let (n, m) = (rows.shape()[0], rows.shape()[1]);
+    let mut order = Tensor::arange(0.0, n as f64, 1.0, DType::I64, rows.device())?;
+    for j in (0..m).rev() {
+        let key = rows.select(1, j as isize)?.index_select(0, &order)?;
+        order = order.index_select(0, &key.argsort(0, false)?)?;
+    }
+    Ok(order)
+}
+
+/// `unique_dim` and `unique_consecutive_dim`: the runs of equal slices
+/// along `dim`, after a lexicographic sort when `sort`.
+fn slice_groups(op: &'static str, t: &Tensor, dim: isize, sort: bool) -> Result<UniqueParts> {
+    let dev = t.device();
+    let Some((rows, perm)) = slices(op, t, dim)? else {
+        let z = Tensor::zeros(&[0], DType::I64, dev)?;
+        return Ok((t.deep_clone()?, z.alias(), z));
+    };
+    let order = if sort { Some(lexsort(&rows)?) } else { None };
+    let sorted = match &order {
+        Some(o) => rows.index_select(0, o)?,
+        None => rows,
+    };
+    let first = slice_run_starts(&sorted)?;
+    let at = first.nonzero()?.reshape(&[-1])?;
+    let picked = sorted.index_select(0, &at)?;
+    drop(sorted);
+    let (inverse, counts) = group_ids(first, at.numel(), order.as_ref())?;
+    // Back to `t`'s layout of dimensions: [runs, the others in order],
+    // then `dim` moved back into place.
+    let mut shape: Vec<isize> = perm
+        .iter()
+        .map(|&k| t.shape()[k as usize] as isize)
+        .collect();
+    shape[0] = at.numel() as isize;
+    let mut back = vec![0isize; perm.len()];
+    for (i, &k) in perm.iter().enumerate() {
+        back[k as usize] = i as isize;
+    }
+    let values = picked.reshape(&shape)?.permute(&back)?.contiguous()?;
+    Ok((values, inverse, counts))
 }

@@ -2,9 +2,9 @@
 //!
 //! * [`gather`] reads `dst[i] = src[base(i) + index[i] * stride]`: it serves
 //!   `index_select`, `gather` and integer fancy indexing.
-//! * [`scatter`] writes `dst[base(i) + index[i] * stride] (=|+=) src[i]`: it
-//!   serves `scatter_`, `scatter_add_`, `index_fill_`, `index_copy_` and
-//!   `index_add_`.
+//! * [`scatter`] writes `dst[base(i) + index[i] * stride] (=|+=|*=|max|min)
+//!   src[i]`: it serves `scatter_`, `scatter_add_`, `scatter_reduce_`,
+//!   `index_fill_`, `index_copy_` and `index_add_`.
 //! * [`masked_count`] and [`masked_select`] serve boolean-mask selection.
 //!
 //! "base(i)" comes from a *walk layout*: the indexed operand's strides with
@@ -198,9 +198,9 @@ unsafe fn gather_t<T: Copy, I: IndexElem>(
     });
 }
 
-/// `dst[walk(i) + index[i] * stride] = src[i]` (or `+=`, or `= value`) for
-/// every `i` of the walk, in row-major order (so with repeated indices the
-/// last write wins, and additions accumulate).
+/// `dst[walk(i) + index[i] * stride] = src[i]` (or `+=`, `*=`, the max or
+/// the min, or `= value`) for every `i` of the walk, in row-major order (so
+/// with repeated indices the last write wins, and the others accumulate).
 ///
 /// `dst.layout` is the walk layout; `index_walk` and a tensor source have its
 /// shape. The caller holds the locks.
@@ -230,18 +230,45 @@ pub(crate) fn scatter(
                     unsafe { scatter_t::<T, I>(dst, index, index_walk, d, None, |_, v| v, v) };
                 })
             }
-            (ScatterSrc::Tensor(src), ScatterMode::Add) => {
-                debug_assert_eq!(src.dtype, dst.dtype);
-                with_numeric_dtype!(dst.dtype, T => {
-                    // SAFETY: as above.
-                    unsafe { scatter_t::<T, I>(dst, index, index_walk, d, Some(src), |a: T, b: T| a.add(b), T::zero()) };
-                }, _ => return Err(Error::dtype(d.op, "a numeric dtype", dst.dtype)))
-            }
-            (ScatterSrc::Value(v), ScatterMode::Add) => {
+            (src, mode) => {
+                let (src, v) = match src {
+                    ScatterSrc::Tensor(t) => (Some(t), 0.0),
+                    ScatterSrc::Value(v) => (None, v),
+                };
+                if let Some(src) = src {
+                    debug_assert_eq!(src.dtype, dst.dtype);
+                }
+                // Each combination gets its own instance of the walk (an
+                // inlined closure, not a function pointer: `index_add_` of
+                // the embedding gradient goes through here). Max and min
+                // are ATen's scatter ones: NaN from either side wins, and a
+                // tie keeps the value in place (+0 stays +0 against -0).
+                macro_rules! walk {
+                    ($T:ty, $f:expr, $v:expr) => {
+                        // SAFETY: indices are in range (checked above); the
+                        // dtypes match; the caller holds the locks.
+                        unsafe { scatter_t::<$T, I>(dst, index, index_walk, d, src, $f, $v) }
+                    };
+                }
+                if dst.dtype == DType::Bool {
+                    // bool: max is `or`, min and mul are `and` (as the
+                    // binary ops); the op layer refuses an add.
+                    let v = v != 0.0;
+                    match mode {
+                        ScatterMode::Max => walk!(bool, |a, b| a | b, v),
+                        ScatterMode::Mul | ScatterMode::Min => walk!(bool, |a, b| a & b, v),
+                        _ => return Err(Error::dtype(d.op, "a numeric dtype", dst.dtype)),
+                    }
+                    return Ok(());
+                }
                 with_numeric_dtype!(dst.dtype, T => {
                     let v = T::wrap_from_f64(v);
-                    // SAFETY: as above.
-                    unsafe { scatter_t::<T, I>(dst, index, index_walk, d, None, |a: T, b: T| a.add(b), v) };
+                    match mode {
+                        ScatterMode::Mul => walk!(T, |a: T, b: T| a.mul(b), v),
+                        ScatterMode::Max => walk!(T, |a: T, b: T| if b.is_nan() || b > a { b } else { a }, v),
+                        ScatterMode::Min => walk!(T, |a: T, b: T| if b.is_nan() || b < a { b } else { a }, v),
+                        _ => walk!(T, |a: T, b: T| a.add(b), v),
+                    }
                 }, _ => return Err(Error::dtype(d.op, "a numeric dtype", dst.dtype)))
             }
         }

@@ -154,7 +154,7 @@ pub(crate) fn gather(
     read_report(g, &s, &err, d)
 }
 
-/// `dst[walk(i) + index[i] * stride] (= | +=) src[i]`, or a value (see
+/// `dst[walk(i) + index[i] * stride] (= | += | *= | max | min) src[i]`, or a value (see
 /// `backend::scatter`). Nothing is written unless every index is valid.
 pub(crate) fn scatter(
     dst: &Operand,
@@ -170,6 +170,7 @@ pub(crate) fn scatter(
     };
     check_index_dtype(d.op, index.dtype)?;
     if mode == ScatterMode::Add && dst.dtype == DType::Bool {
+        // (max, min and mul on bool are `or` and `and`: the u8 kernels.)
         return Err(Error::dtype(d.op, "a numeric dtype", dst.dtype));
     }
     if index.layout.numel() == 0 {
@@ -205,14 +206,17 @@ pub(crate) fn scatter(
     if n > 0 {
         let kernel = match mode {
             ScatterMode::Assign => kernels::scatter(index.dtype, dst.dtype),
-            ScatterMode::Add => kernels::scatter_add(index.dtype, dst.dtype),
+            ScatterMode::Add => kernels::scatter_combine("add", index.dtype, dst.dtype),
+            ScatterMode::Mul => kernels::scatter_combine("mul", index.dtype, dst.dtype),
+            ScatterMode::Max => kernels::scatter_combine("max", index.dtype, dst.dtype),
+            ScatterMode::Min => kernels::scatter_combine("min", index.dtype, dst.dtype),
         };
         let f = g.kernel(d.op, &kernel)?;
         let geom = Geom::<3>::new(d.op, [&dst.layout, &src_layout, index_walk])?;
         let (pd, pi) = (dptr(dst), addr(index.storage, index_walk, index.dtype));
         let (size, stride) = (d.size as i64, d.stride as i64);
         let args = (geom, n, pd, ps, pi, size, stride, pe);
-        // SAFETY: scatter_<I>_b<B> / scatter_add_<I>_<dt>(Geom<3>, i64, T*,
+        // SAFETY: scatter_<I>_b<B> / scatter_<add|mul|max|min>_<I>_<dt>(Geom<3>, i64, T*,
         // const T*, const I*, i64, i64, const i64*); the geometry describes
         // the walk, the source and the index walk; resolved indices stay in
         // 0..size along `stride` of the destination.

@@ -444,9 +444,14 @@ pub(crate) fn scatter(index: DType, dt: DType) -> Kernel<GatherArgs> {
     let name = format!("scatter_{}_{}", suffix(index), bits_suffix(dt));
     Kernel::new(Module::Index, name)
 }
-/// `scatter_add_<I>_<dt>`.
-pub(crate) fn scatter_add(index: DType, dt: DType) -> Kernel<GatherArgs> {
-    let name = format!("scatter_add_{}_{}", suffix(index), suffix(dt));
+/// The combining scatters' kernel names: `scatter_<op>_<I>_<dt>`.
+pub(crate) const SCATTER_COMBINE: [&str; 4] = ["add", "mul", "max", "min"];
+/// `scatter_<op>_<I>_<dt>`, `op` one of [`SCATTER_COMBINE`] (numeric `dt`;
+/// a bool destination takes the u8 kernels, which on 0 and 1 are `or` for
+/// max and `and` for min and mul).
+pub(crate) fn scatter_combine(op: &str, index: DType, dt: DType) -> Kernel<GatherArgs> {
+    let dt = if dt == DType::Bool { DType::U8 } else { dt };
+    let name = format!("scatter_{op}_{}_{}", suffix(index), suffix(dt));
     Kernel::new(Module::Index, name)
 }
 /// `scan_<dt>` (floats and i64): one thread per row.
@@ -624,7 +629,9 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                     v.push(scatter(idx, dt).entry());
                 }
                 for dt in NUMERIC {
-                    v.push(scatter_add(idx, dt).entry());
+                    for op in SCATTER_COMBINE {
+                        v.push(scatter_combine(op, idx, dt).entry());
+                    }
                 }
             }
             for dt in WIDTHS {

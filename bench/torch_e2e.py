@@ -140,6 +140,9 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.tok.weight.t()
 
 
+PROFILE = [0]
+
+
 def train_row(out, name, what, model, lr, x, y, budget):
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
@@ -153,6 +156,16 @@ def train_row(out, name, what, model, lr, x, y, budget):
         losses.append(loss.item())
 
     s = measure_budget(budget, 10, step)
+    if PROFILE[0]:
+        # --profile N: N more steps under torch.profiler, its per-op table
+        # on stderr (benches/e2e.rs --profile N prints tensorscope's).
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(PROFILE[0]):
+                step()
+        print(f"{name}: {PROFILE[0]} steps profiled", file=sys.stderr)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40), file=sys.stderr)
+        print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25), file=sys.stderr)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"{name} {statistics.median(s) * 1e3:.3f} ms ({len(s)} samples; loss {losses[0]:.4f} "
           f"at step 1, {losses[-1]:.4f} at step {len(losses)}; {nparams} parameters)", file=sys.stderr)
@@ -233,7 +246,9 @@ def main():
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--json")
     p.add_argument("--filter")
+    p.add_argument("--profile", type=int, default=0)
     a = p.parse_args()
+    PROFILE[0] = a.profile
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     flt = [f for f in (a.filter or "").split(",") if f]

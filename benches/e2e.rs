@@ -38,8 +38,13 @@
 //!     values in [0, 1), labels 0-9), the same (Adam lr 3e-3).
 //!
 //! ```text
-//! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..]
+//! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..] [--profile N]
 //! ```
+//!
+//! `--profile N`: after each training row, N more steps under
+//! [`tensorscope::profiler`], printed per op and per op and input shapes
+//! (the slowest 25); `bench/torch_e2e.py --threads 2 --profile N` prints
+//! `torch.profiler`'s tables for the same steps.
 
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
@@ -48,6 +53,7 @@ use tensorscope::nn::{
     SdpaOptions, Sequential,
 };
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
+use tensorscope::profiler::{self, ProfileOptions, SortBy};
 use tensorscope::{DType, Device, Result, Tensor};
 
 #[path = "common/timing.rs"]
@@ -368,6 +374,39 @@ fn train_row<M: Module>(
         losses.push(loss.item::<f32>()?);
         Ok(())
     })?;
+    if let Some(steps) = arg_after("--profile").and_then(|s| s.parse::<usize>().ok()) {
+        // `--profile N`: N more steps under the profiler, its per-op table
+        // on stderr (bench/torch_e2e.py --profile N prints PyTorch's).
+        let opts = ProfileOptions {
+            record_shapes: true,
+            profile_memory: false,
+            device_time: None,
+        };
+        let (r, prof) = profiler::profile(opts, || -> Result<()> {
+            for _ in 0..steps {
+                opt.zero_grad(&*model);
+                let logits = model.forward(x)?;
+                let classes = logits.shape()[logits.rank() - 1] as isize;
+                let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
+                loss.backward()?;
+                opt.step(&mut *model)?;
+            }
+            Ok(())
+        })?;
+        r?;
+        eprintln!(
+            "{name}: {steps} steps profiled\n{}",
+            prof.table(SortBy::SelfTime, 40)
+        );
+        let mut by_shape = prof.key_averages_by_shapes();
+        by_shape.sort_by_key(|a| std::cmp::Reverse(a.self_us));
+        for a in by_shape.iter().take(25) {
+            eprintln!(
+                "{:>10} us {:>5} calls  {} {:?}",
+                a.self_us, a.calls, a.name, a.shapes
+            );
+        }
+    }
     eprintln!(
         "{name} {:.3} ms ({} samples; loss {:.4} at step 1, {:.4} at step {}; {} parameters)",
         m.median() * 1e3,

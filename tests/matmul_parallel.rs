@@ -145,3 +145,64 @@ fn linear_matches_a_reference_in_both_layouts() {
         }
     }
 }
+
+#[test]
+fn single_products_split_over_threads() {
+    // Single products large enough for gemm's own threads, taller than
+    // wide and wider than tall, sizes that are no multiple of its tiles;
+    // two such products one after another; a bias accumulated onto; bf16
+    // through f32; and integers split by rows.
+    for (bt, m, k, n) in [(1, 1000, 128, 300), (1, 70, 256, 1000), (2, 513, 300, 500)] {
+        for dt in [DType::F32, DType::F64, DType::BF16] {
+            let a = Tensor::randn(&[bt, m, k], DType::F64, CPU).unwrap();
+            let b = Tensor::randn(&[bt, k, n], DType::F64, CPU).unwrap();
+            let (a, b) = (a.to_dtype(dt).unwrap(), b.to_dtype(dt).unwrap());
+            let want = reference(&values(&a), &values(&b), bt, m, k, n);
+            let tol = match dt {
+                DType::F64 => 1e-10,
+                DType::F32 => 1e-4,
+                _ => 1e-2,
+            };
+            let scale = (k as f64).sqrt();
+            let what = format!("{dt:?} [{bt},{m},{k}]@[{bt},{k},{n}]");
+            close_scaled(&values(&a.matmul(&b).unwrap()), &want, tol, scale, &what);
+            if bt == 1 && dt != DType::BF16 {
+                // linear: x [m, k], w = b^T [n, k], with a bias.
+                let x = a.reshape(&[m as isize, k as isize]).unwrap();
+                let w = b
+                    .reshape(&[k as isize, n as isize])
+                    .unwrap()
+                    .t()
+                    .unwrap()
+                    .contiguous()
+                    .unwrap();
+                let bias = Tensor::randn(&[n], dt, CPU).unwrap();
+                let bv = values(&bias);
+                let want_b: Vec<f64> = want
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| v + bv[i % n])
+                    .collect();
+                let got = values(&x.linear(&w, Some(&bias)).unwrap());
+                close_scaled(&got, &want_b, tol, scale, &format!("linear {what}"));
+            }
+        }
+    }
+    let ints: Vec<i64> = (0..300 * 200).map(|i| i % 5 - 2).collect();
+    let a = Tensor::from_vec(ints, &[300, 200], CPU).unwrap();
+    let b = a.t().unwrap().narrow(1, 0, 260).unwrap();
+    let want = reference(
+        &values(&a),
+        &values(&b.contiguous().unwrap()),
+        1,
+        300,
+        200,
+        260,
+    );
+    close(
+        &values(&a.matmul(&b).unwrap()),
+        &want,
+        0.0,
+        "i64 [300,200]@[200,260]",
+    );
+}

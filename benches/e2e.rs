@@ -365,12 +365,7 @@ fn train_row<M: Module>(
     })?;
     let mut losses = Vec::new();
     let m = measure_budget(name, what, budget, 10, || {
-        opt.zero_grad(&*model);
-        let logits = model.forward(x)?;
-        let classes = logits.shape()[logits.rank() - 1] as isize;
-        let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
-        loss.backward()?;
-        opt.step(&mut *model)?;
+        let loss = train_step(model, &mut opt, x, y)?;
         losses.push(loss.item::<f32>()?);
         Ok(())
     })?;
@@ -384,12 +379,7 @@ fn train_row<M: Module>(
         };
         let (r, prof) = profiler::profile(opts, || -> Result<()> {
             for _ in 0..steps {
-                opt.zero_grad(&*model);
-                let logits = model.forward(x)?;
-                let classes = logits.shape()[logits.rank() - 1] as isize;
-                let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
-                loss.backward()?;
-                opt.step(&mut *model)?;
+                train_step(model, &mut opt, x, y)?;
             }
             Ok(())
         })?;
@@ -417,6 +407,19 @@ fn train_row<M: Module>(
         model.parameters().iter().map(|p| p.numel()).sum::<usize>()
     );
     Ok(m)
+}
+
+/// One step: zero_grad, forward, the cross-entropy of the logits
+/// flattened to `[-1, classes]` against `y`, backward, the optimizer step;
+/// returns the loss.
+fn train_step<M: Module>(model: &mut M, opt: &mut Adam, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    opt.zero_grad(&*model);
+    let logits = model.forward(x)?;
+    let classes = logits.shape()[logits.rank() - 1] as isize;
+    let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
+    loss.backward()?;
+    opt.step(&mut *model)?;
+    Ok(loss)
 }
 
 fn mlp() -> Result<Sequential> {

@@ -93,6 +93,9 @@ impl ScatterReduce {
             DType::Bool => (0.0, 1.0),
             DType::U8 => (0.0, 255.0),
             DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            // Not reached (fill_identity writes i64 exactly); 2^63 would be
+            // refused as a fill value rather than written wrong.
+            DType::I64 => (i64::MIN as f64, i64::MAX as f64),
             _ => (f64::NEG_INFINITY, f64::INFINITY),
         };
         match self {

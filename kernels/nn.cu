@@ -36,6 +36,9 @@
 //   col2im_<dtype>(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, PoolWindow win)
 //       one thread per element of contiguous dx [n, c, h, w]: the sum (in A, taps in order) of
 //       cols [c, kh, kw, n, oh, ow] over every tap and output position landing on it
+//   im2col_<dtype>(const T* x, T* cols, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, i64 rs, PoolWindow win)
+//       one thread per element of cols [c, kh, kw, n, oh, ow] (rows of n * oh * ow, rs apart): the
+//       element of contiguous x [n, c, h, w] under that tap at that output position, 0 in the padding
 //
 // Float dtypes only. Launch the row kernels with TS_BLOCK threads per block
 // (one block per row, grid-stride over rows).
@@ -249,6 +252,20 @@ DEV void col2im(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow
     }
 }
 
+template <typename T>
+DEV void im2col(const T* x, T* cols, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, i64 rs, PoolWindow g) {
+    typedef typename NAcc<T>::A A;
+    const i64 l = oh * ow, nl = n * l;
+    GRID_LOOP(e, c * g.kh * g.kw * nl) {
+        const i64 q = e % nl, r = e / nl;
+        const i64 o = q % ow, ro = (q / ow) % oh, ni = q / l;
+        const i64 j = r % g.kw, i = (r / g.kw) % g.kh, ci = r / ((i64)g.kh * g.kw);
+        const i64 y = ro * g.sh + i * g.dh - g.ph, xx = o * g.sw + j * g.dw - g.pw;
+        cols[r * rs + q] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((ni * c + ci) * h + y) * w + xx]
+                                                                  : Store<T>::from((A)0);
+    }
+}
+
 #define NN_KERNELS(SUF, T, A)                                                                                     \
     KERNEL void layer_norm_fwd_##SUF(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd, i64 rows,  \
                                      i64 cols, double eps) {                                                      \
@@ -284,6 +301,10 @@ DEV void col2im(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow
     }                                                                                                             \
     KERNEL void col2im_##SUF(const T* cols, T* dx, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, PoolWindow g) {    \
         col2im<T>(cols, dx, n, c, h, w, oh, ow, g);                                                                \
+    }                                                                                                             \
+    KERNEL void im2col_##SUF(const T* x, T* cols, i64 n, i64 c, i64 h, i64 w, i64 oh, i64 ow, i64 rs,             \
+                             PoolWindow g) {                                                                      \
+        im2col<T>(x, cols, n, c, h, w, oh, ow, rs, g);                                                             \
     }
 
 NN_KERNELS(f32, float, float)

@@ -14,9 +14,10 @@
 //!
 //! The thread that calls an op works on it as one of those threads (its
 //! helpers are pool threads), so at most `num_threads()` threads compute at
-//! once. `TENSORSCOPE_SPIN_US` (default 0) lets the helpers spin that many
-//! microseconds for the next op before they sleep, as OpenMP's
-//! `OMP_WAIT_POLICY`/`KMP_BLOCKTIME` do. An op called from inside a rayon
+//! once. After an op the helpers spin for the next one for up to
+//! `TENSORSCOPE_SPIN_US` microseconds (default 500; 0 sends them to sleep at
+//! once) before they sleep, as OpenMP's `OMP_WAIT_POLICY`/`KMP_BLOCKTIME`
+//! do. An op called from inside a rayon
 //! task of your own (a `par_iter` over requests, say) runs on that task's
 //! thread alone, like an op inside PyTorch's `parallel_for`: no nested
 //! parallelism, and no deadlock on a storage that another task holds.

@@ -1,7 +1,8 @@
 //! Batched matmul and `linear` on the paths chosen from shapes (issue 14,
-//! items 4b and 4c): batches split by product, products split by gemm, the
-//! column-major and the direct `linear` layouts, checked against a plain
-//! f64 triple loop.
+//! items 4b and 4c): batches split by product, products cut into row or
+//! column blocks or split by gemm's own threads, the column-major and the
+//! direct `linear` layouts, checked against a plain f64 triple loop. Every
+//! test runs with 4 threads, so the parallel paths run on any machine.
 
 use tensorscope::{DType, Device, Tensor};
 
@@ -47,8 +48,14 @@ fn values(t: &Tensor) -> Vec<f64> {
     t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
 }
 
+/// Every test's first line: 4 threads, whatever the machine has.
+fn four_threads() {
+    tensorscope::set_num_threads(4).unwrap();
+}
+
 #[test]
 fn batched_matmul_matches_a_reference_on_every_schedule() {
+    four_threads();
     // Many small products (split by product), a few large ones (split by
     // gemm), a batch of matrix-vector products, f32 and f64, and integers.
     for (bt, m, k, n) in [
@@ -110,6 +117,7 @@ fn batched_matmul_matches_a_reference_on_every_schedule() {
 
 #[test]
 fn linear_matches_a_reference_in_both_layouts() {
+    four_threads();
     // Direct (skinny weight, square, vector) and column-major (skinny
     // batch, transposed input) shapes, with and without a bias.
     for (m, n, k, transposed_x) in [
@@ -148,12 +156,26 @@ fn linear_matches_a_reference_in_both_layouts() {
 
 #[test]
 fn single_products_split_over_threads() {
-    // Single products large enough for gemm's own threads, taller than
-    // wide and wider than tall, sizes that are no multiple of its tiles;
-    // two such products one after another; a bias accumulated onto; bf16
-    // through f32; and integers split by rows.
-    for (bt, m, k, n) in [(1, 1000, 128, 300), (1, 70, 256, 1000), (2, 513, 300, 500)] {
-        for dt in [DType::F32, DType::F64, DType::BF16] {
+    four_threads();
+    // Single products large enough to thread, taller than wide and wider
+    // than tall (cut into row or column blocks), sizes that are no multiple
+    // of gemm's tiles; two such products one after another; one above the
+    // size where gemm's own threads take over (f32 only: 270M
+    // multiply-adds); a bias accumulated onto; bf16 through f32; and
+    // integers split by rows.
+    let shapes = [
+        (1, 1000, 128, 300),
+        (1, 70, 256, 1000),
+        (2, 513, 300, 500),
+        (1, 520, 1000, 520),
+    ];
+    for (bt, m, k, n) in shapes {
+        let dtypes: &[DType] = if m * n * k > 1 << 28 {
+            &[DType::F32]
+        } else {
+            &[DType::F32, DType::F64, DType::BF16]
+        };
+        for &dt in dtypes {
             let a = Tensor::randn(&[bt, m, k], DType::F64, CPU).unwrap();
             let b = Tensor::randn(&[bt, k, n], DType::F64, CPU).unwrap();
             let (a, b) = (a.to_dtype(dt).unwrap(), b.to_dtype(dt).unwrap());

@@ -243,6 +243,15 @@ pub(crate) fn col2im(
 ) -> Result<()> {
     err(op, ordinal(cols))
 }
+pub(crate) fn im2col(
+    op: &'static str,
+    x: &Operand,
+    _cols: &Operand,
+    _n: usize,
+    _g: &crate::backend::windows::Windows,
+) -> Result<()> {
+    err(op, ordinal(x))
+}
 pub(crate) fn argsort(
     x: &Operand,
     _idx: &Operand,

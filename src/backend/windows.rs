@@ -1,5 +1,5 @@
 //! Dispatch of the kernels over sliding windows (`cpu::windows`,
-//! `cuda::{max_pool2d, col2im}`), one [`Windows`] geometry for both.
+//! `cuda::{max_pool2d, col2im, im2col}`), one [`Windows`] geometry for both.
 //!
 //! **Max pooling**: each output is the maximum of its window of a
 //! `[planes, H, W]` input,
@@ -20,6 +20,14 @@
 //! sums its taps in one accumulator (f64 on the CPU, the kernel's `A` on
 //! CUDA: f32, f64 for f64) and is written once: no zeroed buffer, no
 //! padded copy, no atomics.
+//!
+//! **im2col** (a convolution's columns): the forward layout that col2im is
+//! the adjoint of. `cols[c, i, j, n, oh, ow]` is the element of `x[n, c]`
+//! under tap `(i, j)` of output `(oh, ow)`, or 0 where the tap lands in the
+//! padding. `cols` is a `[c kh kw, n oh ow]` matrix whose rows may lie
+//! further apart than their length (the convolution's row padding, which
+//! keeps gemm's reads off aliasing cache sets), so no padded copy of `x`
+//! and no strided 7-d copy are made.
 
 use super::{cpu, cuda, device_of, Operand};
 use crate::device::Device;
@@ -172,5 +180,58 @@ pub(crate) fn col2im(
             Ok(())
         }
         Device::Cuda(_) => cuda::col2im(op, cols, dx, n, g),
+    }
+}
+
+/// `cols` (a `[c kh kw, n oh ow]` matrix, unit column stride, rows at
+/// least `n oh ow` apart) from `x` `[n, c, h, w]` (contiguous), one float
+/// dtype: see the module docs. `g.planes` must be `n * c`.
+pub(crate) fn im2col(
+    op: &'static str,
+    x: &Operand,
+    cols: &Operand,
+    n: usize,
+    g: &Windows,
+) -> Result<()> {
+    let d = device_of(op, &[x, cols])?;
+    if !x.dtype.is_float() {
+        return Err(Error::dtype(op, "a float tensor", x.dtype));
+    }
+    if cols.dtype != x.dtype {
+        return Err(Error::dtype(op, x.dtype.name(), cols.dtype));
+    }
+    let c = g.planes.checked_div(n).unwrap_or(0);
+    let rows = c * g.kernel[0] * g.kernel[1];
+    let nl = n * g.out[0] * g.out[1];
+    if !x.layout.is_contiguous() || x.layout.numel() != g.planes * g.h * g.w {
+        return Err(Error::shape(
+            op,
+            &[n, c, g.h, g.w],
+            x.layout.shape(),
+            "the im2col kernel's input must be contiguous",
+        ));
+    }
+    let (shape, strides) = (cols.layout.shape(), cols.layout.strides());
+    if shape != [rows, nl] || strides[1] != 1 || (rows > 1 && strides[0] < nl) {
+        return Err(Error::shape(
+            op,
+            &[rows, nl],
+            shape,
+            "the im2col kernel's columns must be rows of unit stride",
+        ));
+    }
+    if n * c != g.planes {
+        return Err(Error::arg(op, "internal: im2col geometry"));
+    }
+    let _l = lock(&[x.storage], &[cols.storage]);
+    if rows * nl == 0 {
+        return Ok(());
+    }
+    match d {
+        Device::Cpu => {
+            cpu::windows::im2col(x, cols, n, g);
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::im2col(op, x, cols, n, g),
     }
 }

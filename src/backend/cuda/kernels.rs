@@ -263,6 +263,9 @@ pub(crate) type MaxPoolArgs = (Ptr, Ptr, Ptr, i64, i64, i64, i64, i64, PoolWindo
 /// `col2im_<dt>`: (cols, dx, n, c, h, w, oh, ow, window).
 pub(crate) type Col2imArgs = (Ptr, Ptr, i64, i64, i64, i64, i64, i64, PoolWindow);
 
+/// `im2col_<dt>`: (x, cols, n, c, h, w, oh, ow, row stride, window).
+pub(crate) type Im2colArgs = (Ptr, Ptr, i64, i64, i64, i64, i64, i64, i64, PoolWindow);
+
 /// `PoolWindow` of `kernels/nn.cu`: kernel, stride, padding and dilation,
 /// rows then columns.
 #[repr(C)]
@@ -505,6 +508,10 @@ pub(crate) fn max_pool2d(dt: DType) -> Kernel<MaxPoolArgs> {
 pub(crate) fn col2im(dt: DType) -> Kernel<Col2imArgs> {
     Kernel::new(Module::Nn, format!("col2im_{}", suffix(dt)))
 }
+/// `im2col_<dt>`.
+pub(crate) fn im2col(dt: DType) -> Kernel<Im2colArgs> {
+    Kernel::new(Module::Nn, format!("im2col_{}", suffix(dt)))
+}
 /// `rms_norm_fwd_<dt>`.
 pub(crate) fn rms_norm_fwd(dt: DType) -> Kernel<RmsNormArgs> {
     Kernel::new(Module::Nn, format!("rms_norm_fwd_{}", suffix(dt)))
@@ -663,6 +670,7 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(dropout_bwd(dt).entry());
                 v.push(max_pool2d(dt).entry());
                 v.push(col2im(dt).entry());
+                v.push(im2col(dt).entry());
             }
         }
         Module::Optim => {

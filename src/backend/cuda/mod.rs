@@ -80,7 +80,7 @@ pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
 pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
 pub(crate) use scan::scan;
 pub(crate) use sort::argsort;
-pub(crate) use windows::{col2im, max_pool2d};
+pub(crate) use windows::{col2im, im2col, max_pool2d};
 
 use crate::alloc::DeviceAllocator;
 use crate::error::Result;

@@ -1,7 +1,7 @@
-//! The window kernels on CUDA (`max_pool2d_<dt>` and `col2im_<dt>` in
-//! `kernels/nn.cu`): max pooling with one thread per output, the CPU
-//! kernel's rule, and col2im with one thread per input element (see
-//! `crate::backend::windows`).
+//! The window kernels on CUDA (`max_pool2d_<dt>`, `col2im_<dt>` and
+//! `im2col_<dt>` in `kernels/nn.cu`): max pooling with one thread per
+//! output, the CPU kernel's rule; col2im with one thread per input element;
+//! im2col with one thread per column element (see `crate::backend::windows`).
 
 use super::device::gpu_of;
 use super::kernels::{self, PoolWindow};
@@ -99,5 +99,40 @@ pub(crate) fn col2im(
     // (checked by the dispatcher, which holds the locks); each thread
     // writes only its element of dx and reads cols at indices it bounds by
     // oh and ow.
+    unsafe { f.launch(op, &s, gpu.grid(total), &args) }
+}
+
+/// `cols` from `x` (see [`crate::backend::windows::im2col`], which checked
+/// the operands and holds the locks).
+pub(crate) fn im2col(
+    op: &'static str,
+    x: &Operand,
+    cols: &Operand,
+    n: usize,
+    g: &Windows,
+) -> Result<()> {
+    let gpu = gpu_of(op, x.storage.device())?;
+    let win = window(op, g)?;
+    let f = gpu.kernel(op, &kernels::im2col(x.dtype))?;
+    let s = current(gpu);
+    let c = g.planes / n;
+    let total = (c * g.kernel[0] * g.kernel[1] * n * g.out[0] * g.out[1]) as i64;
+    let args = (
+        dptr(x),
+        dptr(cols),
+        n as i64,
+        c as i64,
+        g.h as i64,
+        g.w as i64,
+        g.out[0] as i64,
+        g.out[1] as i64,
+        cols.layout.strides()[0] as i64,
+        win,
+    );
+    // SAFETY: im2col_<dt>(const T*, T*, i64 x7, PoolWindow) over contiguous
+    // x [n, c, h, w] and cols [c kh kw, n oh ow] with rows `rs` apart (rs at
+    // least n oh ow), one float dtype (checked by the dispatcher, which
+    // holds the locks); each thread writes only its element of cols and
+    // reads x only inside the plane's bounds it tests.
     unsafe { f.launch(op, &s, gpu.grid(total), &args) }
 }

@@ -30,7 +30,8 @@
 //!
 //! A caller of [`par_for`] works as one of the op's threads (with at most
 //! `num_threads - 1` helper jobs on the pool); a caller of [`install`]
-//! (gemm) sleeps until the pool's threads are done. Either way one op
+//! (gemm's own threads, for products too large to cut into blocks; see
+//! `matmul`) sleeps until the pool's threads are done. Either way one op
 //! computes on at most [`num_threads`] threads.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -159,6 +160,11 @@ pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
             if team::try_run(&pool, helpers, n, &f) {
                 return;
             }
+            // The scope waits for every job it spawns to *finish*, queued
+            // ones too: send the team's spinners home, or they would hold
+            // the pool's threads for as long as the other caller keeps
+            // publishing.
+            team::quiet();
             let next = AtomicUsize::new(0);
             let work = || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);

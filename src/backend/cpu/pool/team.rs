@@ -16,9 +16,12 @@
 //! published jobs and, between them, spins for up to [`spin_window`] before
 //! it returns its thread to the pool. The caller waits only for helpers that
 //! have *joined* its job ([`ACTIVE`]); a helper that wakes late finds the job
-//! gone and costs the caller nothing. `install` (gemm, batched matmul) first
-//! sends the spinners home ([`quiet`]), so they never take a core from the
-//! pool's own work.
+//! gone and costs the caller nothing. `install` (gemm's own threads, for
+//! the largest products) and the rayon-scope fallback of `par_for` first
+//! send the spinners home ([`quiet`]), so they never hold a thread that
+//! the pool's other work waits for. At most `threads - 1` helpers are
+//! alive at once ([`ALIVE`] only grows below that bound), so the spinners
+//! and the caller never outnumber the pool.
 //!
 //! **The protocol.** A helper increments [`ACTIVE`] *before* it reads
 //! [`CURRENT`]; the caller clears [`CURRENT`] *before* it reads [`ACTIVE`]
@@ -28,13 +31,21 @@
 //! a second caller (another user thread, or a kernel nested in a chunk)
 //! finds the slot taken and uses rayon's scope instead ([`super::par_for`]).
 //!
-//! `TENSORSCOPE_SPIN_US` sets the window in microseconds. The default is 0:
-//! a helper returns its thread after its job, and each job spawns its
-//! helpers (rayon's own workers spin briefly before they sleep). On the
-//! 2-core EPYC a window of 200 us measured the same as 0 on back-to-back
-//! ops (`neg`, `add`, `sum` of `[512, 1024]`, interleaved runs within the
-//! run-to-run spread), and a spinner is a core taken from whatever else the
-//! process runs; a machine where waking a thread is slow may set it.
+//! `TENSORSCOPE_SPIN_US` sets the window in microseconds; the default is
+//! [`DEFAULT_SPIN_US`] (500). With 0 a helper returns its thread after its
+//! job, and each job spawns its helpers again. The window matters once the
+//! products of a training step run here too (`matmul`'s blocks): between
+//! two parallel ops the caller does a little serial work (dispatch,
+//! autograd bookkeeping, small ops), and a helper asleep by then joins the
+//! next op late. Measured on the 2-core EPYC (the e2e bench, one binary,
+//! interleaved runs of 0, 300, 500, 1000 and 3000 us; the VM's spread is
+//! 20-30%): gpt_train_step 81-102 ms at 0 against 62-87 at 300-1000,
+//! cnn_train_step 6.8-13.2 against 5.6-9.4 ms, transformer_train_step
+//! 36-48 against 33-44 ms. A spinning helper takes a core from whatever
+//! else the process runs for at most the window after an op, as OpenMP's
+//! threads do (libgomp's default `GOMP_SPINCOUNT`, Intel's 200 ms
+//! `KMP_BLOCKTIME`); a service that wants its idle cores back at once sets
+//! 0.
 
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -44,6 +55,9 @@ use std::time::{Duration, Instant};
 
 /// The environment variable that sets the spin window.
 pub(crate) const SPIN_ENV: &str = "TENSORSCOPE_SPIN_US";
+
+/// The spin window, in microseconds, when [`SPIN_ENV`] is not set.
+pub(crate) const DEFAULT_SPIN_US: u64 = 500;
 
 /// The published job, or null.
 static CURRENT: AtomicPtr<Job<'static>> = AtomicPtr::new(std::ptr::null_mut());
@@ -66,7 +80,7 @@ fn spin_window() -> Duration {
         let us = std::env::var(SPIN_ENV)
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
+            .unwrap_or(DEFAULT_SPIN_US);
         Duration::from_micros(us)
     })
 }
@@ -130,9 +144,12 @@ pub(super) fn try_run(
     }
     EPOCH.fetch_add(1, SeqCst);
     let generation = GENERATION.load(SeqCst);
-    while ALIVE.load(SeqCst) < helpers {
-        ALIVE.fetch_add(1, SeqCst);
-        pool.spawn(move || helper(generation));
+    // A helper leaving at this moment may re-join (`helper`): both sides
+    // raise `ALIVE` only below a bound, so the helpers never outnumber the
+    // pool's other threads.
+    let most = pool.current_num_threads().saturating_sub(1);
+    while join(helpers) {
+        pool.spawn(move || helper(generation, most));
     }
     let mine = catch_unwind(AssertUnwindSafe(|| job.work()));
     if mine.is_err() {
@@ -169,9 +186,18 @@ pub(super) fn quiet() {
     GENERATION.fetch_add(1, SeqCst);
 }
 
+/// Counts one more helper alive if fewer than `most` are: `true` when it
+/// did.
+fn join(most: usize) -> bool {
+    ALIVE
+        .fetch_update(SeqCst, SeqCst, |a| (a < most).then_some(a + 1))
+        .is_ok()
+}
+
 /// A helper's loop: serve each new job, spin up to the window between jobs,
-/// return when the window passes or the generation changes.
-fn helper(generation: u64) {
+/// return when the window passes or the generation changes. `most`: the
+/// pool's threads less one (the bound on [`ALIVE`]).
+fn helper(generation: u64, most: usize) {
     let window = spin_window();
     let mut seen = 0u64;
     loop {
@@ -180,10 +206,9 @@ fn helper(generation: u64) {
         // A caller that published after the last look, but counted this
         // helper as alive, spawned no replacement: serve it too (the caller
         // finishes its job alone if this helper comes late).
-        if GENERATION.load(SeqCst) != generation || EPOCH.load(SeqCst) == seen {
+        if GENERATION.load(SeqCst) != generation || EPOCH.load(SeqCst) == seen || !join(most) {
             return;
         }
-        ALIVE.fetch_add(1, SeqCst);
     }
 }
 

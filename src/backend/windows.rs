@@ -74,6 +74,18 @@ impl Windows {
     }
 }
 
+/// `src` is of a float dtype and `dst` of the same one: every window
+/// kernel's dtype rule.
+fn same_float(op: &'static str, src: &Operand, dst: &Operand) -> Result<()> {
+    if !src.dtype.is_float() {
+        return Err(Error::dtype(op, "a float tensor", src.dtype));
+    }
+    if dst.dtype != src.dtype {
+        return Err(Error::dtype(op, src.dtype.name(), dst.dtype));
+    }
+    Ok(())
+}
+
 /// `y = max over each window of x` and, with `idx`, the argmax's flat
 /// in-plane position (int64). Every operand contiguous: `x` `[planes, h,
 /// w]`, `y` and `idx` `[planes, oh, ow]`.
@@ -86,12 +98,7 @@ pub(crate) fn max_pool2d(
 ) -> Result<()> {
     let all: Vec<&Operand> = [Some(x), Some(y), idx].into_iter().flatten().collect();
     let d = device_of(op, &all)?;
-    if !x.dtype.is_float() {
-        return Err(Error::dtype(op, "a float tensor", x.dtype));
-    }
-    if y.dtype != x.dtype {
-        return Err(Error::dtype(op, x.dtype.name(), y.dtype));
-    }
+    same_float(op, x, y)?;
     if let Some(i) = idx {
         if i.dtype != DType::I64 {
             return Err(Error::dtype(op, "int64 indices", i.dtype));
@@ -143,12 +150,7 @@ pub(crate) fn col2im(
     g: &Windows,
 ) -> Result<()> {
     let d = device_of(op, &[cols, dx])?;
-    if !cols.dtype.is_float() {
-        return Err(Error::dtype(op, "a float tensor", cols.dtype));
-    }
-    if dx.dtype != cols.dtype {
-        return Err(Error::dtype(op, cols.dtype.name(), dx.dtype));
-    }
+    same_float(op, cols, dx)?;
     let c = g.planes.checked_div(n).unwrap_or(0);
     let taps = g.kernel[0] * g.kernel[1];
     for (o, shape) in [
@@ -194,12 +196,7 @@ pub(crate) fn im2col(
     g: &Windows,
 ) -> Result<()> {
     let d = device_of(op, &[x, cols])?;
-    if !x.dtype.is_float() {
-        return Err(Error::dtype(op, "a float tensor", x.dtype));
-    }
-    if cols.dtype != x.dtype {
-        return Err(Error::dtype(op, x.dtype.name(), cols.dtype));
-    }
+    same_float(op, x, cols)?;
     let c = g.planes.checked_div(n).unwrap_or(0);
     let rows = c * g.kernel[0] * g.kernel[1];
     let nl = n * g.out[0] * g.out[1];

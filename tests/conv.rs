@@ -127,6 +127,21 @@ fn cases() -> Vec<Case> {
             opts: o([1, 1], Padding::Explicit([1, 1]), [1, 1], 1),
             bias: true,
         },
+        // Unit strides with OW = W (the CPU kernels' flat runs): padding
+        // on the columns only; then row padding past a dilated kernel's
+        // reach, so whole output rows lie in the padding for every tap.
+        Case {
+            x: [2, 3, 5, 6],
+            w: [2, 3, 3, 3],
+            opts: o([1, 1], Padding::Explicit([0, 1]), [1, 1], 1),
+            bias: true,
+        },
+        Case {
+            x: [1, 2, 4, 5],
+            w: [3, 2, 2, 3],
+            opts: o([1, 1], Padding::Explicit([3, 1]), [2, 1], 1),
+            bias: false,
+        },
         // The same with two groups, a dilation and a stride along W
         // (N OH OW = 2 * 16 * 16 = 512 again: padded in f64).
         Case {
@@ -773,7 +788,73 @@ fn bad_operands_are_errors_naming_the_op(dev: Device) {
     assert!(e.contains("conv1d") && e.contains("[1, 2, 5]"), "{e}");
 }
 
+/// Batches large enough that the CPU's im2col and col2im cut their samples
+/// into blocks (about 2^14 taps each: 3 planes of 96x96, 40 of 8x8, whose
+/// taps per sample are 9 x 64) agree with one convolution per sample, which
+/// is one block (within rounding: the products see other shapes, and the
+/// weight's gradient sums the samples in another order; a misplaced block
+/// would be off by whole elements). Padding on both sides, and
+/// on the columns only, with unit strides (the kernels' flat runs), and a
+/// stride (their row-by-row path).
+fn sample_blocks_agree_with_one_sample_at_a_time(dev: Device) {
+    let o = |stride, padding| ConvOptions::<2> {
+        stride,
+        padding,
+        ..ConvOptions::default()
+    };
+    for (k, (xs, opts)) in [
+        ([3, 2, 96, 96], o([1, 1], Padding::Same)),
+        ([40, 2, 8, 8], o([1, 1], Padding::Same)),
+        ([40, 2, 8, 8], o([1, 1], Padding::Explicit([0, 1]))),
+        ([100, 2, 8, 9], o([2, 2], Padding::Explicit([1, 1]))),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let xv = uniform(xs.iter().product(), 80 + k as u64, -1.0, 1.0);
+        let wv = uniform(3 * 2 * 9, 90 + k as u64, -1.0, 1.0);
+        let x = tensor(&xv, &xs, DType::F32, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let w = tensor(&wv, &[3, 2, 3, 3], DType::F32, dev)
+            .requires_grad_(true)
+            .unwrap();
+        let y = x.conv2d(&w, None, &opts).unwrap();
+        let r = tensor(
+            &uniform(y.numel(), 100 + k as u64, -1.0, 1.0),
+            y.shape(),
+            DType::F32,
+            dev,
+        );
+        y.mul(&r).unwrap().sum_all().unwrap().backward().unwrap();
+        let (mut ys, mut dxs) = (vec![], vec![]);
+        let mut dw = vec![0.0; wv.len()];
+        for s in 0..xs[0] {
+            let xi = x
+                .narrow(0, s, 1)
+                .unwrap()
+                .detach()
+                .requires_grad_(true)
+                .unwrap();
+            let wi = w.detach().requires_grad_(true).unwrap();
+            let yi = xi.conv2d(&wi, None, &opts).unwrap();
+            let ri = r.narrow(0, s, 1).unwrap();
+            yi.mul(&ri).unwrap().sum_all().unwrap().backward().unwrap();
+            ys.extend(read(&yi));
+            dxs.extend(read(&xi.grad().unwrap()));
+            for (a, g) in dw.iter_mut().zip(read(&wi.grad().unwrap())) {
+                *a += g;
+            }
+        }
+        let ctx = format!("{xs:?} {opts:?}");
+        assert_close(&read(&y), &ys, 1e-5, &format!("y {ctx}"));
+        assert_close(&read(&x.grad().unwrap()), &dxs, 1e-5, &format!("dx {ctx}"));
+        assert_close(&read(&w.grad().unwrap()), &dw, 1e-4, &format!("dw {ctx}"));
+    }
+}
+
 common::on_devices!(
+    sample_blocks_agree_with_one_sample_at_a_time,
     conv2d_matches_the_direct_loop,
     conv2d_gradients_match_the_loop,
     conv1d_is_conv2d_of_height_one,

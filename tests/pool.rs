@@ -5,8 +5,6 @@
 
 mod common;
 
-#[cfg(feature = "cuda")]
-use common::devices::on_both;
 use common::{assert_close, read, tensor, uniform};
 use tensorscope::nn::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Module};
 use tensorscope::{memory, DType, Device, PoolOptions, Tensor};
@@ -69,7 +67,7 @@ type PoolCase = (
     [usize; 2],
 );
 
-const CASES: [PoolCase; 5] = [
+const CASES: [PoolCase; 6] = [
     ([2, 3, 6, 6], [2, 2], None, [0, 0], [1, 1]),
     ([1, 2, 7, 5], [3, 3], Some([2, 1]), [1, 1], [1, 1]),
     ([2, 1, 9, 8], [3, 2], Some([1, 2]), [1, 0], [2, 3]),
@@ -77,6 +75,9 @@ const CASES: [PoolCase; 5] = [
     // 480 output rows of 630 taps: the CPU kernel's rows split over ~18
     // parallel chunks.
     ([3, 4, 40, 70], [3, 3], Some([1, 1]), [1, 1], [1, 1]),
+    // The CPU's 2x2 stride-2 loop: an odd size floored, 180 output rows
+    // in 3 parallel chunks.
+    ([2, 3, 61, 97], [2, 2], None, [0, 0], [1, 1]),
 ];
 
 /// Run with `ceil_mode`: a last partial window in the rows (7 = 3 x 2 +
@@ -441,46 +442,87 @@ fn bad_input_is_an_error_naming_the_op(dev: Device) {
     assert_eq!(e0.max_pool2d([2, 2], &d).unwrap().shape(), &[0, 2, 2, 2]);
 }
 
-#[cfg(feature = "cuda")]
-on_both!(
+/// Every 2x2 window over {-inf, 1, 2, NaN} (ties, NaNs in each position,
+/// -inf only), against PyTorch's scan over the taps (start from the first,
+/// replace when greater or NaN): the value and its index (what the
+/// backward pass scatters to). 2x2 windows at stride 2 have their own CPU
+/// loop; a row padded by one column on each side sends its edge windows
+/// down the general one, and the rest down the 2x2 loop at an odd offset.
+fn max_pool2d_ties_and_nans_follow_the_scan(dev: Device) {
+    let vals = [f64::NEG_INFINITY, 1.0, 2.0, f64::NAN];
+    let windows: Vec<[f64; 4]> = (0..256)
+        .map(|k| [0, 1, 2, 3].map(|t| vals[(k >> (2 * t)) & 3]))
+        .collect();
+    // Window q's taps (row-major within the window) at columns 2q, 2q + 1
+    // of rows 0 and 1.
+    let mut x = vec![0.0; 2 * 512];
+    for (q, win) in windows.iter().enumerate() {
+        x[2 * q] = win[0];
+        x[2 * q + 1] = win[1];
+        x[512 + 2 * q] = win[2];
+        x[512 + 2 * q + 1] = win[3];
+    }
+    let scan = |win: &[f64; 4]| {
+        let mut at = 0;
+        for t in 1..4 {
+            if win[t] > win[at] || win[t].is_nan() {
+                at = t;
+            }
+        }
+        at
+    };
+    let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+    for dt in [DType::F32, DType::F64, DType::BF16] {
+        let t = tensor(&x, &[1, 1, 2, 512], dt, dev);
+        let (y, i) = t
+            .max_pool2d_with_indices([2, 2], &PoolOptions::default())
+            .unwrap();
+        let (y, i) = (read(&y), read(&i));
+        for (q, win) in windows.iter().enumerate() {
+            let at = scan(win);
+            let want_i = (at / 2 * 512 + 2 * q + at % 2) as f64;
+            assert!(same(y[q], win[at]), "{dt} window {win:?}: {}", y[q]);
+            assert_eq!(i[q], want_i, "{dt} window {win:?}");
+        }
+        // Padded by a column on each side: output 0 and 256 see one
+        // column of the row, outputs 1..256 windows (2q - 1, 2q), which
+        // are the scan of those four taps too.
+        let padded = PoolOptions {
+            padding: [0, 1],
+            ..PoolOptions::default()
+        };
+        let (yp, ip) = t.max_pool2d_with_indices([2, 2], &padded).unwrap();
+        let (yp, ip) = (read(&yp), read(&ip));
+        assert_eq!(yp.len(), 257);
+        for o in 0..257 {
+            let cols: Vec<usize> = [2 * o as isize - 1, 2 * o as isize]
+                .into_iter()
+                .filter(|&c| (0..512).contains(&c))
+                .map(|c| c as usize)
+                .collect();
+            let taps: Vec<usize> = [0, 512]
+                .into_iter()
+                .flat_map(|r| cols.iter().map(move |c| r + c))
+                .collect();
+            let mut at = taps[0];
+            for &p in &taps[1..] {
+                if x[p] > x[at] || x[p].is_nan() {
+                    at = p;
+                }
+            }
+            assert!(same(yp[o], x[at]), "{dt} padded output {o}");
+            assert_eq!(ip[o], at as f64, "{dt} padded output {o}");
+        }
+    }
+}
+
+common::on_devices!(
     max_pool2d_matches_the_loop,
     max_pool2d_propagates_nan,
+    max_pool2d_ties_and_nans_follow_the_scan,
     pooling_edges_follow_pytorch,
     avg_pool2d_matches_the_loop,
     adaptive_avg_pool2d_matches_the_loop,
     modules_and_workspace,
     bad_input_is_an_error_naming_the_op,
 );
-
-#[cfg(not(feature = "cuda"))]
-mod cpu {
-    use tensorscope::Device;
-    #[test]
-    fn max_pool2d_matches_the_loop() {
-        super::max_pool2d_matches_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn pooling_edges_follow_pytorch() {
-        super::pooling_edges_follow_pytorch(Device::Cpu)
-    }
-    #[test]
-    fn max_pool2d_propagates_nan() {
-        super::max_pool2d_propagates_nan(Device::Cpu)
-    }
-    #[test]
-    fn avg_pool2d_matches_the_loop() {
-        super::avg_pool2d_matches_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn adaptive_avg_pool2d_matches_the_loop() {
-        super::adaptive_avg_pool2d_matches_the_loop(Device::Cpu)
-    }
-    #[test]
-    fn modules_and_workspace() {
-        super::modules_and_workspace(Device::Cpu)
-    }
-    #[test]
-    fn bad_input_is_an_error_naming_the_op() {
-        super::bad_input_is_an_error_naming_the_op(Device::Cpu)
-    }
-}

@@ -2,11 +2,12 @@
 //! they compute): max pooling over contiguous `[planes, H, W]` planes, one
 //! pass, with the argmax; col2im, a convolution's input gradient summed
 //! from its columns' gradient; and im2col, the columns themselves. The
-//! work (output rows, planes, or tap rows of one sample) is split over
-//! the kernel pool in chunks of about [`CHUNK_TAPS`] taps.
+//! work (output rows; one channel, or one tap row, of a block of samples)
+//! is split over the kernel pool in units of about [`CHUNK_TAPS`] taps.
 
 use super::pool::par_for;
 use super::ptr;
+use super::simd;
 use super::strided::SendPtr;
 use crate::backend::windows::Windows;
 use crate::backend::Operand;
@@ -20,7 +21,8 @@ const CHUNK_TAPS: usize = 1 << 14;
 
 /// `y` (and `idx`) from `x`; the dispatcher checked dtypes and layouts
 /// and holds the locks. The units of work are output rows (plane, row),
-/// so a few large planes still use every thread.
+/// so a few large planes still use every thread. Each output's in-bounds
+/// taps along a dim (`lo..hi` of `0..k`) are computed once per call.
 pub(crate) fn max_pool2d(x: &Operand, y: &Operand, idx: Option<&Operand>, g: &Windows) {
     let per_row = (g.out[1] * g.kernel[0] * g.kernel[1]).max(1);
     let rows_per_chunk = CHUNK_TAPS.div_ceil(per_row).max(1);
@@ -30,12 +32,28 @@ pub(crate) fn max_pool2d(x: &Operand, y: &Operand, idx: Option<&Operand>, g: &Wi
         idx.map(|i| SendPtr(ptr::<i64>(i.storage))),
         idx.map_or(0, |i| i.layout.offset()),
     );
+    let (row_taps, col_taps) = (in_bounds_taps(g, 0), in_bounds_taps(g, 1));
+    let plain = g.kernel == [2, 2]
+        && g.stride == [2, 2]
+        && g.dilation == [1, 1]
+        && row_taps.iter().chain(&col_taps).all(|t| *t == (0..2))
+        && g.pad == [0, 0];
     with_float_dtype!(x.dtype, T => {
         let (px, py) = (SendPtr(ptr::<T>(x.storage)), SendPtr(ptr::<T>(y.storage)));
         let (xo, yo) = (x.layout.offset(), y.layout.offset());
         par_for(chunks, |c| {
             let first = c * rows_per_chunk;
-            for u in first..(first + rows_per_chunk).min(rows) {
+            let chunk = first..(first + rows_per_chunk).min(rows);
+            if plain {
+                // SAFETY: the offsets of the operands' views in their
+                // storages (the dispatcher checked the views).
+                let (x, y, idx) = unsafe {
+                    (px.get().add(xo), py.get().add(yo), po.as_ref().map(|o| o.get().add(pi)))
+                };
+                simd::run(Plain2x2 { x, y, idx, rows: chunk, g });
+                return;
+            }
+            for u in chunk {
                 let (p, oh) = (u / g.out[0], u % g.out[0]);
                 let at = p * g.out[0] * g.out[1] + oh * g.out[1];
                 // SAFETY: contiguous views of storages of `T` (and i64 for
@@ -47,6 +65,8 @@ pub(crate) fn max_pool2d(x: &Operand, y: &Operand, idx: Option<&Operand>, g: &Wi
                         py.get().add(yo + at),
                         po.as_ref().map(|o| o.get().add(pi + at)),
                         oh,
+                        row_taps[oh].clone(),
+                        &col_taps,
                         g,
                     );
                 }
@@ -55,39 +75,144 @@ pub(crate) fn max_pool2d(x: &Operand, y: &Operand, idx: Option<&Operand>, g: &Wi
     }, _ => unreachable!("the dispatcher admits float dtypes only"))
 }
 
-/// Output row `oh` of one plane.
+/// Per output along dim `d` (rows 0, columns 1), its taps that land inside
+/// the input: `lo..hi` of `0..k` (the in-bounds taps of a window are
+/// consecutive).
+fn in_bounds_taps(g: &Windows, d: usize) -> Vec<Range<usize>> {
+    let (k, n) = (g.kernel[d], if d == 0 { g.h } else { g.w });
+    (0..g.out[d])
+        .map(|o| {
+            let lo = (0..k).find(|&i| g.tap(d, o, i) >= 0).unwrap_or(k);
+            let hi = (lo..k).find(|&i| g.tap(d, o, i) >= n as isize).unwrap_or(k);
+            lo..hi
+        })
+        .collect()
+}
+
+/// `a` or `b`, whichever PyTorch's scan over the taps `a`'s then `b`'s
+/// would end on: `b` when it is greater or NaN, else `a` (so the first
+/// maximum, or the last NaN, wins: the same as the scan, in a tree).
+#[inline(always)]
+fn pick<T: Element>(a: (T, i64), b: (T, i64)) -> (T, i64) {
+    #[allow(clippy::eq_op)] // `v != v`: NaN, for every float type.
+    let better = (b.0 > a.0) | (b.0 != b.0);
+    // Two selects (of a tuple, LLVM made a branch).
+    (
+        if better { b.0 } else { a.0 },
+        if better { b.1 } else { a.1 },
+    )
+}
+
+/// Max pooling with 2x2 windows at stride 2 and no padding, every window
+/// inside its plane (PyTorch's default `MaxPool2d(2)` on even or floored
+/// maps), over the output rows `rows` (plane-major) of contiguous planes:
+/// each output is the tree of [`pick`]s over its two rows' pairs. A unit
+/// for [`simd::run`]: at the x86-64 baseline (SSE2, no blend instruction)
+/// LLVM compiled the selects to branches, which random data mispredicted
+/// (10 ns per output, `perf` of the CNN training step, in the general
+/// loop of [`row`]); at AVX2 they are blends.
+struct Plain2x2<'a, T> {
+    /// The first plane; `y` and `idx` the first plane's outputs.
+    x: *const T,
+    y: *mut T,
+    idx: Option<*mut i64>,
+    rows: Range<usize>,
+    g: &'a Windows,
+}
+
+impl<T: Element> simd::Kernel for Plain2x2<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call<const FMA: bool>(self) {
+        let g = self.g;
+        let (oh_n, ow) = (g.out[0], g.out[1]);
+        for u in self.rows {
+            let (p, oh) = (u / oh_n, u % oh_n);
+            let top = 2 * oh * g.w;
+            // SAFETY: `max_pool2d` sends only geometries whose windows are
+            // all inside the planes: rows 2 oh, 2 oh + 1 < h and columns
+            // < 2 OW <= w of plane p; `u` is one of this chunk's output
+            // rows (`OW` outputs and indices, this thread's alone).
+            let (r0, r1, out) = unsafe {
+                let plane = self.x.add(p * g.h * g.w);
+                (
+                    std::slice::from_raw_parts(plane.add(top), 2 * ow),
+                    std::slice::from_raw_parts(plane.add(top + g.w), 2 * ow),
+                    std::slice::from_raw_parts_mut(self.y.add(u * ow), ow),
+                )
+            };
+            let (p0, p1) = (top as i64, (top + g.w) as i64);
+            let windows = r0.chunks_exact(2).zip(r1.chunks_exact(2));
+            match self.idx {
+                Some(i) => {
+                    // SAFETY: as `out`, for the i64 indices.
+                    let ids = unsafe { std::slice::from_raw_parts_mut(i.add(u * ow), ow) };
+                    for (q, ((v, id), (a, b))) in out.iter_mut().zip(ids).zip(windows).enumerate() {
+                        let o = 2 * q as i64;
+                        (*v, *id) = max4(a, b, p0 + o, p1 + o);
+                    }
+                }
+                None => {
+                    for (v, (a, b)) in out.iter_mut().zip(windows) {
+                        *v = max4(a, b, 0, 0).0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The maximum of a 2x2 window (`top` and `bottom` pairs, at flat indices
+/// `p0`, `p0 + 1`, `p1`, `p1 + 1`) and its index, in the scan's order.
+#[inline(always)]
+fn max4<T: Element>(top: &[T], bottom: &[T], p0: i64, p1: i64) -> (T, i64) {
+    let t = pick((top[0], p0), (top[1], p0 + 1));
+    let b = pick((bottom[0], p1), (bottom[1], p1 + 1));
+    pick(t, b)
+}
+
+/// Output row `oh` of one plane, whose in-bounds row taps are `rows`;
+/// `cols[ow]` are output column `ow`'s.
 ///
 /// # Safety
 /// `x` holds the plane's `h * w` elements, `y` and `idx` (if any) the
 /// row's `ow` outputs, this thread's alone.
-unsafe fn row<T: Element>(x: *const T, y: *mut T, idx: Option<*mut i64>, oh: usize, g: &Windows) {
+unsafe fn row<T: Element>(
+    x: *const T,
+    y: *mut T,
+    idx: Option<*mut i64>,
+    oh: usize,
+    rows: Range<usize>,
+    cols: &[Range<usize>],
+    g: &Windows,
+) {
     let w = g.w as isize;
-    // The in-bounds taps of output row (column) `o`: `lo..hi` of `0..k`.
-    let taps = |d: usize, o: usize, n: usize| {
-        let k = g.kernel[d];
-        let lo = (0..k).find(|&i| g.tap(d, o, i) >= 0).unwrap_or(k);
-        let hi = (lo..k).find(|&i| g.tap(d, o, i) >= n as isize).unwrap_or(k);
-        (lo, hi)
-    };
-    let (i0, i1) = taps(0, oh, g.h);
-    for ow in 0..g.out[1] {
-        let (j0, j1) = taps(1, ow, g.w);
-        // Start from the first in-bounds tap (`ops::pool` refuses a window
-        // without one), then let a tap replace the best when it is greater
-        // or NaN: selects, not branches (random data mispredicted half the
-        // comparisons). The chosen element itself is written (exact, NaN
-        // payloads included).
+    // Start from the first in-bounds tap (`ops::pool` refuses a window
+    // without one), then let a tap replace the best when it is greater or
+    // NaN: selects, not branches (random data mispredicted half the
+    // comparisons). The chosen element itself is written (exact, NaN
+    // payloads included).
+    #[inline(always)]
+    fn take(best: &mut f64, at: &mut isize, f: f64, pos: isize) {
+        let better = (f > *best) | f.is_nan();
+        *at = if better | (*at < 0) { pos } else { *at };
+        *best = if better { f } else { *best };
+    }
+    for (ow, cr) in cols.iter().enumerate() {
         let mut at = -1isize;
         let mut best = f64::NEG_INFINITY;
-        for i in i0..i1 {
+        for i in rows.clone() {
             let r = g.tap(0, oh, i) * w;
-            for j in j0..j1 {
+            for j in cr.clone() {
                 let pos = r + g.tap(1, ow, j);
                 // SAFETY: 0 <= r / w < h and 0 <= pos - r < w.
-                let f = unsafe { x.offset(pos).read() }.to_f64();
-                let better = (f > best) | f.is_nan();
-                at = if better | (at < 0) { pos } else { at };
-                best = if better { f } else { best };
+                take(
+                    &mut best,
+                    &mut at,
+                    unsafe { x.offset(pos).read() }.to_f64(),
+                    pos,
+                );
             }
         }
         // SAFETY: ow < OW (the function's contract); `at`, when set, is an
@@ -114,45 +239,125 @@ fn tap_ranges(g: &Windows, d: usize) -> Vec<Range<usize>> {
     (0..g.kernel[d]).map(|i| g.outputs_in(d, i, n)).collect()
 }
 
+/// The flat layout of a unit-stride convolution whose output rows are as
+/// long as the input's (`same` padding, or none on the columns): output
+/// `k = oh * OW + ow` of tap `(i, j)` reads plane element `k + shift`, so a
+/// tap's `OH x OW` block is one run of the plane (one copy, one loop),
+/// except where the tap lands in the padding. `None` for any other
+/// geometry.
+struct Flat {
+    /// Per column tap `j`, the outputs `k` (ascending) whose column is
+    /// outside `cols_in[j]`: the run's elements that are padding even in a
+    /// row that lands inside the plane.
+    outside: Vec<Vec<usize>>,
+}
+
+impl Flat {
+    fn of(g: &Windows, cols_in: &[Range<usize>]) -> Option<Flat> {
+        let ow = g.out[1];
+        (g.stride == [1, 1] && ow == g.w && ow > 0).then(|| Flat {
+            outside: cols_in
+                .iter()
+                .map(|cr| {
+                    (0..g.out[0] * ow)
+                        .filter(|k| !cr.contains(&(k % ow)))
+                        .collect()
+                })
+                .collect(),
+        })
+    }
+
+    /// For tap `(i, j)` with in-plane output rows `rr` and columns `cr`
+    /// (both non-empty): the outputs `lo..hi` whose plane element `k +
+    /// shift` exists, and `shift`. Every output of the rows `rr` with a
+    /// column in `cr` is in `lo..hi`; the others of `lo..hi` are in
+    /// [`Flat::outside`].
+    fn run(g: &Windows, i: usize, j: usize, rr: &Range<usize>) -> (Range<usize>, isize) {
+        let ow = g.out[1];
+        // |tap| < max(OH, H) here (a row of `rr` lands inside the plane),
+        // so these products stay below the operands' sizes.
+        let shift = g.tap(0, 0, i) * g.w as isize + g.tap(1, 0, j);
+        let hw = (g.h * g.w) as isize;
+        let lo = (rr.start * ow).max((-shift).max(0) as usize);
+        let hi = (rr.end * ow).min((hw - shift).max(0) as usize).max(lo);
+        (lo..hi, shift)
+    }
+
+    /// Zeros `run[k - run.start]` for the outputs `k` of `run` outside
+    /// column tap `j`'s in-plane columns: scattered single writes (one or
+    /// two per row for a 3x3 kernel), not a `memset` call per row.
+    fn zero_outside<T: Copy>(&self, j: usize, run: &Range<usize>, buf: &mut [T], zero: T) {
+        let out = &self.outside[j];
+        let first = out.partition_point(|&k| k < run.start);
+        for &k in out[first..].iter().take_while(|&&k| k < run.end) {
+            buf[k - run.start] = zero;
+        }
+    }
+}
+
+/// The sample blocks of a window kernel over `n` samples whose per-sample
+/// work is `per_sample` taps: `(samples per block, blocks)`, a block being
+/// about [`CHUNK_TAPS`] taps.
+fn sample_blocks(n: usize, per_sample: usize) -> (usize, usize) {
+    let nb = CHUNK_TAPS.div_ceil(per_sample.max(1)).clamp(1, n.max(1));
+    (nb, n.div_ceil(nb))
+}
+
 /// `dx` `[n, c, h, w]` from `cols` `[c, kh, kw, n, oh, ow]`; the
-/// dispatcher checked dtypes and layouts and holds the locks. Each plane
-/// `(n, c)` sums its `kh kw` taps' rows into an f64 buffer (only the
-/// output ranges whose tap lands inside the plane, computed once for all
-/// planes: no per-element test; with a unit column stride a tap's row adds
-/// to a contiguous run of the buffer), then writes the plane once.
+/// dispatcher checked dtypes and layouts and holds the locks. The unit of
+/// work is one channel of a block of samples, which reads its part of
+/// `cols` in storage order: per tap, one contiguous stretch of the block's
+/// `l`-element rows (reading each plane's `kh kw` taps instead, `n l`
+/// elements apart, left col2im waiting on memory: 54% of its samples on
+/// the load, `perf`, CNN training step). Each plane sums its taps into an
+/// f64 buffer (only the outputs whose tap lands inside the plane, computed
+/// once for all planes: no per-element test), then is written once.
 pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
     let c = g.planes / n;
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (ow, l) = (g.out[1], g.out[0] * g.out[1]);
-    let per_plane = (kh * kw * l).max(g.h * g.w).max(1);
-    let planes_per_chunk = CHUNK_TAPS.div_ceil(per_plane).max(1);
-    let chunks = g.planes.div_ceil(planes_per_chunk);
+    let (ow, l, hw) = (g.out[1], g.out[0] * g.out[1], g.h * g.w);
+    let (nb, blocks) = sample_blocks(n, (kh * kw * l).max(hw));
     let (rows, cols_in) = (tap_ranges(g, 0), tap_ranges(g, 1));
     let unit = g.stride[1] == 1 || ow == 1;
+    let flat = Flat::of(g, &cols_in);
     with_float_dtype!(cols.dtype, T => {
         let (pc, pd) = (SendPtr(ptr::<T>(cols.storage)), SendPtr(ptr::<T>(dx.storage)));
         let (co, dxo) = (cols.layout.offset(), dx.layout.offset());
-        par_for(chunks, |ch| {
-            let mut acc = vec![0f64; g.h * g.w];
-            let first = ch * planes_per_chunk;
-            for p in first..(first + planes_per_chunk).min(g.planes) {
-                let (ni, ci) = (p / c, p % c);
-                acc.fill(0.0);
-                for (i, rows) in rows.iter().enumerate() {
-                    for (j, cr) in cols_in.iter().enumerate() {
-                        if cr.is_empty() {
+        let zero = T::wrap_from_f64(0.0);
+        par_for(c * blocks, |u| {
+            let (ci, b) = (u / blocks, u % blocks);
+            let samples = b * nb..((b + 1) * nb).min(n);
+            let mut acc = vec![0f64; samples.len() * hw];
+            let mut run_buf = vec![zero; if flat.is_some() { l } else { 0 }];
+            for (i, rows) in rows.iter().enumerate() {
+                for (j, cr) in cols_in.iter().enumerate() {
+                    if cr.is_empty() || rows.is_empty() {
+                        continue;
+                    }
+                    // SAFETY: `cols` is a contiguous [c, kh, kw, n, oh, ow]
+                    // view of a storage of `T` (the dispatcher's check,
+                    // under its lock); this tap's rows of the block's
+                    // samples start here and hold `l` elements each.
+                    let taps = unsafe {
+                        std::slice::from_raw_parts(
+                            pc.get().add(co + (((ci * kh + i) * kw + j) * n + samples.start) * l),
+                            samples.len() * l,
+                        )
+                    };
+                    let flat_run = flat.as_ref().map(|f| (f, Flat::run(g, i, j, rows)));
+                    for (tap, acc) in taps.chunks_exact(l.max(1)).zip(acc.chunks_exact_mut(hw.max(1))) {
+                        if let Some((f, (run, shift))) = &flat_run {
+                            // One run per tap, not one loop per row: the
+                            // run's padding outputs zeroed in a copy.
+                            let buf = &mut run_buf[..run.len()];
+                            buf.copy_from_slice(&tap[run.clone()]);
+                            f.zero_outside(j, run, buf, zero);
+                            let at = (run.start as isize + shift) as usize;
+                            for (d, s) in acc[at..at + run.len()].iter_mut().zip(&*buf) {
+                                *d += s.to_f64();
+                            }
                             continue;
                         }
-                        // SAFETY: `cols` is a contiguous [c, kh, kw, n, oh,
-                        // ow] view of a storage of `T` (the dispatcher's
-                        // check, under its lock); this tap's block starts
-                        // here and holds `l` elements.
-                        let tap = unsafe {
-                            std::slice::from_raw_parts(
-                                pc.get().add(co + (((ci * kh + i) * kw + j) * n + ni) * l),
-                                l,
-                            )
-                        };
                         let x0 = g.tap(1, cr.start, j) as usize;
                         for oh in rows.clone() {
                             let y = g.tap(0, oh, i) as usize;
@@ -172,12 +377,14 @@ pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
                         }
                     }
                 }
-                // SAFETY: plane `p` of the contiguous [n, c, h, w] `dx`
-                // (checked by the dispatcher), written by this call only.
+            }
+            for (k, ni) in samples.enumerate() {
+                // SAFETY: plane (ni, ci) of the contiguous [n, c, h, w] `dx`
+                // (checked by the dispatcher), written by this unit only.
                 let out = unsafe {
-                    std::slice::from_raw_parts_mut(pd.get().add(dxo + p * g.h * g.w), g.h * g.w)
+                    std::slice::from_raw_parts_mut(pd.get().add(dxo + (ni * c + ci) * hw), hw)
                 };
-                for (o, &v) in out.iter_mut().zip(&acc) {
+                for (o, &v) in out.iter_mut().zip(&acc[k * hw..(k + 1) * hw]) {
                     *o = T::wrap_from_f64(v);
                 }
             }
@@ -187,41 +394,60 @@ pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
 
 /// `cols` (`[c kh kw, n oh ow]`, rows `rs` apart) from `x` `[n, c, h, w]`;
 /// the dispatcher checked dtypes and layouts and holds the locks. The unit
-/// of work is one tap row of one sample (`oh ow` elements): each output row
-/// is zeros where the tap lands in the padding and, between, a copy of a
-/// run of the input row (a `memcpy` at unit column stride).
+/// of work is one tap row of a block of samples, written in storage order.
+/// In the [`Flat`] layout each sample's part is one copy of a run of its
+/// plane, its padding outputs then zeroed; otherwise each output row is
+/// zeros where the tap lands in the padding and, between, a copy of a run
+/// of the input row.
 pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
     let c = g.planes / n;
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let (oh, ow) = (g.out[0], g.out[1]);
-    let l = oh * ow;
+    let (l, hw) = (oh * ow, g.h * g.w);
     let rs = cols.layout.strides()[0];
-    let units = c * kh * kw * n;
-    let per_chunk = CHUNK_TAPS.div_ceil(l.max(1)).max(1);
-    let chunks = units.div_ceil(per_chunk);
+    let (nb, blocks) = sample_blocks(n, l);
     let (rows, cols_in) = (tap_ranges(g, 0), tap_ranges(g, 1));
     let unit = g.stride[1] == 1 || ow == 1;
+    let flat = Flat::of(g, &cols_in);
     with_float_dtype!(x.dtype, T => {
         let (px, pc) = (SendPtr(ptr::<T>(x.storage)), SendPtr(ptr::<T>(cols.storage)));
         let (xo, co) = (x.layout.offset(), cols.layout.offset());
         let zero = T::wrap_from_f64(0.0);
-        par_for(chunks, |ch| {
-            let first = ch * per_chunk;
-            for u in first..(first + per_chunk).min(units) {
-                let (r, ni) = (u / n, u % n);
-                let (ci, t) = (r / (kh * kw), r % (kh * kw));
-                let (i, j) = (t / kw, t % kw);
-                let (rr, cr) = (&rows[i], &cols_in[j]);
-                // SAFETY: `x` is a contiguous [n, c, h, w] view and `cols` a
-                // [c kh kw, n oh ow] view with rows `rs` apart, both of `T`
-                // (the dispatcher's checks, under its locks); this unit
-                // reads plane (ni, ci) and writes its own `l` elements.
-                let (plane, dst) = unsafe {
-                    (
-                        std::slice::from_raw_parts(px.get().add(xo + (ni * c + ci) * g.h * g.w), g.h * g.w),
-                        std::slice::from_raw_parts_mut(pc.get().add(co + r * rs + ni * l), l),
-                    )
+        par_for(c * kh * kw * blocks, |u| {
+            let (r, b) = (u / blocks, u % blocks);
+            let samples = b * nb..((b + 1) * nb).min(n);
+            let (ci, t) = (r / (kh * kw), r % (kh * kw));
+            let (i, j) = (t / kw, t % kw);
+            let (rr, cr) = (&rows[i], &cols_in[j]);
+            let flat_run = match &flat {
+                Some(f) if !rr.is_empty() && !cr.is_empty() => Some((f, Flat::run(g, i, j, rr))),
+                _ => None,
+            };
+            // SAFETY: `cols` is a [c kh kw, n oh ow] view of a storage of
+            // `T` with rows `rs` apart (the dispatcher's check, under its
+            // lock); this unit writes the block's `l` elements per sample
+            // of row `r`, and no other unit does.
+            let block = unsafe {
+                std::slice::from_raw_parts_mut(pc.get().add(co + r * rs + samples.start * l), samples.len() * l)
+            };
+            for (ni, dst) in samples.zip(block.chunks_exact_mut(l.max(1))) {
+                // SAFETY: `x` is a contiguous [n, c, h, w] view of a
+                // storage of `T` (the dispatcher's check, under its lock).
+                let plane = unsafe {
+                    std::slice::from_raw_parts(px.get().add(xo + (ni * c + ci) * hw), hw)
                 };
+                if let Some((f, (run, shift))) = &flat_run {
+                    // One copy of a run of the plane (the maps of a small
+                    // CNN have rows of 4 or 8: a copy per row was a
+                    // `memcpy` call per 4 elements).
+                    let at = (run.start as isize + shift) as usize;
+                    dst[..run.start].fill(zero);
+                    dst[run.end..].fill(zero);
+                    let out = &mut dst[run.clone()];
+                    out.copy_from_slice(&plane[at..at + run.len()]);
+                    f.zero_outside(j, run, out, zero);
+                    continue;
+                }
                 for (o_h, out) in dst.chunks_exact_mut(ow.max(1)).enumerate() {
                     if !rr.contains(&o_h) || cr.is_empty() {
                         out.fill(zero);

@@ -5,7 +5,7 @@
 //! missing GPU is an error, not a panic.
 //!
 //! The op families run on both devices in tests/cuda_elementwise.rs and
-//! tests/cuda_ops.rs. `on_both!` and the shared helpers are in
+//! tests/cuda_ops/. `on_both!` and the shared helpers are in
 //! tests/common/devices.rs: each body takes a `Device` and checks results
 //! against naive f64 references (and, on CUDA, against the CPU). Allocator
 //! statistics are global per device, so every test here takes `lock()`.

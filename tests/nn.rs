@@ -1,7 +1,7 @@
 //! Layers, initialisation and losses: forward against naive f64 references
 //! (with non-contiguous inputs), train/eval behaviour, running statistics,
 //! gradchecks in f64 and bad-input errors. PyTorch's layer and loss options
-//! are in tests/nn_options.rs.
+//! are in tests/nn_options/.
 
 mod common;
 

@@ -66,7 +66,7 @@ fn cases(dt: DType) -> Vec<Case> {
 /// dtype, on contiguous, transposed and stepped parameters with
 /// contiguous, transposed and expanded gradients: against the f64
 /// reference, and on CUDA against the CPU (`optim_steps::check_cases`, as
-/// Adam's and SGD's in tests/cuda_ops.rs).
+/// Adam's and SGD's in tests/cuda_ops/).
 fn updates_match_the_reference(dev: Device) {
     for dt in FLOATS {
         check_cases(dev, dt, cases(dt));

@@ -22,7 +22,7 @@
 #     long_running, seeing_memory, double_buffering, triple_buffering, cnn, pruning and
 #     data_loader (`example-NAME`), which run on cuda:0 when a GPU is present.
 # The sanitizer step of run.sh runs over the `test-cuda` kind: the lib's
-# tests, tests/cuda*.rs, and tests/data.rs and tests/profiler.rs (the
+# tests, tests/cuda*.rs and tests/cuda_ops/, and tests/data.rs and tests/profiler.rs (the
 # loader's copy stream and events, the profiler's events).
 # Each executable is stripped of debug info (symbols stay, so panics still
 # name functions), and all of them go into one archive, carry/gpu/bin.tar.xz

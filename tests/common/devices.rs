@@ -1,5 +1,5 @@
 //! What the CPU-and-CUDA test files (tests/cuda.rs, tests/cuda_elementwise.rs,
-//! tests/cuda_ops.rs) share: `on_both!`, which makes a `cpu::<name>` and a
+//! tests/cuda_ops/) share: `on_both!`, which makes a `cpu::<name>` and a
 //! `gpu::<name>` test of each body taking a `Device` (the CUDA one prints a
 //! skip line and returns when no GPU is usable), the per-binary `LOCK` every
 //! test takes (allocator statistics are global per device), and the test

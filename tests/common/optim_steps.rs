@@ -1,4 +1,4 @@
-//! The optimizer steps the device tests run (tests/cuda_ops.rs,
+//! The optimizer steps the device tests run (tests/cuda_ops/,
 //! tests/optim_rules.rs): parameters and gradients laid out contiguous,
 //! transposed, strided or expanded on a device, four steps of an optimizer
 //! on them, and the comparison with a naive reference (tests/common/

@@ -6,7 +6,7 @@
 //! random fills, layer norm, dropout) and the rank-2/3 cuBLAS entry point
 //! against naive references, and prints a skip line without a GPU. The ops
 //! behind the dispatch are tested on both devices in tests/cuda.rs,
-//! tests/cuda_elementwise.rs and tests/cuda_ops.rs.
+//! tests/cuda_elementwise.rs and tests/cuda_ops/.
 
 use super::alloc::{Fence, StreamAwareAllocator, StreamUse};
 use super::blas::{plan, storage_order, GemmPlan, Mat};

@@ -11,6 +11,7 @@ pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod index;
+pub(crate) mod lanes;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod num;

@@ -17,6 +17,7 @@
 //! 16M f32 values keeps its accuracy: every element is widened to f64 before
 //! it is added); integer sums and products wrap in i64.
 
+use super::lanes::fold_lanes;
 use super::num::{FastExp, Flt, Num};
 use super::ptr;
 use super::strided::SendPtr;
@@ -150,20 +151,6 @@ unsafe fn sum16<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
         tail += f(unsafe { p.add(k).read() });
     }
     fold_lanes(&mut l) + tail
-}
-
-/// The sum of `L` (a power of two) lane accumulators, pairwise in a fixed
-/// order (results do not depend on timing or level).
-#[inline(always)]
-fn fold_lanes<const L: usize>(l: &mut [f64; L]) -> f64 {
-    let mut w = L;
-    while w > 1 {
-        w /= 2;
-        for j in 0..w {
-            l[j] += l[j + w];
-        }
-    }
-    l[0]
 }
 
 /// Float elements summed densely in f64.

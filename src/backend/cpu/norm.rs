@@ -32,9 +32,10 @@ use crate::with_float_dtype;
 use num_traits::{Float, One, Zero};
 
 /// Independent accumulators per sum (vector lanes): four AVX2 vectors of
-/// f32, two of f64. With the fold fixed (`fold_lanes_split`), 16 lanes
-/// measured about the same in a standalone copy (81 against 79 us for 256
-/// rows of 1024, one thread); 32 keeps more adds in flight.
+/// f32, eight of f64. With the fold fixed (`fold_lanes_split`), 16 lanes
+/// measured about the same in a standalone copy of the forward rows (81
+/// against 79 us for 256 rows of 1024, one thread, AVX2): the lane count is
+/// not what made the difference, the fold was.
 const LANES: usize = 32;
 
 /// Lanes of each of the backward pass's two sums (sixteen: two sums of 32

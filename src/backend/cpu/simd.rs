@@ -188,6 +188,45 @@ pub(crate) fn run<K: Kernel>(k: K) -> K::Output {
     }
 }
 
+/// The widest level a kernel may run at, below the CPU's best.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cap {
+    /// The CPU's best level ([`run`]).
+    Widest,
+    /// x86-64-v3 (AVX2+FMA) where the CPU has AVX-512: for the kernels
+    /// whose AVX-512 build measured slower than their AVX2 build on the
+    /// AVX-512 machine we had (a 2-core AMD EPYC, Zen 5: family 26), each
+    /// named at its call and in `bench/results/ops-why.md`, session 18.
+    /// LLVM builds their NaN-aware compares with mask registers there, and
+    /// `argmax`'s search for the found value with gathers.
+    NoAvx512,
+}
+
+/// The level [`run_capped`] runs `cap`'s kernels at: the CPU's best
+/// level, or `cap`, whichever is lower.
+pub(crate) fn capped_level(cap: Cap) -> Level {
+    let l = level();
+    #[cfg(target_arch = "x86_64")]
+    if cap == Cap::NoAvx512 && l == Level::V4 {
+        return Level::V3;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = cap;
+    l
+}
+
+/// [`run`] at [`capped_level`].
+#[inline(always)]
+pub(crate) fn run_capped<K: Kernel>(cap: Cap, k: K) -> K::Output {
+    // `run_at` refuses only a level the CPU lacks; `capped_level` is at
+    // most the detected one, and every level below it is available (V3 is
+    // a subset of V4).
+    match run_at(capped_level(cap), k) {
+        Ok(r) => r,
+        Err(k) => k.call::<BASELINE_FMA>(),
+    }
+}
+
 /// Runs shorter than this many elements skip [`run`]'s dispatch in
 /// [`run_map`].
 pub(crate) const SHORT_RUN: usize = 32;
@@ -246,6 +285,27 @@ mod tests {
         run(MapSlice(&mut v, |x| x * 3.0));
         assert!(v.iter().all(|&x| x == 3.0));
         println!("SIMD level: {}", level().name());
+    }
+
+    /// A capped kernel runs at V3 where the best level is V4, else at the
+    /// best level; an uncapped one always at the best.
+    #[test]
+    fn a_capped_kernel_runs_below_avx512_only() {
+        assert_eq!(capped_level(Cap::Widest), level());
+        #[cfg(target_arch = "x86_64")]
+        let want = if level() == Level::V4 {
+            Level::V3
+        } else {
+            level()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let want = level();
+        assert_eq!(capped_level(Cap::NoAvx512), want);
+        assert!(capped_level(Cap::NoAvx512).is_available());
+        let mut v = [1.0f32; 40];
+        run_capped(Cap::NoAvx512, MapSlice(&mut v, |x| x + 1.0));
+        assert!(v.iter().all(|&x| x == 2.0));
+        println!("capped level: {}", capped_level(Cap::NoAvx512).name());
     }
 
     #[test]

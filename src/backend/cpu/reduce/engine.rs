@@ -319,12 +319,15 @@ pub(super) unsafe fn run_reduction<R: Reducer>(
                 let parts = par_map(n_red.div_ceil(PAR_CHUNK), |c| {
                     let start = c * PAR_CHUNK;
                     let end = (start + PAR_CHUNK).min(n_red);
-                    simd::run(Part {
-                        w: &w,
-                        base,
-                        start,
-                        end,
-                    })
+                    simd::run_capped(
+                        R::CAP,
+                        Part {
+                            w: &w,
+                            base,
+                            start,
+                            end,
+                        },
+                    )
                 });
                 // Merged in chunk order: the result does not depend on timing.
                 let a = parts.into_iter().fold(r.init(), |a, b| r.merge(a, b));
@@ -353,13 +356,16 @@ pub(super) unsafe fn run_reduction<R: Reducer>(
         let mut o = start;
         w.kp.runs(start, end, &mut |off, len, s| {
             let (off, s) = (off[0], s[0]);
-            simd::run(Run {
-                w: &w,
-                off,
-                len,
-                s,
-                o,
-            });
+            simd::run_capped(
+                R::CAP,
+                Run {
+                    w: &w,
+                    off,
+                    len,
+                    s,
+                    o,
+                },
+            );
             o += len;
         });
     };

@@ -17,9 +17,9 @@
 //! 16M f32 values keeps its accuracy: every element is widened to f64 before
 //! it is added); integer sums and products wrap in i64.
 
-use super::lanes::fold_lanes;
 use super::num::{FastExp, Flt, Num};
 use super::ptr;
+use super::simd;
 use super::strided::SendPtr;
 use crate::backend::{Operand, Reduction};
 use crate::dtype::{DType, Element};
@@ -27,7 +27,9 @@ use crate::layout::Layout;
 use crate::with_float_dtype;
 use half::{bf16, f16};
 
+mod dense;
 mod engine;
+use dense::DenseSum;
 pub(super) use engine::inner;
 use engine::{run_reduction, split_dims};
 
@@ -93,6 +95,8 @@ impl AsI64 for u8 {
 trait Reducer: Sync {
     type In: Copy;
     type Acc: Copy + Send;
+    /// The widest SIMD level the reducer's loops run at.
+    const CAP: simd::Cap = simd::Cap::Widest;
     /// The identity of `merge`.
     fn init(&self) -> Self::Acc;
     /// Folds element `x` with index `i` (its linear position in the walk of
@@ -126,150 +130,6 @@ trait Reducer: Sync {
     /// `o` is in bounds of the outputs and no other thread writes it.
     unsafe fn finish(&self, a: Self::Acc, n: usize, o: usize);
 }
-
-/// Dense f64 accumulation of `f(p[k])` in 16 independent lanes (vectorises:
-/// four AVX2 accumulators, enough to hide the add's latency).
-///
-/// # Safety
-/// `p[0..len]` is in bounds and initialised.
-#[inline(always)]
-unsafe fn sum16<T: Copy>(p: *const T, len: usize, f: impl Fn(T) -> f64) -> f64 {
-    const L: usize = 16;
-    let mut l = [0f64; L];
-    let body = len / L * L;
-    let mut k = 0;
-    while k < body {
-        for (j, lj) in l.iter_mut().enumerate() {
-            // SAFETY: `k + j < body <= len`: in bounds and initialised (this fn's contract).
-            *lj += f(unsafe { p.add(k + j).read() });
-        }
-        k += L;
-    }
-    let mut tail = 0.0;
-    for k in body..len {
-        // SAFETY: `k < len`: in bounds and initialised (this fn's contract).
-        tail += f(unsafe { p.add(k).read() });
-    }
-    fold_lanes(&mut l) + tail
-}
-
-/// Float elements summed densely in f64.
-trait DenseSum: Element {
-    /// `sum(f(p[k]))` over `len` contiguous elements, accumulated in f64.
-    ///
-    /// # Safety
-    /// The elements are in bounds and initialised.
-    unsafe fn dense_sum(p: *const Self, len: usize, f: impl Fn(f64) -> f64) -> f64;
-    /// `sum(p[k])`: [`DenseSum::dense_sum`] of the identity, unless the type
-    /// has a faster way of the same accuracy class.
-    ///
-    /// # Safety
-    /// As for [`DenseSum::dense_sum`].
-    #[inline(always)]
-    unsafe fn dense_total(p: *const Self, len: usize) -> f64 {
-        // SAFETY: this fn's contract is `dense_sum`'s.
-        unsafe { Self::dense_sum(p, len, |x| x) }
-    }
-}
-impl DenseSum for f32 {
-    #[inline(always)]
-    unsafe fn dense_sum(p: *const f32, len: usize, f: impl Fn(f64) -> f64) -> f64 {
-        // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
-        // initialised.
-        unsafe { sum16(p, len, |x| f(x as f64)) }
-    }
-    /// [`sum16`] of the widened elements; with AVX, the same sum (the same
-    /// lanes, order and fold: bit for bit) by [`sum16_f32_avx`].
-    #[inline(always)]
-    unsafe fn dense_total(p: *const f32, len: usize) -> f64 {
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::level() != super::simd::Level::Scalar {
-            // SAFETY: a level above scalar on x86-64 is V3 or V4, whose
-            // detection checked AVX2 and FMA; the elements are the caller's.
-            return unsafe { sum16_f32_avx(p, len) };
-        }
-        // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
-        // initialised.
-        unsafe { sum16(p, len, |x| x as f64) }
-    }
-}
-
-/// [`sum16`] of f32 elements widened to f64, with the widening written as
-/// `vcvtps2pd` of four elements: LLVM's own vectorisation of `sum16`
-/// widened two at a time (xmm, seen in `perf annotate`), and the widening
-/// bounded the loop: `sum` of a `[512, 1024]` f32 tensor took 87 us on one
-/// thread of the 2-core EPYC, PyTorch 44 us. Four accumulators of four
-/// lanes are `sum16`'s 16 lanes in its order (lane `j` adds the elements
-/// `j mod 16`), folded by the same [`fold_lanes`]: the result is
-/// bit-identical at every level.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA; `p[0..len]` is in bounds and initialised.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn sum16_f32_avx(p: *const f32, len: usize) -> f64 {
-    use std::arch::x86_64::{
-        _mm256_add_pd, _mm256_cvtps_pd, _mm256_setzero_pd, _mm256_storeu_pd, _mm_loadu_ps,
-    };
-    let mut acc = [_mm256_setzero_pd(); 4];
-    let body = len / 16 * 16;
-    let mut k = 0;
-    while k < body {
-        for (j, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `k + 4 j + 4 <= body <= len`: in bounds (this fn's contract).
-            let v = unsafe { _mm_loadu_ps(p.add(k + 4 * j)) };
-            *a = _mm256_add_pd(*a, _mm256_cvtps_pd(v));
-        }
-        k += 16;
-    }
-    let mut l = [0f64; 16];
-    for (j, a) in acc.iter().enumerate() {
-        // SAFETY: `l[4 j..4 j + 4]` is in bounds of `l`.
-        unsafe { _mm256_storeu_pd(l.as_mut_ptr().add(4 * j), *a) };
-    }
-    let mut tail = 0.0;
-    for k in body..len {
-        // SAFETY: `k < len`: in bounds (this fn's contract).
-        tail += unsafe { p.add(k).read() } as f64;
-    }
-    fold_lanes(&mut l) + tail
-}
-impl DenseSum for f64 {
-    #[inline(always)]
-    unsafe fn dense_sum(p: *const f64, len: usize, f: impl Fn(f64) -> f64) -> f64 {
-        // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
-        // initialised.
-        unsafe { sum16(p, len, f) }
-    }
-}
-/// f16 / bf16: widened a chunk at a time by `half`'s slice conversion (F16C
-/// instructions when the CPU has them), then summed like f32.
-macro_rules! dense_sum_half {
-    ($t:ty) => {
-        impl DenseSum for $t {
-            #[inline(always)]
-            unsafe fn dense_sum(p: *const $t, len: usize, f: impl Fn(f64) -> f64) -> f64 {
-                use half::slice::HalfFloatSliceExt;
-                let mut buf = [0f32; 256];
-                let mut acc = 0.0;
-                let mut c0 = 0;
-                while c0 < len {
-                    let n = buf.len().min(len - c0);
-                    // SAFETY: `c0 + n <= len`: the caller's contiguous elements, in bounds and
-                    // initialised.
-                    let src = unsafe { std::slice::from_raw_parts(p.add(c0), n) };
-                    src.convert_to_f32_slice(&mut buf[..n]);
-                    // SAFETY: `buf` holds `n` initialised f32 values.
-                    acc += unsafe { sum16(buf.as_ptr(), n, |x| f(x as f64)) };
-                    c0 += n;
-                }
-                acc
-            }
-        }
-    };
-}
-dense_sum_half!(f16);
-dense_sum_half!(bf16);
 
 // ---------------------------------------------------------------- sum, mean, prod
 
@@ -379,6 +239,10 @@ struct Extreme<L: Load, const MAX: bool> {
     out: SendPtr<L::V>,
 }
 impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
+    /// AVX2: the NaN-aware compares measured faster there than with
+    /// AVX-512's mask registers (`max` over the rows of a `[512, 1024]`
+    /// f32 tensor, one thread of the AVX-512 EPYC: see ops-why, session 18).
+    const CAP: simd::Cap = simd::Cap::NoAvx512;
     type In = L;
     type Acc = L::V;
     fn init(&self) -> L::V {
@@ -465,7 +329,21 @@ impl<L: Load, const MAX: bool> Extreme<L, MAX> {
             // SAFETY: `k < len`: in bounds (the contract).
             a = Self::pick(a, unsafe { p.add(k * s).read() }.load());
         }
-        l.iter().fold(a, |a, &b| Self::pick(a, b))
+        // Pairwise, lane `j` with `j + w` (whole vectors first): a chain
+        // through the 32 lanes one by one cost as much as the loop over a
+        // 1024-long row (`perf annotate` of `max` over the rows of a
+        // `[512, 1024]` f32 tensor on the AVX-512 EPYC). The order is
+        // fixed, so the result does not depend on the level; it differs
+        // from an element-by-element fold only in which zero a tie of `0`
+        // and `-0` returns.
+        let mut w = L;
+        while w > 1 {
+            w /= 2;
+            for j in 0..w {
+                l[j] = Self::pick(l[j], l[j + w]);
+            }
+        }
+        Self::pick(a, l[0])
     }
 }
 
@@ -483,6 +361,10 @@ impl<L: Load, const MAX: bool> Arg<L, MAX> {
     }
 }
 impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
+    /// AVX2: at AVX-512 LLVM built the search for the found value from
+    /// gathers; `argmax` over the rows of a `[512, 1024]` f32 tensor on
+    /// the AVX-512 EPYC took 74-86 us at two threads, 40 us at AVX2.
+    const CAP: simd::Cap = simd::Cap::NoAvx512;
     type In = L;
     /// `(value, index)`; index `usize::MAX` means nothing folded yet.
     type Acc = (L::V, usize);
@@ -874,40 +756,5 @@ pub(crate) fn arg_reduce(
         DType::I32 => arg_typed::<i32>(max, src, dim, values, indices),
         DType::U8 => arg_typed::<u8>(max, src, dim, values, indices),
         DType::Bool => arg_typed::<B8>(max, src, dim, values, indices),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The AVX sum is `sum16` bit for bit (so results do not depend on the
-    /// level), over lengths with and without a tail.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx_f32_sum_is_sum16_bit_for_bit() {
-        if super::super::simd::level() == super::super::simd::Level::Scalar {
-            println!("skip: no AVX2 on this CPU");
-            return;
-        }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let xs: Vec<f32> = (0..5000)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
-            })
-            .collect();
-        for len in [0, 1, 15, 16, 17, 255, 1024, 4999, 5000] {
-            // SAFETY: `len <= xs.len()`; this CPU has AVX2 (checked above).
-            let (a, b) = unsafe {
-                (
-                    sum16(xs.as_ptr(), len, |x| x as f64),
-                    sum16_f32_avx(xs.as_ptr(), len),
-                )
-            };
-            assert_eq!(a.to_bits(), b.to_bits(), "len {len}: {a} vs {b}");
-        }
     }
 }

@@ -181,11 +181,7 @@ impl<T: Copy, F: Fn(T) -> T> Kernel for MapSlice<'_, T, F> {
 /// Runs `k` compiled for this CPU's best level (see the module docs).
 #[inline(always)]
 pub(crate) fn run<K: Kernel>(k: K) -> K::Output {
-    // `run_at` refuses only a level the CPU lacks; `LEVEL` is one it has.
-    match run_at(level(), k) {
-        Ok(r) => r,
-        Err(k) => k.call::<BASELINE_FMA>(),
-    }
+    run_capped(Cap::Widest, k)
 }
 
 /// The widest level a kernel may run at, below the CPU's best.
@@ -197,13 +193,15 @@ pub(crate) enum Cap {
     /// whose AVX-512 build measured slower than their AVX2 build on the
     /// AVX-512 machine we had (a 2-core AMD EPYC, Zen 5: family 26), each
     /// named at its call and in `bench/results/ops-why.md`, session 18.
-    /// LLVM builds their NaN-aware compares with mask registers there, and
-    /// `argmax`'s search for the found value with gathers.
+    /// For `max` and `argmax` LLVM builds the NaN-aware compares with mask
+    /// registers there, and `argmax`'s search for the found value with
+    /// gathers; for LayerNorm's forward the cause was not found.
     NoAvx512,
 }
 
 /// The level [`run_capped`] runs `cap`'s kernels at: the CPU's best
 /// level, or `cap`, whichever is lower.
+#[inline]
 pub(crate) fn capped_level(cap: Cap) -> Level {
     let l = level();
     #[cfg(target_arch = "x86_64")]

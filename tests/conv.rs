@@ -853,7 +853,65 @@ fn sample_blocks_agree_with_one_sample_at_a_time(dev: Device) {
     }
 }
 
+/// The CPU's flat im2col reads each sample's whole shifted plane when it
+/// lies inside the storage, dropping the lanes that are padding, and its
+/// col2im adds every tap's `l` outputs into a buffer with margins (both
+/// for unit strides and rows as long as the input's: `same` padding). An
+/// input that is a view into a larger storage full of NaN around it, and
+/// that view's copy, give bit-identical outputs and gradients, with no
+/// NaN: nothing read outside the view reaches a result.
+fn the_flat_kernels_ignore_what_surrounds_the_view(dev: Device) {
+    for (k, (xs, kernel, dt)) in [
+        ([4, 3, 4, 4], [3, 3], DType::F32),
+        ([3, 2, 8, 8], [3, 3], DType::F32),
+        ([2, 3, 6, 6], [5, 5], DType::F64),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let same = ConvOptions::<2> {
+            padding: Padding::Same,
+            ..ConvOptions::default()
+        };
+        let n: usize = xs.iter().product();
+        let xv = uniform(n, 110 + k as u64, -1.0, 1.0);
+        // [nan x n, x, nan x n]: the view starts one input's size in.
+        let mut around = vec![f64::NAN; 3 * n];
+        around[n..2 * n].copy_from_slice(&xv);
+        let big = tensor(&around, &[3 * n], dt, dev);
+        let view = big
+            .narrow(0, n, n)
+            .unwrap()
+            .reshape(&[
+                xs[0] as isize,
+                xs[1] as isize,
+                xs[2] as isize,
+                xs[3] as isize,
+            ])
+            .unwrap();
+        assert!(view.storage_offset() > 0);
+        let copy = tensor(&xv, &xs, dt, dev);
+        let wv = uniform(2 * xs[1] * kernel[0] * kernel[1], 120 + k as u64, -1.0, 1.0);
+        let mut got = vec![];
+        for x in [view, copy] {
+            let x = x.requires_grad_(true).unwrap();
+            let w = tensor(&wv, &[2, xs[1], kernel[0], kernel[1]], dt, dev)
+                .requires_grad_(true)
+                .unwrap();
+            let y = x.conv2d(&w, None, &same).unwrap();
+            y.sum_all().unwrap().backward().unwrap();
+            got.push([read(&y), read(&x.grad().unwrap()), read(&w.grad().unwrap())]);
+        }
+        for (a, b) in got[0].iter().zip(&got[1]) {
+            assert!(a.iter().all(|v| v.is_finite()), "{xs:?} {dt}");
+            let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(a), bits(b), "{xs:?} {dt}");
+        }
+    }
+}
+
 common::on_devices!(
+    the_flat_kernels_ignore_what_surrounds_the_view,
     sample_blocks_agree_with_one_sample_at_a_time,
     conv2d_matches_the_direct_loop,
     conv2d_gradients_match_the_loop,

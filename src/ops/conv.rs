@@ -461,15 +461,42 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     Ok(dx)
 }
 
+/// `dy` `[N, O, OH, OW]` as the `[G, N L, O/G]` operand of the weight
+/// gradient's product on the CPU: one copy, each sample's `[O/G, L]`
+/// block transposed.
+fn dy_rows(dy: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let og = (g.o / g.g) as isize;
+    dy.reshape(&[g.n as isize, g.g as isize, og, g.l() as isize])?
+        .permute(&[1, 0, 3, 2])?
+        .contiguous()?
+        .reshape(&[g.g as isize, (g.n * g.l()) as isize, og])
+}
+
 /// The weight's gradient `[O, C/G, kh, kw]`: `dy` times the columns.
+///
+/// On the CPU it is computed transposed, `cols [K, N L] x dy^T [N L,
+/// O/G]`, with `dy^T` copied row-major ([`dy_rows`]): both operands then
+/// have unit column stride, which gemm reads without packing either
+/// transposed. The direct `dy [O/G, N L] x cols^T` has a column-major right
+/// operand; for the CNN example's second convolution (`[32, 4096] x [4096,
+/// 144]`) that took 246-253 us against 104-108 us for the transposed
+/// product with contiguous operands (AVX-512 EPYC, two threads, session
+/// 19: `bench/results/ops-why.md`). CUDA keeps the direct form: cuBLAS
+/// takes either layout without a copy.
 fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry, wshape: &[usize]) -> Result<Tensor> {
     if winograd::applies(g, x) {
         return winograd::weight_grad(dy, x, g);
     }
+    let shape: Vec<isize> = wshape.iter().map(|&d| d as isize).collect();
     let cols = columns(x, g)?; // [G, K, N L]
+    if dy.device().is_cpu() {
+        let dyt = dy_rows(dy, g)?; // [G, N L, O/G]
+        let gwt = cols.matmul(&dyt)?; // [G, K, O/G]
+        drop((cols, dyt));
+        return gwt.transpose(1, 2)?.contiguous()?.reshape(&shape);
+    }
     let dyt = dy_matrix(dy, g)?;
     let gw = dyt.matmul(&cols.transpose(1, 2)?)?; // [G, O/G, K]
-    let shape: Vec<isize> = wshape.iter().map(|&d| d as isize).collect();
     gw.reshape(&shape)
 }
 

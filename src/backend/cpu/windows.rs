@@ -11,7 +11,7 @@ use super::simd;
 use super::strided::SendPtr;
 use crate::backend::windows::Windows;
 use crate::backend::Operand;
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 use crate::with_float_dtype;
 use std::ops::Range;
 
@@ -242,27 +242,22 @@ fn tap_ranges(g: &Windows, d: usize) -> Vec<Range<usize>> {
 /// The flat layout of a unit-stride convolution whose output rows are as
 /// long as the input's (`same` padding, or none on the columns): output
 /// `k = oh * OW + ow` of tap `(i, j)` reads plane element `k + shift`, so a
-/// tap's `OH x OW` block is one run of the plane (one copy, one loop),
-/// except where the tap lands in the padding. `None` for any other
-/// geometry.
+/// tap's `OH x OW` block is one run of the plane (one loop), except where
+/// the tap lands in the padding. `None` for any other geometry.
 struct Flat {
-    /// Per column tap `j`, the outputs `k` (ascending) whose column is
-    /// outside `cols_in[j]`: the run's elements that are padding even in a
-    /// row that lands inside the plane.
-    outside: Vec<Vec<usize>>,
+    /// Per column tap `j` and output `k`, whether `k`'s column is inside
+    /// `cols_in[j]`: the run's elements that are padding even in a row
+    /// that lands inside the plane are those without.
+    inside: Vec<Vec<bool>>,
 }
 
 impl Flat {
     fn of(g: &Windows, cols_in: &[Range<usize>]) -> Option<Flat> {
         let ow = g.out[1];
         (g.stride == [1, 1] && ow == g.w && ow > 0).then(|| Flat {
-            outside: cols_in
+            inside: cols_in
                 .iter()
-                .map(|cr| {
-                    (0..g.out[0] * ow)
-                        .filter(|k| !cr.contains(&(k % ow)))
-                        .collect()
-                })
+                .map(|cr| (0..g.out[0] * ow).map(|k| cr.contains(&(k % ow))).collect())
                 .collect(),
         })
     }
@@ -270,8 +265,8 @@ impl Flat {
     /// For tap `(i, j)` with in-plane output rows `rr` and columns `cr`
     /// (both non-empty): the outputs `lo..hi` whose plane element `k +
     /// shift` exists, and `shift`. Every output of the rows `rr` with a
-    /// column in `cr` is in `lo..hi`; the others of `lo..hi` are in
-    /// [`Flat::outside`].
+    /// column in `cr` is in `lo..hi`; the others of `lo..hi` are not
+    /// [`Flat::inside`].
     fn run(g: &Windows, i: usize, j: usize, rr: &Range<usize>) -> (Range<usize>, isize) {
         let ow = g.out[1];
         // |tap| < max(OH, H) here (a row of `rr` lands inside the plane),
@@ -283,15 +278,14 @@ impl Flat {
         (lo..hi, shift)
     }
 
-    /// Zeros `run[k - run.start]` for the outputs `k` of `run` outside
-    /// column tap `j`'s in-plane columns: scattered single writes (one or
-    /// two per row for a 3x3 kernel), not a `memset` call per row.
-    fn zero_outside<T: Copy>(&self, j: usize, run: &Range<usize>, buf: &mut [T], zero: T) {
-        let out = &self.outside[j];
-        let first = out.partition_point(|&k| k < run.start);
-        for &k in out[first..].iter().take_while(|&&k| k < run.end) {
-            buf[k - run.start] = zero;
-        }
+    /// Per output `k` of a tap with column tap `j` and [`Flat::run`]
+    /// `run`: whether it reads the plane (`k` in `run`, its column
+    /// [`Flat::inside`]); the others are padding.
+    fn keep(&self, j: usize, run: Range<usize>) -> Vec<bool> {
+        let inside = &self.inside[j];
+        (0..inside.len())
+            .map(|k| run.contains(&k) && inside[k])
+            .collect()
     }
 }
 
@@ -309,9 +303,11 @@ fn sample_blocks(n: usize, per_sample: usize) -> (usize, usize) {
 /// `cols` in storage order: per tap, one contiguous stretch of the block's
 /// `l`-element rows (reading each plane's `kh kw` taps instead, `n l`
 /// elements apart, left col2im waiting on memory: 54% of its samples on
-/// the load, `perf`, CNN training step). Each plane sums its taps into an
-/// f64 buffer (only the outputs whose tap lands inside the plane, computed
-/// once for all planes: no per-element test), then is written once.
+/// the load, `perf`, CNN training step). In the [`Flat`] layout, f32 and
+/// f64 planes add their taps in place ([`col2im_flat`]). Otherwise each
+/// plane sums its taps into an f64 buffer (only the outputs whose tap
+/// lands inside the plane, computed once for all planes: no per-element
+/// test), then is written once.
 pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
     let c = g.planes / n;
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
@@ -320,15 +316,20 @@ pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
     let (rows, cols_in) = (tap_ranges(g, 0), tap_ranges(g, 1));
     let unit = g.stride[1] == 1 || ow == 1;
     let flat = Flat::of(g, &cols_in);
+    if let Some(f) = &flat {
+        match cols.dtype {
+            DType::F32 => return col2im_flat::<f32>(cols, dx, n, g, f, &rows, &cols_in),
+            DType::F64 => return col2im_flat::<f64>(cols, dx, n, g, f, &rows, &cols_in),
+            _ => {}
+        }
+    }
     with_float_dtype!(cols.dtype, T => {
         let (pc, pd) = (SendPtr(ptr::<T>(cols.storage)), SendPtr(ptr::<T>(dx.storage)));
         let (co, dxo) = (cols.layout.offset(), dx.layout.offset());
-        let zero = T::wrap_from_f64(0.0);
         par_for(c * blocks, |u| {
             let (ci, b) = (u / blocks, u % blocks);
             let samples = b * nb..((b + 1) * nb).min(n);
             let mut acc = vec![0f64; samples.len() * hw];
-            let mut run_buf = vec![zero; if flat.is_some() { l } else { 0 }];
             for (i, rows) in rows.iter().enumerate() {
                 for (j, cr) in cols_in.iter().enumerate() {
                     if cr.is_empty() || rows.is_empty() {
@@ -348,13 +349,13 @@ pub(crate) fn col2im(cols: &Operand, dx: &Operand, n: usize, g: &Windows) {
                     for (tap, acc) in taps.chunks_exact(l.max(1)).zip(acc.chunks_exact_mut(hw.max(1))) {
                         if let Some((f, (run, shift))) = &flat_run {
                             // One run per tap, not one loop per row: the
-                            // run's padding outputs zeroed in a copy.
-                            let buf = &mut run_buf[..run.len()];
-                            buf.copy_from_slice(&tap[run.clone()]);
-                            f.zero_outside(j, run, buf, zero);
+                            // run's padding outputs left out.
                             let at = (run.start as isize + shift) as usize;
-                            for (d, s) in acc[at..at + run.len()].iter_mut().zip(&*buf) {
-                                *d += s.to_f64();
+                            let taps = tap[run.clone()].iter().zip(&f.inside[j][run.clone()]);
+                            for (d, (s, &keep)) in acc[at..at + run.len()].iter_mut().zip(taps) {
+                                if keep {
+                                    *d += s.to_f64();
+                                }
                             }
                             continue;
                         }
@@ -409,6 +410,17 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
     let (rows, cols_in) = (tap_ranges(g, 0), tap_ranges(g, 1));
     let unit = g.stride[1] == 1 || ow == 1;
     let flat = Flat::of(g, &cols_in);
+    // Per tap, the outputs that read the plane ([`Flat::keep`]).
+    let keeps: Vec<Vec<bool>> = match &flat {
+        Some(f) => (0..kh * kw)
+            .map(|t| {
+                let (i, j) = (t / kw, t % kw);
+                let run = (!rows[i].is_empty()).then(|| Flat::run(g, i, j, &rows[i]).0);
+                f.keep(j, run.unwrap_or(0..0))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     with_float_dtype!(x.dtype, T => {
         let (px, pc) = (SendPtr(ptr::<T>(x.storage)), SendPtr(ptr::<T>(cols.storage)));
         let (xo, co) = (x.layout.offset(), cols.layout.offset());
@@ -430,24 +442,31 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
             let block = unsafe {
                 std::slice::from_raw_parts_mut(pc.get().add(co + r * rs + samples.start * l), samples.len() * l)
             };
+            if let Some((f, (run, shift))) = flat_run {
+                // One pass per sample over a run of its plane (the maps of
+                // a small CNN have rows of 4 or 8: a copy per row was a
+                // `memcpy` call per 4 elements), the block in one call.
+                simd::run(FlatTaps {
+                    block,
+                    x: px.get() as *const T,
+                    x_len: x.storage.nbytes() / std::mem::size_of::<T>(),
+                    first: xo + (samples.start * c + ci) * hw,
+                    plane_stride: c * hw,
+                    l,
+                    run,
+                    shift,
+                    inside: &f.inside[j],
+                    keep: &keeps[t],
+                    zero,
+                });
+                return;
+            }
             for (ni, dst) in samples.zip(block.chunks_exact_mut(l.max(1))) {
                 // SAFETY: `x` is a contiguous [n, c, h, w] view of a
                 // storage of `T` (the dispatcher's check, under its lock).
                 let plane = unsafe {
                     std::slice::from_raw_parts(px.get().add(xo + (ni * c + ci) * hw), hw)
                 };
-                if let Some((f, (run, shift))) = &flat_run {
-                    // One copy of a run of the plane (the maps of a small
-                    // CNN have rows of 4 or 8: a copy per row was a
-                    // `memcpy` call per 4 elements).
-                    let at = (run.start as isize + shift) as usize;
-                    dst[..run.start].fill(zero);
-                    dst[run.end..].fill(zero);
-                    let out = &mut dst[run.clone()];
-                    out.copy_from_slice(&plane[at..at + run.len()]);
-                    f.zero_outside(j, run, out, zero);
-                    continue;
-                }
                 for (o_h, out) in dst.chunks_exact_mut(ow.max(1)).enumerate() {
                     if !rr.contains(&o_h) || cr.is_empty() {
                         out.fill(zero);
@@ -469,4 +488,202 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
             }
         });
     }, _ => unreachable!("the dispatcher admits float dtypes only"))
+}
+
+/// A block of samples' part of an im2col tap row in the [`Flat`]
+/// layout: each sample's `OH OW` outputs in `block` are its plane's run
+/// (`run` shifted by `shift`) for the outputs `run` whose column is
+/// [`Flat::inside`], zero elsewhere. One select per element (the first
+/// version copied the run and then zeroed the padding columns one by one,
+/// a `memcpy` call and scattered writes per sample), and one dispatch per
+/// block, not per sample.
+struct FlatTaps<'a, T> {
+    block: &'a mut [T],
+    /// `x`'s storage, `x_len` elements; the block's first plane of the
+    /// channel starts at element `first`, the others `plane_stride` apart.
+    x: *const T,
+    x_len: usize,
+    first: usize,
+    plane_stride: usize,
+    l: usize,
+    run: Range<usize>,
+    shift: isize,
+    inside: &'a [bool],
+    /// [`Flat::keep`] of this tap.
+    keep: &'a [bool],
+    zero: T,
+}
+
+impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call<const FMA: bool>(self) {
+        let (run, zero) = (self.run, self.zero);
+        let inside = &self.inside[run.clone()];
+        for (s, dst) in self.block.chunks_exact_mut(self.l).enumerate() {
+            let at = (self.first + s * self.plane_stride) as isize + self.shift;
+            if at >= 0 && at as usize + self.l <= self.x_len {
+                // The whole shifted plane lies in the storage: one select
+                // per output, the padding's lanes reading a neighbouring
+                // plane's (initialised, read-locked) elements and dropping
+                // them, with no ragged ends (a 4x4 map has runs of 12).
+                // SAFETY: `x_len` elements of `T` from `x` are the
+                // storage's (the dispatcher holds its read lock; storages
+                // are initialised when allocated), and `at..at + l` is
+                // inside them.
+                let src = unsafe { std::slice::from_raw_parts(self.x.add(at as usize), self.l) };
+                for (d, (&v, &keep)) in dst.iter_mut().zip(src.iter().zip(self.keep)) {
+                    *d = if keep { v } else { zero };
+                }
+                continue;
+            }
+            // SAFETY: sample `s`'s plane of the channel is inside the
+            // storage (the dispatcher checked `x`'s view), and `Flat::run`
+            // keeps `run` shifted by `shift` inside the plane.
+            let src = unsafe {
+                std::slice::from_raw_parts(self.x.offset(at + run.start as isize), run.len())
+            };
+            dst[..run.start].fill(zero);
+            dst[run.end..].fill(zero);
+            for (d, (&v, &keep)) in dst[run.clone()].iter_mut().zip(src.iter().zip(inside)) {
+                *d = if keep { v } else { zero };
+            }
+        }
+    }
+}
+
+/// col2im in the [`Flat`] layout for f32 and f64 (`rows` and `cols_in`
+/// are [`tap_ranges`]): each unit (a channel of a block of samples)
+/// zeroes its planes in `dx`, then adds each tap's run into them in place
+/// ([`FlatAdd`]), in the tensor's own dtype and in tap order, as PyTorch's
+/// col2im does (it sums in `scalar_t`). The general path's f64 buffer, a
+/// conversion per element and a copy per tap and sample made col2im a
+/// seventh of the CNN example's training step (AVX-512 EPYC, `perf`,
+/// session 19).
+fn col2im_flat<T: Element + std::ops::Add<Output = T>>(
+    cols: &Operand,
+    dx: &Operand,
+    n: usize,
+    g: &Windows,
+    f: &Flat,
+    rows: &[Range<usize>],
+    cols_in: &[Range<usize>],
+) {
+    let c = g.planes / n;
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (l, hw) = (g.out[0] * g.out[1], g.h * g.w);
+    let (nb, blocks) = sample_blocks(n, (kh * kw * l).max(hw));
+    // The taps that land inside the plane somewhere: (tap, shift,
+    // [`Flat::keep`]).
+    let taps: Vec<(usize, isize, Vec<bool>)> = (0..kh * kw)
+        .filter(|t| !rows[t / kw].is_empty() && !cols_in[t % kw].is_empty())
+        .map(|t| {
+            let (run, shift) = Flat::run(g, t / kw, t % kw, &rows[t / kw]);
+            (t, shift, f.keep(t % kw, run))
+        })
+        .collect();
+    // The sums' margins before the first plane and after the last, so
+    // that every tap's `l` outputs land inside the buffer.
+    let lead = taps
+        .iter()
+        .map(|t| (-t.1).max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    let tail = taps
+        .iter()
+        .map(|t| (t.1 + (l as isize) - hw as isize).max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    let (pc, pd) = (
+        SendPtr(ptr::<T>(cols.storage)),
+        SendPtr(ptr::<T>(dx.storage)),
+    );
+    let (co, dxo) = (cols.layout.offset(), dx.layout.offset());
+    par_for(c * blocks, |u| {
+        let (ci, b) = (u / blocks, u % blocks);
+        let samples = b * nb..((b + 1) * nb).min(n);
+        simd::run(FlatAdd {
+            // SAFETY: `cols` is a contiguous [c, kh, kw, n, oh, ow] view of
+            // a storage of `T` (the dispatcher's check, under its lock):
+            // channel `ci`'s first tap row at the block's first sample is
+            // inside it.
+            taps: unsafe { pc.get().add(co + ci * kh * kw * n * l + samples.start * l) },
+            // SAFETY: `dx` is a contiguous [n, c, h, w] view of a storage
+            // of `T` (the dispatcher's check, under its lock): plane (the
+            // block's first sample, ci) is inside it.
+            dx: unsafe { pd.get().add(dxo + (samples.start * c + ci) * hw) },
+            tap_stride: n * l,
+            plane_stride: c * hw,
+            samples: samples.len(),
+            l,
+            hw,
+            lead,
+            tail,
+            list: &taps,
+        });
+    });
+}
+
+/// One unit of [`col2im_flat`]: the planes `(s, ci)` of a block of
+/// `samples` samples (`dx`, `plane_stride` apart, this unit's alone) from
+/// channel `ci`'s tap rows (`taps`, `tap_stride` apart, each the block's
+/// `l`-element runs).
+struct FlatAdd<'a, T> {
+    taps: *const T,
+    dx: *mut T,
+    tap_stride: usize,
+    plane_stride: usize,
+    samples: usize,
+    l: usize,
+    hw: usize,
+    /// The sums' margins ([`col2im_flat`]).
+    lead: usize,
+    tail: usize,
+    list: &'a [(usize, isize, Vec<bool>)],
+}
+
+impl<T: Element + std::ops::Add<Output = T>> simd::Kernel for FlatAdd<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call<const FMA: bool>(self) {
+        let zero = T::wrap_from_f64(0.0);
+        // The sums in one contiguous buffer, copied out at the end: the
+        // planes themselves lie `c h w` elements apart, often a multiple
+        // of 4 KiB, and adding into 64 of them in turn thrashed a few L1
+        // sets (`perf`: half the unit's samples on the add's load).
+        let mut acc = vec![zero; self.lead + self.samples * self.hw + self.tail];
+        for (t, shift, keep) in self.list {
+            // SAFETY: `col2im_flat`'s pointer: tap `t`'s runs of the
+            // block's samples, `samples * l` elements at `t * tap_stride`.
+            let row = unsafe {
+                std::slice::from_raw_parts(
+                    self.taps.add(t * self.tap_stride),
+                    self.samples * self.l,
+                )
+            };
+            for (s, src) in row.chunks_exact(self.l).enumerate() {
+                // All `l` outputs, the padding's with `+ 0` (the sum
+                // starts at +0, so it is never -0 and `+ 0` leaves it as
+                // it is; a padding output of the first or last sample
+                // lands in a margin): no ragged ends (a 4x4 map has runs
+                // of 12).
+                let at = (self.lead + s * self.hw) as isize + shift;
+                let sums = &mut acc[at as usize..at as usize + self.l];
+                for (d, (&v, &keep)) in sums.iter_mut().zip(src.iter().zip(keep)) {
+                    *d = *d + if keep { v } else { zero };
+                }
+            }
+        }
+        let acc = &acc[self.lead..self.lead + self.samples * self.hw];
+        for (s, sums) in acc.chunks_exact(self.hw).enumerate() {
+            // SAFETY: `col2im_flat`'s pointer: plane `s` of the block,
+            // `hw` elements at `s * plane_stride`, this unit's alone.
+            let plane = unsafe {
+                std::slice::from_raw_parts_mut(self.dx.add(s * self.plane_stride), self.hw)
+            };
+            plane.copy_from_slice(sums);
+        }
+    }
 }

@@ -507,6 +507,16 @@ fn main() -> R<()> {
         env!("CARGO_PKG_VERSION")
     );
     let mut rows = Vec::new();
+    // Each program starts as in a process of its own: the same seed,
+    // and no blocks cached by the programs before it. (After the
+    // transformer's steps the CNN step ran 2.0-2.1 ms instead of
+    // 1.6-1.7 in interleaved runs of one binary, AVX-512 EPYC, session
+    // 19: the cached blocks' placement, not explained further; see
+    // bench/results/ops-why.md.)
+    let fresh = || {
+        tensorscope::manual_seed(0);
+        tensorscope::memory::empty_cache(CPU);
+    };
     for sdpa in [false, true] {
         let name = if sdpa {
             "transformer_train_step_sdpa"
@@ -518,15 +528,19 @@ fn main() -> R<()> {
                 .iter()
                 .any(|f| name == f || (f != "transformer_train_step" && name.contains(f.as_str())))
         {
+            fresh();
             transformer(&mut rows, sdpa)?;
         }
     }
     if want("gpt_train_step") {
+        fresh();
         gpt(&mut rows)?;
     }
     if want("cnn_train_step") {
+        fresh();
         cnn(&mut rows)?;
     }
+    fresh();
     service(&mut rows, &want)?;
     if let Some(path) = json {
         write_json(

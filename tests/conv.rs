@@ -910,7 +910,38 @@ fn the_flat_kernels_ignore_what_surrounds_the_view(dev: Device) {
     }
 }
 
+/// f16 and bf16 gradients (col2im's general path, which sums in f64,
+/// and, with `same` padding and unit strides, its flat runs) against
+/// f64's autograd on the same rounded operands, within the half types'
+/// rounding of the result.
+fn half_precision_gradients_match_f64(dev: Device) {
+    for (k, c) in cases().into_iter().enumerate() {
+        let (_, [oh, ow]) = plan(&c);
+        let xv = uniform(c.x.iter().product(), 130 + k as u64, -1.0, 1.0);
+        let wv = uniform(c.w.iter().product(), 140 + k as u64, -1.0, 1.0);
+        let rv = uniform(c.x[0] * c.w[0] * oh * ow, 150 + k as u64, -1.0, 1.0);
+        for dt in [DType::F16, DType::BF16] {
+            let grads = |dt: DType, xv: &[f64], wv: &[f64], rv: &[f64]| {
+                let x = tensor(xv, &c.x, dt, dev).requires_grad_(true).unwrap();
+                let w = tensor(wv, &c.w, dt, dev).requires_grad_(true).unwrap();
+                let r = tensor(rv, &[c.x[0], c.w[0], oh, ow], dt, dev);
+                let y = x.conv2d(&w, None, &c.opts).unwrap();
+                y.mul(&r).unwrap().sum_all().unwrap().backward().unwrap();
+                let (dx, dw) = (x.grad().unwrap(), w.grad().unwrap());
+                let rounded = [read(&x), read(&w), read(&r)];
+                ((read(&dx), read(&dw)), rounded)
+            };
+            let ((dx, dw), [xr, wr, rr]) = grads(dt, &xv, &wv, &rv);
+            let ((dx64, dw64), _) = grads(DType::F64, &xr, &wr, &rr);
+            let ctx = format!("{dt} {c:?}");
+            assert_close(&dx, &dx64, 3e-2, &format!("dx {ctx}"));
+            assert_close(&dw, &dw64, 3e-2, &format!("dw {ctx}"));
+        }
+    }
+}
+
 common::on_devices!(
+    half_precision_gradients_match_f64,
     the_flat_kernels_ignore_what_surrounds_the_view,
     sample_blocks_agree_with_one_sample_at_a_time,
     conv2d_matches_the_direct_loop,

@@ -507,12 +507,12 @@ fn main() -> R<()> {
         env!("CARGO_PKG_VERSION")
     );
     let mut rows = Vec::new();
-    // Each program starts as in a process of its own: the same seed,
-    // and no blocks cached by the programs before it. (After the
-    // transformer's steps the CNN step ran 2.0-2.1 ms instead of
-    // 1.6-1.7 in interleaved runs of one binary, AVX-512 EPYC, session
-    // 19: the cached blocks' placement, not explained further; see
-    // bench/results/ops-why.md.)
+    // Each program starts as in a process of its own: the same seed
+    // (the CNN's initial loss no longer depends on which rows ran
+    // before it) and no blocks cached by the programs before it. (Once,
+    // after the transformer's steps, the CNN step ran 2.0-2.1 ms against
+    // 1.6-1.7 with an empty cache; a later rerun did not reproduce it:
+    // bench/results/ops-why.md, session 19.)
     let fresh = || {
         tensorscope::manual_seed(0);
         tensorscope::memory::empty_cache(CPU);

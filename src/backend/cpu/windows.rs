@@ -287,6 +287,35 @@ impl Flat {
             .map(|k| run.contains(&k) && inside[k])
             .collect()
     }
+
+    /// Per tap `t = i kw + j` (`rows`, `cols_in`: [`tap_ranges`]), its
+    /// [`TapRun`] where it lands inside the plane somewhere; `None` where
+    /// its outputs are all padding.
+    fn taps(
+        &self,
+        g: &Windows,
+        rows: &[Range<usize>],
+        cols_in: &[Range<usize>],
+    ) -> Vec<Option<TapRun>> {
+        let kw = g.kernel[1];
+        (0..g.kernel[0] * kw)
+            .map(|t| {
+                let (i, j) = (t / kw, t % kw);
+                (!rows[i].is_empty() && !cols_in[j].is_empty()).then(|| {
+                    let (run, shift) = Flat::run(g, i, j, &rows[i]);
+                    let keep = self.keep(j, run.clone());
+                    TapRun { run, shift, keep }
+                })
+            })
+            .collect()
+    }
+}
+
+/// One tap in the [`Flat`] layout: its [`Flat::run`] and [`Flat::keep`].
+struct TapRun {
+    run: Range<usize>,
+    shift: isize,
+    keep: Vec<bool>,
 }
 
 /// The sample blocks of a window kernel over `n` samples whose per-sample
@@ -410,17 +439,10 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
     let (rows, cols_in) = (tap_ranges(g, 0), tap_ranges(g, 1));
     let unit = g.stride[1] == 1 || ow == 1;
     let flat = Flat::of(g, &cols_in);
-    // Per tap, the outputs that read the plane ([`Flat::keep`]).
-    let keeps: Vec<Vec<bool>> = match &flat {
-        Some(f) => (0..kh * kw)
-            .map(|t| {
-                let (i, j) = (t / kw, t % kw);
-                let run = (!rows[i].is_empty()).then(|| Flat::run(g, i, j, &rows[i]).0);
-                f.keep(j, run.unwrap_or(0..0))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    // In the flat layout, per tap: `None` where the tap row is zeros.
+    let flat_taps = flat
+        .as_ref()
+        .map_or(Vec::new(), |f| f.taps(g, &rows, &cols_in));
     with_float_dtype!(x.dtype, T => {
         let (px, pc) = (SendPtr(ptr::<T>(x.storage)), SendPtr(ptr::<T>(cols.storage)));
         let (xo, co) = (x.layout.offset(), cols.layout.offset());
@@ -431,10 +453,6 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
             let (ci, t) = (r / (kh * kw), r % (kh * kw));
             let (i, j) = (t / kw, t % kw);
             let (rr, cr) = (&rows[i], &cols_in[j]);
-            let flat_run = match &flat {
-                Some(f) if !rr.is_empty() && !cr.is_empty() => Some((f, Flat::run(g, i, j, rr))),
-                _ => None,
-            };
             // SAFETY: `cols` is a [c kh kw, n oh ow] view of a storage of
             // `T` with rows `rs` apart (the dispatcher's check, under its
             // lock); this unit writes the block's `l` elements per sample
@@ -442,7 +460,7 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
             let block = unsafe {
                 std::slice::from_raw_parts_mut(pc.get().add(co + r * rs + samples.start * l), samples.len() * l)
             };
-            if let Some((f, (run, shift))) = flat_run {
+            if let Some(Some(tap)) = flat_taps.get(t) {
                 // One pass per sample over a run of its plane (the maps of
                 // a small CNN have rows of 4 or 8: a copy per row was a
                 // `memcpy` call per 4 elements), the block in one call.
@@ -453,10 +471,9 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
                     first: xo + (samples.start * c + ci) * hw,
                     plane_stride: c * hw,
                     l,
-                    run,
-                    shift,
-                    inside: &f.inside[j],
-                    keep: &keeps[t],
+                    run: tap.run.clone(),
+                    shift: tap.shift,
+                    keep: &tap.keep,
                     zero,
                 });
                 return;
@@ -508,7 +525,6 @@ struct FlatTaps<'a, T> {
     l: usize,
     run: Range<usize>,
     shift: isize,
-    inside: &'a [bool],
     /// [`Flat::keep`] of this tap.
     keep: &'a [bool],
     zero: T,
@@ -520,7 +536,7 @@ impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let (run, zero) = (self.run, self.zero);
-        let inside = &self.inside[run.clone()];
+        let inside = &self.keep[run.clone()];
         for (s, dst) in self.block.chunks_exact_mut(self.l).enumerate() {
             let at = (self.first + s * self.plane_stride) as isize + self.shift;
             if at >= 0 && at as usize + self.l <= self.x_len {
@@ -574,25 +590,23 @@ fn col2im_flat<T: Element + std::ops::Add<Output = T>>(
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let (l, hw) = (g.out[0] * g.out[1], g.h * g.w);
     let (nb, blocks) = sample_blocks(n, (kh * kw * l).max(hw));
-    // The taps that land inside the plane somewhere: (tap, shift,
-    // [`Flat::keep`]).
-    let taps: Vec<(usize, isize, Vec<bool>)> = (0..kh * kw)
-        .filter(|t| !rows[t / kw].is_empty() && !cols_in[t % kw].is_empty())
-        .map(|t| {
-            let (run, shift) = Flat::run(g, t / kw, t % kw, &rows[t / kw]);
-            (t, shift, f.keep(t % kw, run))
-        })
+    // The taps that land inside the plane somewhere.
+    let taps: Vec<(usize, TapRun)> = f
+        .taps(g, rows, cols_in)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(t, tap)| Some((t, tap?)))
         .collect();
     // The sums' margins before the first plane and after the last, so
     // that every tap's `l` outputs land inside the buffer.
     let lead = taps
         .iter()
-        .map(|t| (-t.1).max(0) as usize)
+        .map(|(_, t)| (-t.shift).max(0) as usize)
         .max()
         .unwrap_or(0);
     let tail = taps
         .iter()
-        .map(|t| (t.1 + (l as isize) - hw as isize).max(0) as usize)
+        .map(|(_, t)| (t.shift + l as isize - hw as isize).max(0) as usize)
         .max()
         .unwrap_or(0);
     let (pc, pd) = (
@@ -640,7 +654,7 @@ struct FlatAdd<'a, T> {
     /// The sums' margins ([`col2im_flat`]).
     lead: usize,
     tail: usize,
-    list: &'a [(usize, isize, Vec<bool>)],
+    list: &'a [(usize, TapRun)],
 }
 
 impl<T: Element + std::ops::Add<Output = T>> simd::Kernel for FlatAdd<'_, T> {
@@ -654,7 +668,7 @@ impl<T: Element + std::ops::Add<Output = T>> simd::Kernel for FlatAdd<'_, T> {
         // of 4 KiB, and adding into 64 of them in turn thrashed a few L1
         // sets (`perf`: half the unit's samples on the add's load).
         let mut acc = vec![zero; self.lead + self.samples * self.hw + self.tail];
-        for (t, shift, keep) in self.list {
+        for (t, TapRun { shift, keep, .. }) in self.list {
             // SAFETY: `col2im_flat`'s pointer: tap `t`'s runs of the
             // block's samples, `samples * l` elements at `t * tap_stride`.
             let row = unsafe {

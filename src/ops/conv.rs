@@ -479,7 +479,7 @@ fn dy_rows(dy: &Tensor, g: &Geometry) -> Result<Tensor> {
 /// have unit column stride, which gemm reads without packing either
 /// transposed. The direct `dy [O/G, N L] x cols^T` has a column-major right
 /// operand; for the CNN example's second convolution (`[32, 4096] x [4096,
-/// 144]`) that took 246-253 us against 104-108 us for the transposed
+/// 144]`) that took 246-254 us against 102-106 us for the transposed
 /// product with contiguous operands (AVX-512 EPYC, two threads, session
 /// 19: `bench/results/ops-why.md`). CUDA keeps the direct form: cuBLAS
 /// takes either layout without a copy.

@@ -333,7 +333,7 @@ fn sample_blocks(n: usize, per_sample: usize) -> (usize, usize) {
 /// `l`-element rows (reading each plane's `kh kw` taps instead, `n l`
 /// elements apart, left col2im waiting on memory: 54% of its samples on
 /// the load, `perf`, CNN training step). In the [`Flat`] layout, f32 and
-/// f64 planes add their taps in place ([`col2im_flat`]). Otherwise each
+/// f64 sum in their own dtype ([`col2im_flat`]). Otherwise each
 /// plane sums its taps into an f64 buffer (only the outputs whose tap
 /// lands inside the plane, computed once for all planes: no per-element
 /// test), then is written once.
@@ -508,9 +508,9 @@ pub(crate) fn im2col(x: &Operand, cols: &Operand, n: usize, g: &Windows) {
 }
 
 /// A block of samples' part of an im2col tap row in the [`Flat`]
-/// layout: each sample's `OH OW` outputs in `block` are its plane's run
-/// (`run` shifted by `shift`) for the outputs `run` whose column is
-/// [`Flat::inside`], zero elsewhere. One select per element (the first
+/// layout: each sample's `OH OW` outputs in `block` are its plane's
+/// elements (shifted by `shift`) where [`Flat::keep`] says so, zero
+/// elsewhere. One select per element (the first
 /// version copied the run and then zeroed the padding columns one by one,
 /// a `memcpy` call and scattered writes per sample), and one dispatch per
 /// block, not per sample.
@@ -536,7 +536,7 @@ impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let (run, zero) = (self.run, self.zero);
-        let inside = &self.keep[run.clone()];
+        let keep_run = &self.keep[run.clone()];
         for (s, dst) in self.block.chunks_exact_mut(self.l).enumerate() {
             let at = (self.first + s * self.plane_stride) as isize + self.shift;
             if at >= 0 && at as usize + self.l <= self.x_len {
@@ -562,7 +562,7 @@ impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
             };
             dst[..run.start].fill(zero);
             dst[run.end..].fill(zero);
-            for (d, (&v, &keep)) in dst[run.clone()].iter_mut().zip(src.iter().zip(inside)) {
+            for (d, (&v, &keep)) in dst[run.clone()].iter_mut().zip(src.iter().zip(keep_run)) {
                 *d = if keep { v } else { zero };
             }
         }
@@ -570,10 +570,10 @@ impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
 }
 
 /// col2im in the [`Flat`] layout for f32 and f64 (`rows` and `cols_in`
-/// are [`tap_ranges`]): each unit (a channel of a block of samples)
-/// zeroes its planes in `dx`, then adds each tap's run into them in place
-/// ([`FlatAdd`]), in the tensor's own dtype and in tap order, as PyTorch's
-/// col2im does (it sums in `scalar_t`). The general path's f64 buffer, a
+/// are [`tap_ranges`]): each unit (a channel of a block of samples) adds
+/// every tap's outputs into one zeroed buffer for its planes, then copies
+/// the planes into `dx` ([`FlatAdd`]), in the tensor's own dtype and in
+/// tap order, as PyTorch's col2im does (it sums in `scalar_t`). The general path's f64 buffer, a
 /// conversion per element and a copy per tap and sample made col2im a
 /// seventh of the CNN example's training step (AVX-512 EPYC, `perf`,
 /// session 19).

@@ -401,9 +401,9 @@ where
                     row.iter_mut().for_each(|x| *x = zero);
                     continue;
                 }
-                let alpha = (m[r] - m_new).fexp::<F>();
+                let alpha = (m[r] - m_new).fexp_neg::<F>();
                 for x in row.iter_mut() {
-                    *x = (*x - m_new).fexp::<F>();
+                    *x = (*x - m_new).fexp_neg::<F>();
                 }
                 lsum[r] = lsum[r] * alpha + lane_sum(row);
                 if alpha != one {
@@ -628,7 +628,7 @@ where
                         &mut pdb[r * bk..(r + 1) * bk],
                     );
                     for (x, d) in row.iter_mut().zip(drow.iter_mut()) {
-                        *x = (*x - lr).fexp::<F>();
+                        *x = (*x - lr).fexp_neg::<F>();
                         *d = *x;
                     }
                     if let Some((pr, seed)) = sh.dropout {

@@ -107,7 +107,7 @@ where
     let mut sl = [zero; 8];
     for c in x.chunks(CHUNK) {
         for (b, &v) in buf.iter_mut().zip(c) {
-            *b = (v.up() - m).fexp::<F>();
+            *b = (v.up() - m).fexp_neg::<F>();
         }
         let len = c.len().next_multiple_of(8);
         for b in &mut buf[c.len()..len] {
@@ -455,17 +455,17 @@ where
                 Some(w) if eps > zero => {
                     let kb = k * ec;
                     for ((o, &v), &wc) in dr.iter_mut().zip(xr).zip(w) {
-                        *o = T::down(a * (v.up() - l).fexp::<F>() - kb * wc.up());
+                        *o = T::down(a * (v.up() - l).fexp_neg::<F>() - kb * wc.up());
                     }
                 }
                 _ => {
                     let b = k * ec;
                     for (o, &v) in dr.iter_mut().zip(xr) {
-                        *o = T::down(a * (v.up() - l).fexp::<F>() - b);
+                        *o = T::down(a * (v.up() - l).fexp_neg::<F>() - b);
                     }
                 }
             }
-            let p = (xr[t].up() - l).fexp::<F>();
+            let p = (xr[t].up() - l).fexp_neg::<F>();
             dr[t] = T::down(a * p - k * wt * (ec + (one - eps)));
         }
     }

@@ -368,6 +368,9 @@ pub(crate) fn erfc_precise(z: f64) -> f64 {
 pub(crate) trait FastExp: num_traits::Float {
     /// `F`: fuse the polynomial's products (see `vmath::Madd`).
     fn fexp<const F: bool>(self) -> Self;
+    /// `e^self` for `self <= 0` (`vmath`'s `exp_neg`: the same bits,
+    /// cheaper), as in `x - max` of a softmax.
+    fn fexp_neg<const F: bool>(self) -> Self;
     /// Widened to f64.
     fn wide(self) -> f64;
 }
@@ -375,6 +378,10 @@ impl FastExp for f64 {
     #[inline(always)]
     fn fexp<const F: bool>(self) -> f64 {
         crate::backend::cpu::vmath::float64::exp::<F>(self)
+    }
+    #[inline(always)]
+    fn fexp_neg<const F: bool>(self) -> f64 {
+        crate::backend::cpu::vmath::float64::exp_neg::<F>(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {
@@ -385,6 +392,10 @@ impl FastExp for f32 {
     #[inline(always)]
     fn fexp<const F: bool>(self) -> f32 {
         crate::backend::cpu::vmath::float32::exp::<F>(self)
+    }
+    #[inline(always)]
+    fn fexp_neg<const F: bool>(self) -> f32 {
+        crate::backend::cpu::vmath::float32::exp_neg::<F>(self)
     }
     #[inline(always)]
     fn wide(self) -> f64 {

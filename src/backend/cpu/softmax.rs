@@ -109,7 +109,7 @@ unsafe fn softmax_row_impl<T: Flt, const F: bool>(
     while c0 < n {
         let len = CHUNK.min(n - c0);
         for (i, b) in buf[..len].iter_mut().enumerate() {
-            *b = (rd(c0 + i) - m).fexp::<F>();
+            *b = (rd(c0 + i) - m).fexp_neg::<F>();
         }
         for b in &mut buf[len..len.next_multiple_of(8)] {
             *b = zero;
@@ -152,7 +152,10 @@ unsafe fn softmax_row_impl<T: Flt, const F: bool>(
             // f16 / bf16: recompute rather than round twice.
             for k in 0..n {
                 // SAFETY: `k < n`: in the output row, which only this call writes.
-                unsafe { y.add(k * ys).write(T::down((rd(k) - m).fexp::<F>() * inv)) };
+                unsafe {
+                    y.add(k * ys)
+                        .write(T::down((rd(k) - m).fexp_neg::<F>() * inv))
+                };
             }
         }
     }
@@ -227,7 +230,7 @@ unsafe fn softmax_rows_impl<T: Flt, const F: bool>(
     }
     for k in 0..n {
         for (j, sj) in sum.iter_mut().enumerate() {
-            let e = (rd(k, j) - m[j]).fexp::<F>();
+            let e = (rd(k, j) - m[j]).fexp_neg::<F>();
             *sj = *sj + e;
             if !log {
                 // SAFETY: `k < n`, `j < b`: in the block's output rows, which only this call
@@ -265,7 +268,7 @@ unsafe fn softmax_rows_impl<T: Flt, const F: bool>(
                     // bounds.
                     unsafe { p.read() }.up()
                 } else {
-                    (rd(k, j) - m[j]).fexp::<F>()
+                    (rd(k, j) - m[j]).fexp_neg::<F>()
                 };
                 // SAFETY: `p` is in the block's output rows, written by this call alone.
                 unsafe { p.write(T::down(e * *inv)) };

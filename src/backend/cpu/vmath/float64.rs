@@ -11,14 +11,14 @@ use super::horner;
 const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-01;
 const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
 
-/// `e^x`: `x = n ln 2 + r` with `|r| <= ln2 / 2` (Cody-Waite), the Taylor
-/// series of `e^r` to degree 13 (truncation below 2^-60), and `2^n` applied
-/// in two halves so that results down to the subnormals are right.
+const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+
+/// `e^r` for the `xc` of [`exp`] and [`exp_neg`]: `xc = n ln 2 + r` with
+/// `|r| <= ln2 / 2` (Cody-Waite), the Taylor series of `e^r` to degree 13
+/// (truncation below 2^-60). Returns `(e^r, t)` with `t = n + 1.5 * 2^52`:
+/// `n` in `t`'s low bits.
 #[inline(always)]
-pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
-    const HI: f64 = 709.782_712_893_384; // ln(f64::MAX)
-    const LO: f64 = -745.2; // below: 0
-    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+fn exp_reduced<const F: bool>(xc: f64) -> (f64, f64) {
     const INV_FACT: [f64; 14] = [
         1.0,
         1.0,
@@ -35,11 +35,19 @@ pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
         1.0 / 479_001_600.0,
         1.0 / 6_227_020_800.0,
     ];
-    let xc = x.clamp(LO, HI);
     let t = xc * std::f64::consts::LOG2_E + MAGIC;
     let fx = t - MAGIC;
     let r = (xc - fx * LN2_HI) - fx * LN2_LO;
-    let p = horner::<_, F, _>(&INV_FACT, r);
+    (horner::<_, F, _>(&INV_FACT, r), t)
+}
+
+/// `e^x` ([`exp_reduced`]), with `2^n` applied in two halves so that
+/// results down to the subnormals are right.
+#[inline(always)]
+pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
+    const HI: f64 = 709.782_712_893_384; // ln(f64::MAX)
+    const LO: f64 = -745.2; // below: 0
+    let (p, t) = exp_reduced::<F>(x.clamp(LO, HI));
     let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
     let n1 = n >> 1;
     let p1 = f64::from_bits(((n1 + 1023) as u64) << 52);
@@ -51,6 +59,18 @@ pub(crate) fn exp<const F: bool>(x: f64) -> f64 {
     } else {
         v
     }
+}
+
+/// `e^x` for `x <= 0`, as `super::float32::exp_neg`: the bits of [`exp`],
+/// `2^n` in one step as `y 2^(n + 600) 2^-600`; exact for every `x` up to
+/// 293 (`n + 600 <= 1023`). NaN propagates; `-inf` gives 0.
+#[inline(always)]
+pub(crate) fn exp_neg<const F: bool>(x: f64) -> f64 {
+    const LO: f64 = -745.2; // below: 0
+    debug_assert!(x.is_nan() || x <= 293.0, "exp_neg({x})");
+    let (p, t) = exp_reduced::<F>(if x < LO { LO } else { x });
+    let b = (t.to_bits() as i64).wrapping_add(1023 + 600 - MAGIC.to_bits() as i64);
+    p * f64::from_bits((b as u64) << 52) * f64::from_bits((1023 - 600) << 52)
 }
 
 /// fdlibm's reduction of a positive normal `x` for `ln`: `x = 2^k m` with
@@ -119,6 +139,13 @@ fn tanh_small<const F: bool>(x: f64, z: f64) -> f64 {
     x + x * z * horner::<_, F, _>(&P, z) / horner::<_, F, _>(&Q, z)
 }
 
+/// `ln(1 + e)` for `e` in `[0, 1]`, for `softplus`: `log1p` (f32's
+/// shorter series would need 17 terms at f64's precision).
+#[inline(always)]
+fn ln1p_unit<const F: bool>(e: f64) -> f64 {
+    log1p::<F>(e)
+}
+
 super::derived_kernels!(f64);
 
 /// The error function (scalar: see the module docs).
@@ -143,7 +170,7 @@ pub(crate) fn gelu_grad<const F: bool>(x: f64) -> f64 {
     } else {
         0.5 * erfc_precise(-z)
     };
-    let pdf = exp::<F>(-0.5 * x * x) * 0.398_942_280_401_432_7;
+    let pdf = exp_neg::<F>(-0.5 * x * x) * 0.398_942_280_401_432_7;
     cdf + x * pdf
 }
 

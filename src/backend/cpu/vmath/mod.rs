@@ -19,7 +19,7 @@
 //! | `tanh` | 2 | 2 | odd polynomial below 0.625, `1 - 2/(e^2x + 1)` above |
 //! | `sigmoid` | 2 | 4 | `1 / (1 + e^-x)`, `e^x / (1 + e^x)` below 0 |
 //! | `silu` | 2 | 4 | `x sigmoid(x)` |
-//! | `softplus` | 2 | 4 | `max(x, 0) + log1p(e^-|x|)`; `x` above 20 (PyTorch's threshold) |
+//! | `softplus` | 2 | 4 | `max(x, 0) + ln(1 + e^-|x|)`, f32's logarithm `2 atanh(e / (2 + e))` by its series; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`: `e^(-x^2/2) Q(2 / (2 + |x|/sqrt 2))` with `x^2` exact in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
@@ -163,7 +163,8 @@ pub(crate) const TANH_SMALL_F32: [f32; 5] = [
 ];
 
 /// The kernels that are the same formula in f32 and f64, written once over
-/// the `exp`, `log` and `tanh_small` of the file that expands it.
+/// the `exp`, `exp_neg`, `log`, `ln1p_unit` and `tanh_small` of the file
+/// that expands it.
 macro_rules! derived_kernels {
     ($t:ident) => {
         /// `ln(1 + x)` accurate near 0: `u = 1 + x`, `ln u + (x - (u - 1)) / u`.
@@ -200,7 +201,7 @@ macro_rules! derived_kernels {
         /// overflows.
         #[inline(always)]
         pub(crate) fn sigmoid<const F: bool>(x: $t) -> $t {
-            let e = exp::<F>(-x.abs());
+            let e = exp_neg::<F>(-x.abs());
             let s = 1.0 / (1.0 + e);
             if x >= 0.0 {
                 s
@@ -216,11 +217,12 @@ macro_rules! derived_kernels {
         }
 
         /// `ln(1 + e^x)`, and `x` itself above 20 (PyTorch's default
-        /// threshold), as `max(x, 0) + log1p(e^-|x|)`: no overflow, no
+        /// threshold), as `max(x, 0) + ln(1 + e^-|x|)` (the logarithm by
+        /// `ln1p_unit`, for arguments in `[0, 1]`): no overflow, no
         /// cancellation.
         #[inline(always)]
         pub(crate) fn softplus<const F: bool>(x: $t) -> $t {
-            let y = x.max(0.0) + log1p::<F>(exp::<F>(-x.abs()));
+            let y = x.max(0.0) + ln1p_unit::<F>(exp_neg::<F>(-x.abs()));
             if x > 20.0 {
                 x
             } else {
@@ -286,7 +288,7 @@ macro_rules! derived_kernels {
         /// erf'(x) = `2/sqrt(pi) e^(-x^2)`.
         #[inline(always)]
         pub(crate) fn erf_grad<const F: bool>(x: $t) -> $t {
-            std::$t::consts::FRAC_2_SQRT_PI * exp::<F>(-(x * x))
+            std::$t::consts::FRAC_2_SQRT_PI * exp_neg::<F>(-(x * x))
         }
     };
 }

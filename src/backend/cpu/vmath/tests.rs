@@ -423,6 +423,46 @@ fn f64_kernels_are_within_their_ulp_bounds_at_every_level() {
     check_every_level(&sweep64(), &cases64());
 }
 
+/// `exp_neg` (the one-step scaling of the kernels whose argument is never
+/// positive) gives `exp`'s bits wherever it promises to (f32 up to 43, f64
+/// up to 293: every binade of the sweeps below those, subnormal results,
+/// -inf and NaN included), at every level.
+#[test]
+fn exp_neg_gives_the_bits_of_exp_up_to_its_bound() {
+    /// `exp` and `exp_neg`, each without and with fused products.
+    type Pair<T> = [[fn(T) -> T; 2]; 2];
+    fn check<T: Probe>(xs: Vec<T>, bound: f64, fs: Pair<T>) {
+        let xs: Vec<T> = xs
+            .into_iter()
+            .filter(|x| x.is_nan() || x.wide() <= bound)
+            .collect();
+        for &level in Level::all().iter().filter(|l| l.is_available()) {
+            let [exp, neg] = fs.map(|f| f[level.fma() as usize]);
+            let (mut a, mut b) = (xs.clone(), xs.clone());
+            assert!(run_at(level, MapSlice(&mut a, exp)).is_ok());
+            assert!(run_at(level, MapSlice(&mut b, neg)).is_ok());
+            let mut checked = 0;
+            for ((x, a), b) in xs.iter().zip(&a).zip(&b) {
+                assert!(
+                    a.wide().to_bits() == b.wide().to_bits() || (a.is_nan() && b.is_nan()),
+                    "{} exp_neg({x:e}) = {b:e}, exp = {a:e} at {}",
+                    T::LABEL,
+                    level.name()
+                );
+                checked += 1;
+            }
+            // Both sides of the subnormal edge and the bound are in the sweep.
+            assert!(checked > 100_000, "{checked}");
+        }
+    }
+    let mut x32 = sweep32();
+    x32.extend([-87.3, -87.4, -100.0, -103.97, 42.9, 43.0, 1e-30, -1e-30]);
+    check(x32, 43.0, [both!(k32::exp), both!(k32::exp_neg)]);
+    let mut x64 = sweep64();
+    x64.extend([-708.4, -708.5, -744.0, 292.9, 293.0]);
+    check(x64, 293.0, [both!(k64::exp), both!(k64::exp_neg)]);
+}
+
 #[test]
 fn special_values_follow_ieee_and_pytorch() {
     special_values::<false>();
@@ -448,6 +488,8 @@ fn special_values<const F: bool>() {
     assert_eq!(k32::gelu::<F>(inf), inf);
     assert_eq!(k32::softplus::<F>(inf), inf);
     assert_eq!(k32::softplus::<F>(-inf), 0.0);
+    assert_eq!(k32::exp_neg::<F>(-inf), 0.0);
+    assert_eq!(k64::exp_neg::<F>(f64::NEG_INFINITY), 0.0);
     assert_eq!(k32::softplus::<F>(25.0), 25.0);
     for f in [
         k32::exp::<F>,
@@ -457,6 +499,8 @@ fn special_values<const F: bool>() {
         k32::erf::<F>,
         k32::gelu::<F>,
         k32::silu::<F>,
+        k32::softplus::<F>,
+        k32::exp_neg::<F>,
     ] {
         assert!(f(f32::NAN).is_nan());
     }

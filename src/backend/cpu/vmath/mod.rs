@@ -18,7 +18,7 @@
 //! | `log1p` | 2 | 2 | `ln(1 + x)` plus the rounding correction of `1 + x` |
 //! | `tanh` | 2 | 2 | odd polynomial below 0.625, `1 - 2/(e^2x + 1)` above |
 //! | `sigmoid` | 2 | 4 | `1 / (1 + e^-x)`, `e^x / (1 + e^x)` below 0 |
-//! | `silu` | 2 | 4 | `x sigmoid(x)` |
+//! | `silu` | 2 | 4 | `x / (1 + e^-x)`, `x e^x / (1 + e^x)` below 0 |
 //! | `softplus` | 2 | 4 | `max(x, 0) + ln(1 + e^-|x|)`, f32's logarithm `2 atanh(e / (2 + e))` by its series; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`: `e^(-x^2/2) Q(2 / (2 + |x|/sqrt 2))` with `x^2` exact in two floats |

@@ -13,7 +13,7 @@
 //!
 //! | function | f32 | f64 | method |
 //! |---|---|---|---|
-//! | `exp` | 1 | 1 | Cody-Waite reduction, polynomial, 2^n in two halves |
+//! | `exp` | 1 | 1 | Cody-Waite reduction, polynomial, 2^n in one exact scaling and one rounding (f32; f64: two halves) |
 //! | `log` | 1 | 1 | fdlibm's reduction, atanh series |
 //! | `log1p` | 2 | 2 | `ln(1 + x)` plus the rounding correction of `1 + x` |
 //! | `tanh` | 2 | 2 | odd polynomial below 0.625, `1 - 2/(e^2x + 1)` above |
@@ -26,7 +26,7 @@
 //! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes, C's special cases by selects (`float32::pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
 //! | `tan` | 2 | libm | `sin r / cos r` (or `-cos r / sin r`) of `sin`'s reduction, in f64 (see `trig`) |
-//! | `exp2` | 2 | libm | nearest-integer reduction (exact), Taylor series of `2^r`, 2^n in two halves |
+//! | `exp2` | 2 | libm | nearest-integer reduction (exact), Taylor series of `2^r`, 2^n as `exp`'s |
 //! | `log2` | 2 | libm | `log`'s reduction and series, `k + ln m log2 e` fused |
 //! | `expm1` | 3 | libm | Taylor series below 1 in magnitude, `e^x - 1` above |
 //! | `sinh`, `cosh` | 1 | libm | in f64 lanes from the f64 `exp`, Taylor series near 0 (see `wide`) |

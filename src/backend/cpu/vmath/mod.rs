@@ -17,7 +17,7 @@
 //! | `log` | 1 | 1 | fdlibm's reduction, atanh series |
 //! | `log1p` | 2 | 2 | `ln(1 + x)` plus the rounding correction of `1 + x` |
 //! | `tanh` | 2 | 2 | odd polynomial below 0.625, `1 - 2/(e^2x + 1)` above |
-//! | `sigmoid` | 2 | 4 | `1 / (1 + e^-x)`, `e^x / (1 + e^x)` below 0 |
+//! | `sigmoid` | 2 | 4 | `1 / (1 + e^-x)`, `e^x / (1 + e^x)` below 0 (one division) |
 //! | `silu` | 2 | 4 | `x / (1 + e^-x)`, `x e^x / (1 + e^x)` below 0 |
 //! | `softplus` | 2 | 4 | `max(x, 0) + ln(1 + e^-|x|)`, f32's logarithm `2 atanh(e / (2 + e))` by its series; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
@@ -196,28 +196,28 @@ macro_rules! derived_kernels {
             }
         }
 
-        /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below 0 so that it
-        /// falls to the subnormals with `e^x` instead of to 0 when `e^-x`
-        /// overflows.
+        /// `a sigmoid(x)` in one division: `a / (1 + e^-x)`, and
+        /// `a e^x / (1 + e^x)` below 0, so that it falls to the
+        /// subnormals with `e^x` instead of to 0 when `e^-x` overflows.
+        /// `sigmoid` (`a = 1`) and `silu` (`a = x`) share it.
         #[inline(always)]
-        pub(crate) fn sigmoid<const F: bool>(x: $t) -> $t {
+        fn times_sigmoid<const F: bool>(x: $t, a: $t) -> $t {
             let e = exp_neg::<F>(-x.abs());
-            let s = 1.0 / (1.0 + e);
-            if x >= 0.0 {
-                s
-            } else {
-                e * s
-            }
+            let n = if x >= 0.0 { a } else { a * e };
+            n / (1.0 + e)
         }
 
-        /// SiLU (swish), `x sigmoid(x)`, as `x / (1 + e^-x)` (`x e^x /
-        /// (1 + e^x)` below 0, as in `sigmoid`): one rounding and one
-        /// product fewer than `x * sigmoid(x)`.
+        /// `1 / (1 + e^-x)` ([`times_sigmoid`] of 1).
+        #[inline(always)]
+        pub(crate) fn sigmoid<const F: bool>(x: $t) -> $t {
+            times_sigmoid::<F>(x, 1.0)
+        }
+
+        /// SiLU (swish), `x sigmoid(x)` as [`times_sigmoid`] of `x`: one
+        /// rounding and one product fewer than `x * sigmoid(x)`.
         #[inline(always)]
         pub(crate) fn silu<const F: bool>(x: $t) -> $t {
-            let e = exp_neg::<F>(-x.abs());
-            let n = if x >= 0.0 { x } else { x * e };
-            n / (1.0 + e)
+            times_sigmoid::<F>(x, x)
         }
 
         /// `ln(1 + e^x)`, and `x` itself above 20 (PyTorch's default

@@ -267,3 +267,126 @@ fn masked_fill_is_one_pass_and_names_itself() {
         "{e}"
     );
 }
+
+/// f32 bases and exponents that meet every special case of C's `powf`
+/// (±0, ±1, ±inf, NaN, negative bases with odd, even and non-integer
+/// exponents, overflow and underflow) among ordinary values.
+fn pow_grid() -> (Vec<f32>, Vec<f32>) {
+    let bases = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        3.7,
+        -3.7,
+        1e-30,
+        1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        0.999,
+        1.001,
+    ];
+    let exps = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0,
+        3.0,
+        -3.0,
+        0.5,
+        -0.5,
+        1.5,
+        7.0,
+        40.0,
+        -40.0,
+        1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -0.7,
+    ];
+    // Every pair, repeated past a block of 1024 elements and a ragged end.
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        for &x in &bases {
+            for &y in &exps {
+                xs.push(x);
+                ys.push(y);
+            }
+        }
+    }
+    (xs, ys)
+}
+
+/// `got` is C's `powf(x, y)`: the special cases exactly (NaN as NaN), the
+/// rest within one ulp of the f64 power rounded to f32.
+fn assert_powf(what: &str, xs: &[f32], ys: &[f32], got: &[f32]) {
+    for ((&x, &y), &g) in xs.iter().zip(ys).zip(got) {
+        let want = if y == 0.0 {
+            1.0
+        } else {
+            (x as f64).powf(y as f64) as f32
+        };
+        let ok = if want.is_nan() || want.is_infinite() || want == 0.0 || want.abs() == 1.0 {
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan())
+        } else {
+            let ulp = f32::from_bits(want.abs().to_bits() + 1) - want.abs();
+            (g - want).abs() <= ulp
+        };
+        assert!(ok, "{what}: pow({x:e}, {y:e}) = {g:e}, want {want:e}");
+    }
+}
+
+/// `pow` and `pow_scalar` on f32 take two loops per block for a fresh
+/// output (the powers, then C's special cases) and one fused loop in
+/// place or through a transposed operand: every path gives C's `powf`.
+#[test]
+fn pow_follows_c_on_every_kernel_path() {
+    let _l = lock();
+    let (xs, ys) = pow_grid();
+    let n = xs.len();
+    let x = Tensor::from_slice(&xs, &[n], CPU).unwrap();
+    let y = Tensor::from_slice(&ys, &[n], CPU).unwrap();
+    let fresh = x.pow(&y).unwrap().to_vec::<f32>().unwrap();
+    assert_powf("pow, fresh output", &xs, &ys, &fresh);
+    let mut inplace = x.deep_clone().unwrap();
+    inplace.pow_(&y).unwrap();
+    assert_powf(
+        "pow_, in place",
+        &xs,
+        &ys,
+        &inplace.to_vec::<f32>().unwrap(),
+    );
+    // [n/2, 2] read through the transpose of a [2, n/2] tensor: strided runs.
+    let h = n / 2;
+    let xt = Tensor::from_slice(&[&xs[..h], &xs[h..2 * h]].concat(), &[2, h], CPU)
+        .unwrap()
+        .t()
+        .unwrap();
+    let yt = Tensor::from_slice(&[&ys[..h], &ys[h..2 * h]].concat(), &[2, h], CPU)
+        .unwrap()
+        .t()
+        .unwrap();
+    let strided = xt.pow(&yt).unwrap().t().unwrap().contiguous().unwrap();
+    assert_powf(
+        "pow, transposed operands",
+        &xs[..2 * h],
+        &ys[..2 * h],
+        &strided.to_vec::<f32>().unwrap(),
+    );
+    for s in [0.0f32, 1.0, 3.0, -3.0, 0.5, 1.5, f32::INFINITY, f32::NAN] {
+        let same = vec![s; n];
+        let got = x.pow_scalar(s as f64).unwrap().to_vec::<f32>().unwrap();
+        assert_powf(&format!("pow_scalar({s})"), &xs, &same, &got);
+        let mut inplace = x.deep_clone().unwrap();
+        inplace.pow_scalar_(s as f64).unwrap();
+        let got = inplace.to_vec::<f32>().unwrap();
+        assert_powf(&format!("pow_scalar_({s}), in place"), &xs, &same, &got);
+    }
+}

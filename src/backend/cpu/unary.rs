@@ -305,6 +305,15 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     fn scalar(self, x: C) -> C {
         self.apply::<false>(x)
     }
+    /// Whether `fix` does anything: as [`FloatFn2::FIXES`], `apply` and
+    /// `fix` then run as two loops over each block of a dense disjoint run.
+    /// (No kernel is both `SPLIT` and `FIXES`: `scalar` leaves `fix` out.)
+    const SPLIT: bool = false;
+    /// `apply`'s result `r` at `x` made right for every input.
+    #[inline(always)]
+    fn fix(self, _x: C, r: C) -> C {
+        r
+    }
 }
 
 /// [`Trig`]'s functions.
@@ -341,9 +350,25 @@ impl<C: VMath + num_traits::Float + Sync, const K: u8> FloatFn<C> for Trig<K> {
     }
 }
 
-/// [`FloatFn`] with two arguments (gradient and saved value).
+/// [`FloatFn`] with two arguments (gradient and saved value, or base and
+/// exponent).
+///
+/// A kernel may split into `apply`, right for the common inputs, and
+/// `fix`, which patches `apply`'s result `r` at the rest (special cases by
+/// selects). With `FIXES`, a dense disjoint run computes `apply` over a
+/// block into a stack buffer, then `fix` in a second loop over the same
+/// block (still in L1): the main loop then carries none of the special
+/// cases' compare masks, which had run out of AVX-512's eight mask
+/// registers in `pow` and spilled one to the stack (see [`Pow`]).
 pub(crate) trait FloatFn2<C>: Copy + Sync {
+    /// Whether `fix` does anything (then dense runs take two loops).
+    const FIXES: bool = false;
     fn apply<const F: bool>(self, a: C, b: C) -> C;
+    /// `apply`'s result `r` at `(a, b)` made right for every input.
+    #[inline(always)]
+    fn fix(self, _a: C, _b: C, r: C) -> C {
+        r
+    }
 }
 
 /// One block of [`map_float`]: gather `n = buf.len()` elements of the input
@@ -386,7 +411,8 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
                 .iter()
                 .fold(false, |a, v| a | f.outside(v.assume_init()));
             for v in self.buf.iter_mut() {
-                v.write(f.apply::<FMA>(v.assume_init()));
+                let x = v.assume_init();
+                v.write(f.fix(x, f.apply::<FMA>(x)));
             }
             if fix {
                 // The input is still there: the output is written below
@@ -420,14 +446,57 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Dense1F<T, F> {
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
+        if F::SPLIT {
+            // SAFETY: as below; `split_blocks` asks the same of its caller.
+            if unsafe { self.split_blocks::<FMA>() } {
+                return;
+            }
+        }
         // SAFETY: `map_float` builds it from a dense run of `len` elements
         // of each operand inside their locked storages; the output run is
         // this thread's alone.
         unsafe {
-            dense_map1!(self.dst, self.src, self.len, |x| T::down(
-                f.apply::<FMA>(x.up())
-            ))
+            dense_map1!(self.dst, self.src, self.len, |x| {
+                let x = x.up();
+                T::down(f.fix(x, f.apply::<FMA>(x)))
+            })
         }
+    }
+}
+
+impl<T: Flt, F: FloatFn<T::C>> Dense1F<T, F> {
+    /// [`FloatFn::SPLIT`]'s two loops per block, as
+    /// [`Dense2F::fixed_blocks`]; `false` (nothing done) when the output
+    /// shares a byte with the input.
+    ///
+    /// # Safety
+    /// As for [`Dense2F::fixed_blocks`].
+    #[inline(always)]
+    unsafe fn split_blocks<const FMA: bool>(&self) -> bool {
+        use super::elementwise::Overlap;
+        let (a, d, len, f) = (self.src, self.dst, self.len, self.f);
+        if Overlap::of(d, a, len) != Overlap::Disjoint {
+            return false;
+        }
+        // SAFETY: the caller's contract; the runs are disjoint (checked
+        // above).
+        let (a, d) = unsafe {
+            (
+                std::slice::from_raw_parts(a, len),
+                std::slice::from_raw_parts_mut(d, len),
+            )
+        };
+        let mut buf = [<T::C as num_traits::Zero>::zero(); BLOCK];
+        for (a, d) in a.chunks(BLOCK).zip(d.chunks_mut(BLOCK)) {
+            let r = &mut buf[..a.len()];
+            for (r, &x) in r.iter_mut().zip(a) {
+                *r = f.apply::<FMA>(x.up());
+            }
+            for ((d, &x), &r) in d.iter_mut().zip(a).zip(r.iter()) {
+                *d = T::down(f.fix(x.up(), r));
+            }
+        }
+        true
     }
 }
 
@@ -445,12 +514,64 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Dense2F<T, F> {
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
+        if F::FIXES {
+            // SAFETY: as below; `fixed_blocks` asks the same of its caller.
+            if unsafe { self.fixed_blocks::<FMA>() } {
+                return;
+            }
+        }
         // SAFETY: as in `Dense1F::call`, for both inputs.
         unsafe {
-            dense_map2!(self.dst, self.a, self.b, self.len, |x, y| T::down(
-                f.apply::<FMA>(x.up(), y.up())
-            ))
+            dense_map2!(self.dst, self.a, self.b, self.len, |x, y| {
+                let (x, y) = (x.up(), y.up());
+                T::down(f.fix(x, y, f.apply::<FMA>(x, y)))
+            })
         }
+    }
+}
+
+impl<T: Flt, F: FloatFn2<T::C>> Dense2F<T, F> {
+    /// [`FloatFn2::FIXES`]'s two loops per block of [`BLOCK`] elements, when
+    /// the output shares no byte with either input (`false`, and nothing
+    /// done, otherwise: the one-loop form then handles the overlap).
+    ///
+    /// # Safety
+    /// As for [`Dense1F::call`]: `a`, `b` and `dst` hold `len` elements
+    /// inside their locked storages, and the output run is this thread's.
+    #[inline(always)]
+    unsafe fn fixed_blocks<const FMA: bool>(&self) -> bool {
+        use super::elementwise::Overlap;
+        let (a, b, d, len, f) = (self.a, self.b, self.dst, self.len, self.f);
+        if Overlap::of(d, a, len) != Overlap::Disjoint
+            || Overlap::of(d, b, len) != Overlap::Disjoint
+        {
+            return false;
+        }
+        // SAFETY: the caller's contract; the runs are disjoint from the
+        // output (checked above), so the input slices and the output
+        // slice may coexist.
+        let (a, b, d) = unsafe {
+            (
+                std::slice::from_raw_parts(a, len),
+                std::slice::from_raw_parts(b, len),
+                std::slice::from_raw_parts_mut(d, len),
+            )
+        };
+        let mut buf = [<T::C as num_traits::Zero>::zero(); BLOCK];
+        for ((a, b), d) in a
+            .chunks(BLOCK)
+            .zip(b.chunks(BLOCK))
+            .zip(d.chunks_mut(BLOCK))
+        {
+            let r = &mut buf[..a.len()];
+            for ((r, &x), &y) in r.iter_mut().zip(a).zip(b) {
+                *r = f.apply::<FMA>(x.up(), y.up());
+            }
+            for (((d, &x), &y), &r) in d.iter_mut().zip(a).zip(b).zip(r.iter()) {
+                *d = T::down(f.fix(x.up(), y.up(), r));
+            }
+        }
+        true
     }
 }
 
@@ -526,7 +647,8 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
             }
             // Every element of both buffers is initialised from here on.
             for (va, vb) in self.ba.iter_mut().zip(self.bb.iter()) {
-                va.write(self.f.apply::<FMA>(va.assume_init(), vb.assume_init()));
+                let (x, y) = (va.assume_init(), vb.assume_init());
+                va.write(self.f.fix(x, y, self.f.apply::<FMA>(x, y)));
             }
             for (i, v) in self.ba.iter().enumerate() {
                 self.dst.add(i * self.sd).write(T::down(v.assume_init()));
@@ -633,9 +755,14 @@ pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &O
 struct Pow;
 
 impl FloatFn2<f32> for Pow {
+    const FIXES: bool = true;
     #[inline(always)]
     fn apply<const F: bool>(self, x: f32, y: f32) -> f32 {
-        super::vmath::float32::pow::<F>(x, y)
+        super::vmath::float32::pow_core::<F>(x, y)
+    }
+    #[inline(always)]
+    fn fix(self, x: f32, y: f32, r: f32) -> f32 {
+        super::vmath::float32::pow_fix(x, y, r)
     }
 }
 
@@ -644,9 +771,14 @@ impl FloatFn2<f32> for Pow {
 struct PowScalar(f32);
 
 impl FloatFn<f32> for PowScalar {
+    const SPLIT: bool = true;
     #[inline(always)]
     fn apply<const F: bool>(self, x: f32) -> f32 {
-        super::vmath::float32::pow::<F>(x, self.0)
+        super::vmath::float32::pow_core::<F>(x, self.0)
+    }
+    #[inline(always)]
+    fn fix(self, x: f32, r: f32) -> f32 {
+        super::vmath::float32::pow_fix(x, self.0, r)
     }
 }
 

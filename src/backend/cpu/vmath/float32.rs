@@ -436,28 +436,54 @@ fn pow_exp<const F: bool>(t: f64) -> f64 {
 }
 
 /// `x^y` for f32, branch-free: `e^(y ln|x|)` with `ln` and `e^` in f64
-/// lanes ([`pow_ln`], [`pow_exp`]: polynomials only as long as f32's
-/// precision needs), so the rounding of `y ln|x|` (up to ~104 in
-/// magnitude before the result leaves f32's range) costs nothing, then the sign and the special cases of C's `powf` by
-/// selects: `x^0 = 1` and `1^y = 1` (NaN included), `(-1)^±inf = 1`, a
-/// negative finite `x` to a non-integer `y` is NaN, and a negative `x`
-/// (`-0` and `-inf` included) to an odd integer `y` keeps its sign.
-/// Infinite and zero `x`, and infinite `y`, fall out of `ln` and `e^` as
-/// `powf` has them (`ln 0 = -inf`, `e^inf = inf`, `e^-inf = 0`).
+/// lanes ([`pow_core`]), then C's special cases ([`pow_fix`]). The CPU
+/// kernels run the two parts in one loop or in two (`unary::Pow`); the
+/// tests check this composition at every level.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn pow<const F: bool>(x: f32, y: f32) -> f32 {
+    pow_fix(x, y, pow_core::<F>(x, y))
+}
+
+/// `|x|^y` rounded to f32, as `e^(y ln|x|)` with `ln` and `e^` in f64 lanes
+/// ([`pow_ln`], [`pow_exp`]: polynomials only as long as f32's precision
+/// needs), so the rounding of `y ln|x|` (up to ~104 in magnitude before
+/// the result leaves f32's range) costs nothing. It is `x^y` (C's `powf`)
+/// for every positive finite `x` and finite `y`; [`pow_fix`] makes it
+/// `x^y` everywhere. Infinite and zero `x`, and infinite `y`, fall out of
+/// `ln` and `e^` as `powf` has them (`ln 0 = -inf`, `e^inf = inf`, `e^-inf
+/// = 0`) except for the cases `pow_fix` selects.
+#[inline(always)]
+pub(crate) fn pow_core<const F: bool>(x: f32, y: f32) -> f32 {
     let a = (x as f64).abs();
-    let r = pow_exp::<F>(y as f64 * pow_ln::<F>(a));
+    pow_exp::<F>(y as f64 * pow_ln::<F>(a)) as f32
+}
+
+/// [`pow_core`]'s result `r` made C's `powf(x, y)`, by selects in f32
+/// (sign changes and constants commute with the rounding to f32): `x^0 =
+/// 1` and `1^y = 1` (NaN included), `(-1)^±inf = 1`, a negative finite `x`
+/// to a non-integer `y` is NaN, and a negative `x` (`-0` and `-inf`
+/// included) to an odd integer `y` keeps its sign. A positive finite `x`
+/// with a finite `y` leaves `r` as it is.
+#[inline(always)]
+pub(crate) fn pow_fix(x: f32, y: f32, r: f32) -> f32 {
     let y_int = y.trunc() == y; // also true for ±inf
     let half = y * 0.5;
     let y_odd = y_int && half.trunc() != half;
     let r = if x.is_sign_negative() && y_odd { -r } else { r };
     let r = if x < 0.0 && x.is_finite() && !y_int {
-        f64::NAN
+        f32::NAN
     } else {
         r
     };
-    let r = if a == 1.0 && y.is_infinite() { 1.0 } else { r };
-    let r = if y == 0.0 || x == 1.0 { 1.0 } else { r };
-    r as f32
+    let r = if x.abs() == 1.0 && y.is_infinite() {
+        1.0
+    } else {
+        r
+    };
+    if y == 0.0 || x == 1.0 {
+        1.0
+    } else {
+        r
+    }
 }

@@ -380,6 +380,14 @@ fn winograd_matches_the_loop(dev: Device) {
             false,
         ),
         ([2, 32, 3, 18], [48, 32, 3, 3], o(Padding::Valid), true),
+        // 11 samples of 64 tiles at 32 channels: chunks of 8 and 3
+        // samples (ops/conv/winograd.rs `chunks`: 1 MiB per operand).
+        (
+            [11, 32, 16, 16],
+            [32, 32, 3, 3],
+            o(Padding::Explicit([1, 1])),
+            true,
+        ),
         // 32 x 32 tiles: the transformed operands' rows are 4 KiB, so
         // they are padded (ops/conv.rs `padded_row`).
         (
@@ -507,6 +515,58 @@ fn the_winograd_workspace_is_freed(dev: Device) {
         "a corner sees 4 taps of 32 channels"
     );
     drop(y);
+}
+
+/// The Winograd path runs chunks of samples, each with its own transformed
+/// input and products of at most 1 MiB each (ops/conv/winograd.rs
+/// `chunks`): for 16 samples of `[32, 16, 16]` and 64 output channels a
+/// chunk is 4 samples, so the forward pass's peak is the output, `U`, and
+/// one chunk's `V` and `M`, a quarter of what the whole batch's operands
+/// would need; the backward pass's peak is bounded by the same chunking.
+fn winograd_runs_in_chunks_of_samples(dev: Device) {
+    let x = Tensor::ones(&[16, 32, 16, 16], DType::F32, dev).unwrap();
+    let w = Tensor::ones(&[64, 32, 3, 3], DType::F32, dev).unwrap();
+    let opts = ConvOptions {
+        padding: Padding::Explicit([1, 1]),
+        ..ConvOptions::default()
+    };
+    drop(x.conv2d(&w, None, &opts).unwrap());
+    let (y, m) = memory::measure(dev, || x.conv2d(&w, None, &opts).unwrap()).unwrap();
+    let out = 16 * 64 * 16 * 16 * 4;
+    assert_eq!(m.allocated_delta, out as i64, "only the output stays");
+    if dev.is_cpu() {
+        let (tiles, u) = (4 * 8 * 8, 16 * 64 * 32 * 4);
+        let chunk = 16 * (32 + 64) * tiles * 4; // V and M of 4 samples
+        let whole = 4 * chunk;
+        let want = out + u + chunk;
+        assert!(
+            m.peak_delta >= want && m.peak_delta < want + chunk / 8,
+            "the output, U and one chunk's V and M at the peak ({want} bytes; \
+             the whole batch's V and M: {whole}): {m:?}"
+        );
+    }
+    assert_eq!(
+        read(&y)[0],
+        32.0 * 4.0,
+        "a corner sees 4 taps of 32 channels"
+    );
+    // Backward: dM and V of one chunk and the [16, O, C] product and sum.
+    let xg = x.requires_grad_(true).unwrap();
+    let wg = w.requires_grad_(true).unwrap();
+    let y = xg.conv2d(&wg, None, &opts).unwrap();
+    let gy = Tensor::ones(&[16, 64, 16, 16], DType::F32, dev).unwrap();
+    let ((), m) = memory::measure(dev, || y.backward_with(&gy, false).unwrap()).unwrap();
+    if dev.is_cpu() {
+        let whole = 16 * (32 + 64) * 4 * 8 * 8 * 4 * 4;
+        assert!(
+            m.peak_delta < whole / 2,
+            "the backward pass held less than half the whole batch's dM and V: {m:?}"
+        );
+    }
+    // Every input element of the all-ones convolution with padding 1
+    // sees 64 output channels through as many taps as it has neighbours.
+    let dx = read(&xg.grad().unwrap());
+    assert_eq!((dx[0], dx[17]), (64.0 * 4.0, 64.0 * 9.0));
 }
 
 /// `conv_transpose2d` against its direct loop
@@ -952,4 +1012,5 @@ common::on_devices!(
     conv_transpose2d_matches_the_loop,
     winograd_matches_the_loop,
     the_winograd_workspace_is_freed,
+    winograd_runs_in_chunks_of_samples,
 );

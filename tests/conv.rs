@@ -522,7 +522,9 @@ fn the_winograd_workspace_is_freed(dev: Device) {
 /// `chunks`): for 16 samples of `[32, 16, 16]` and 64 output channels a
 /// chunk is 4 samples, so the forward pass's peak is the output, `U`, and
 /// one chunk's `V` and `M`, a quarter of what the whole batch's operands
-/// would need; the backward pass's peak is bounded by the same chunking.
+/// would need; the backward pass's peak is bounded by the same chunking,
+/// and its two gradients (which share one transform of `dy` per chunk)
+/// equal each computed alone.
 fn winograd_runs_in_chunks_of_samples(dev: Device) {
     let x = Tensor::ones(&[16, 32, 16, 16], DType::F32, dev).unwrap();
     let w = Tensor::ones(&[64, 32, 3, 3], DType::F32, dev).unwrap();
@@ -567,6 +569,29 @@ fn winograd_runs_in_chunks_of_samples(dev: Device) {
     // sees 64 output channels through as many taps as it has neighbours.
     let dx = read(&xg.grad().unwrap());
     assert_eq!((dx[0], dx[17]), (64.0 * 4.0, 64.0 * 9.0));
+    let dw = read(&wg.grad().unwrap());
+    // A corner tap meets 15 x 15 outputs of each sample, the centre all.
+    assert_eq!((dw[0], dw[4]), (16.0 * 225.0, 16.0 * 256.0));
+    // One operand needing a gradient: the same gradient alone.
+    let ones = |s: &[usize]| Tensor::ones(s, DType::F32, dev).unwrap();
+    let (xo, wo) = (
+        ones(&[16, 32, 16, 16]).requires_grad_(true).unwrap(),
+        ones(&[64, 32, 3, 3]),
+    );
+    xo.conv2d(&wo, None, &opts)
+        .unwrap()
+        .backward_with(&gy, false)
+        .unwrap();
+    assert_eq!(read(&xo.grad().unwrap()), dx, "the input's gradient alone");
+    let (xo, wo) = (
+        ones(&[16, 32, 16, 16]),
+        ones(&[64, 32, 3, 3]).requires_grad_(true).unwrap(),
+    );
+    xo.conv2d(&wo, None, &opts)
+        .unwrap()
+        .backward_with(&gy, false)
+        .unwrap();
+    assert_eq!(read(&wo.grad().unwrap()), dw, "the weight's gradient alone");
 }
 
 /// `conv_transpose2d` against its direct loop

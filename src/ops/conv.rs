@@ -512,29 +512,49 @@ fn conv2d_impl(
 ) -> Result<Tensor> {
     let geo = geometry(op, shown, x, w, b, opts)?;
     let out = autograd::no_grad(|| forward(x, w, b, &geo)).map_err(|e| e.reported_as(op))?;
-    attach_conv(out, x, w, b, geo, input_grad, weight_grad)
+    attach_conv(out, x, w, b, geo, conv2d_grads)
 }
 
-/// The input's gradient from the output's gradient, the saved weight and
-/// the geometry.
-type InputGrad = fn(&Tensor, &Tensor, &Geometry) -> Result<Tensor>;
-/// The weight's gradient from the output's gradient, the saved input, the
-/// geometry and the weight's shape.
-type WeightGrad = fn(&Tensor, &Tensor, &Geometry, &[usize]) -> Result<Tensor>;
+/// A convolution's input and weight gradients from the output's gradient
+/// `dy`: the input's when the saved weight is given, the weight's when
+/// the saved input is (with the geometry and the weight's shape).
+type Grads = fn(
+    &Tensor,
+    Option<&Tensor>,
+    Option<&Tensor>,
+    &Geometry,
+    &[usize],
+) -> Result<(Option<Tensor>, Option<Tensor>)>;
+
+/// [`Grads`] of `conv2d`: Winograd's share one transform of `dy` per
+/// chunk of samples between the two gradients.
+fn conv2d_grads(
+    dy: &Tensor,
+    x: Option<&Tensor>,
+    w: Option<&Tensor>,
+    g: &Geometry,
+    wshape: &[usize],
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    if winograd::applies(g, dy) {
+        return winograd::grads(dy, x, w, g);
+    }
+    let gx = w.map(|w| input_grad(dy, w, g)).transpose()?;
+    let gw = x.map(|x| weight_grad(dy, x, g, wshape)).transpose()?;
+    Ok((gx, gw))
+}
 
 /// Gives a convolution's output its node (`ConvolutionBackward0`, PyTorch's
 /// name for every convolution) when an operand requires grad: it saves the
 /// input `x` only if the weight needs a gradient and the weight only if the
-/// input does, and computes `dx = input_of(dy, w)`, `dw = weight_of(dy, x,
-/// shape)` and the bias's `dy` summed over all but the channels.
+/// input does, and computes `(dx, dw) = grads(dy, x, w, shape)` and the
+/// bias's `dy` summed over all but the channels.
 fn attach_conv(
     out: Tensor,
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
     geo: Geometry,
-    input_of: InputGrad,
-    weight_of: WeightGrad,
+    grads: Grads,
 ) -> Result<Tensor> {
     let mut inputs = vec![x, w];
     inputs.extend(b);
@@ -555,14 +575,9 @@ fn attach_conv(
     let rb = b.map(|b| b.requires_grad());
     let wshape = w.shape().to_vec();
     let f: BackwardFn = Box::new(move |dy| {
-        let gx = match &kw {
-            Some(w) => Some(input_of(dy, w.get()?, &geo)?),
-            None => None,
-        };
-        let gw = match &kx {
-            Some(x) => Some(weight_of(dy, x.get()?, &geo, &wshape)?),
-            None => None,
-        };
+        let x = kx.as_ref().map(Saved::get).transpose()?;
+        let w = kw.as_ref().map(Saved::get).transpose()?;
+        let (gx, gw) = grads(dy, x, w, &geo, &wshape)?;
         let mut v = vec![gx, gw];
         if let Some(rb) = rb {
             v.push(if rb {
@@ -841,15 +856,11 @@ impl Tensor {
         // The adjoint of the adjoint: the input's gradient is conv2d of
         // the output's; the weight's is conv2d's weight gradient with its
         // input and output swapped.
-        attach_conv(
-            out,
-            self,
-            weight,
-            bias,
-            geo,
-            |dy, w, g| forward(dy, w, None, g),
-            |dy, x, g, ws| weight_grad(x, dy, g, ws),
-        )
+        attach_conv(out, self, weight, bias, geo, |dy, x, w, g, ws| {
+            let gx = w.map(|w| forward(dy, w, None, g)).transpose()?;
+            let gw = x.map(|x| weight_grad(x, dy, g, ws)).transpose()?;
+            Ok((gx, gw))
+        })
     }
 }
 

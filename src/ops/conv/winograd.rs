@@ -177,52 +177,82 @@ pub(super) fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) 
 }
 
 /// The input's gradient `[N, C, H, W]`: `B (U^T dM) B^T` summed over the
-/// tiles covering each element, chunk by chunk.
+/// tiles covering each element ([`grads`] without the weight's).
 pub(super) fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
-    let ut = weight_tiles(w, g)?.transpose(1, 2)?;
-    let dx = Tensor::empty(&[g.n, g.c, g.h, g.w], dy.dtype(), dy.device())?;
-    for c in chunks(g) {
-        let (dyc, gc) = chunk_of(dy, g, c)?;
-        let dm = output_grad_tiles(&dyc, &gc)?;
-        let dv = ut.matmul(&dm)?; // [16, C, T]
-        drop(dm);
-        let dxc = dx.narrow(0, c.0, c.1)?;
-        let grid = grid(&gc, g.c, g.h, g.w, g.lo);
-        wino::tiles(
-            OP,
-            Step::InputAdjoint,
-            &Operand::of(&dxc),
-            &Operand::of(&dv),
-            None,
-            &grid,
-        )?;
-    }
-    Ok(dx)
+    let (dx, _) = grads(dy, None, Some(w), g)?;
+    dx.ok_or_else(|| crate::error::Error::arg(OP, "internal: no input gradient"))
 }
 
-/// The weight's gradient `[O, C, 3, 3]`: `G^T (dM V^T) G`, the products
-/// summed over the chunks.
+/// The weight's gradient `[O, C, 3, 3]`: `G^T (dM V^T) G` ([`grads`]
+/// without the input's).
 pub(super) fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let (_, dw) = grads(dy, Some(x), None, g)?;
+    dw.ok_or_else(|| crate::error::Error::arg(OP, "internal: no weight gradient"))
+}
+
+/// The input's gradient (when the weight `w` is given) and the weight's
+/// (when the input `x` is), chunk by chunk ([`chunks`]), from one `dM = A
+/// dy A^T` per chunk: `dx = B (U^T dM) B^T` summed over the tiles covering
+/// each element, `dw = G^T (sum of dM V^T) G`.
+pub(super) fn grads(
+    dy: &Tensor,
+    x: Option<&Tensor>,
+    w: Option<&Tensor>,
+    g: &Geometry,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let ut = match w {
+        Some(w) => Some(weight_tiles(w, g)?.transpose(1, 2)?),
+        None => None,
+    };
+    let dx = match ut {
+        Some(_) => Some(Tensor::empty(
+            &[g.n, g.c, g.h, g.w],
+            dy.dtype(),
+            dy.device(),
+        )?),
+        None => None,
+    };
     let mut du: Option<Tensor> = None;
     for c in chunks(g) {
         let (dyc, gc) = chunk_of(dy, g, c)?;
-        let (xc, _) = chunk_of(x, g, c)?;
         let dm = output_grad_tiles(&dyc, &gc)?;
-        let v = input_tiles(&xc, &gc)?;
-        let part = dm.matmul(&v.transpose(1, 2)?)?; // [16, O, C]
-        drop((dm, v));
-        match &mut du {
-            None => du = Some(part.contiguous()?),
-            Some(acc) => {
-                acc.add_(&part)?;
+        if let (Some(ut), Some(dx)) = (&ut, &dx) {
+            let dv = ut.matmul(&dm)?; // [16, C, T]
+            let dxc = dx.narrow(0, c.0, c.1)?;
+            let grid = grid(&gc, g.c, g.h, g.w, g.lo);
+            wino::tiles(
+                OP,
+                Step::InputAdjoint,
+                &Operand::of(&dxc),
+                &Operand::of(&dv),
+                None,
+                &grid,
+            )?;
+        }
+        if let Some(x) = x {
+            let (xc, _) = chunk_of(x, g, c)?;
+            let v = input_tiles(&xc, &gc)?;
+            let part = dm.matmul(&v.transpose(1, 2)?)?; // [16, O, C]
+            drop((dm, v));
+            match &mut du {
+                None => du = Some(part.contiguous()?),
+                Some(acc) => {
+                    acc.add_(&part)?;
+                }
             }
         }
     }
-    let du = match du {
-        Some(du) => du,
-        None => Tensor::zeros(&[16, g.o, g.c], dy.dtype(), dy.device())?,
+    let dw = match x {
+        Some(_) => {
+            let du = match du {
+                Some(du) => du,
+                None => Tensor::zeros(&[16, g.o, g.c], dy.dtype(), dy.device())?,
+            };
+            let dw = Tensor::empty(&[g.o, g.c, 3, 3], dy.dtype(), dy.device())?;
+            wino::weights(OP, false, &Operand::of(&dw), &Operand::of(&du))?;
+            Some(dw)
+        }
+        None => None,
     };
-    let dw = Tensor::empty(&[g.o, g.c, 3, 3], dy.dtype(), dy.device())?;
-    wino::weights(OP, false, &Operand::of(&dw), &Operand::of(&du))?;
-    Ok(dw)
+    Ok((dx, dw))
 }

@@ -345,7 +345,8 @@ fn assert_powf(what: &str, xs: &[f32], ys: &[f32], got: &[f32]) {
 
 /// `pow` and `pow_scalar` on f32 take two loops per block for a fresh
 /// output (the powers, then C's special cases) and one fused loop in
-/// place or through a transposed operand: every path gives C's `powf`.
+/// place or through a transposed operand: every path gives C's `powf`,
+/// and f16 and bf16 give the f32 result rounded once.
 #[test]
 fn pow_follows_c_on_every_kernel_path() {
     let _l = lock();
@@ -380,6 +381,32 @@ fn pow_follows_c_on_every_kernel_path() {
         &ys[..2 * h],
         &strided.to_vec::<f32>().unwrap(),
     );
+    // f16 and bf16 compute in f32 and round once: the f32 result of the
+    // rounded inputs, rounded (both loops run in the compute type).
+    for dt in [DType::F16, DType::BF16] {
+        let (xh, yh) = (x.to_dtype(dt).unwrap(), y.to_dtype(dt).unwrap());
+        let got = xh.pow(&yh).unwrap().to_dtype(DType::F32).unwrap();
+        let (xr, yr) = (
+            xh.to_dtype(DType::F32).unwrap(),
+            yh.to_dtype(DType::F32).unwrap(),
+        );
+        let want = xr
+            .pow(&yr)
+            .unwrap()
+            .to_dtype(dt)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let (got, want) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{dt:?} pow({}, {}) = {g}, want {w}",
+                xs[i],
+                ys[i]
+            );
+        }
+    }
     for s in [0.0f32, 1.0, 3.0, -3.0, 0.5, 1.5, f32::INFINITY, f32::NAN] {
         let same = vec![s; n];
         let got = x.pow_scalar(s as f64).unwrap().to_vec::<f32>().unwrap();

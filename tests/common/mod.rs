@@ -2,6 +2,7 @@
 //! non-contiguous layouts built from logical values, and naive f64 references.
 #![allow(dead_code)]
 
+pub mod conv_ref;
 #[cfg(feature = "cuda")]
 pub mod devices;
 pub mod grad;

@@ -23,7 +23,7 @@
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`: `e^(-x^2/2) Q(2 / (2 + |x|/sqrt 2))` with `x^2` exact in two floats |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
-//! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes, C's special cases by selects (`float32::pow`) |
+//! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes (`float32::pow_core`), C's special cases by selects in f32 (`pow_fix`; a second loop per block in `unary::Pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
 //! | `tan` | 2 | libm | `sin r / cos r` (or `-cos r / sin r`) of `sin`'s reduction, in f64 (see `trig`) |
 //! | `exp2` | 2 | libm | nearest-integer reduction (exact), Taylor series of `2^r`, 2^n as `exp`'s |

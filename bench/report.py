@@ -160,7 +160,9 @@ def main():
         "loadavg_before": a.load_before,
         "loadavg_after": a.load_after,
         "git_commit": sh("git rev-parse HEAD"),
-        "git_dirty": bool(sh("git status --porcelain --untracked-files=no")),
+        # Changes to tracked files outside bench/results: the run itself has
+        # rewritten its raw results there before this report is written.
+        "git_dirty": bool(sh("git status --porcelain --untracked-files=no -- . ':!bench/results'")),
         "machine": machine(),
         "versions": {
             "rustc": sh("rustc --version"),

@@ -14,9 +14,16 @@
 //!
 //! `y_tile = A^T [ sum_c (G g_oc G^T) * (B^T d_c B) ] A` (`*` elementwise):
 //! the sum over channels of each of the 16 elements is a matrix product.
-//! The transformed operands are `[16, ch, T]`, `T = n th tw` tiles (the
-//! tile index runs over samples, rows of tiles, tiles), for the 16
-//! elements `xi = 4 r + c` of a tile.
+//! The transformed operands are `[16, ch, T]`, `T = n th (tw + 1)` tiles
+//! (the tile index runs over samples, rows of tiles, tiles), for the 16
+//! elements `xi = 4 r + c` of a tile. Each row of tiles has one dummy tile
+//! past its end ([`TileGrid::row_stride`]), so that a plane's tiles of one
+//! element are one contiguous run and every transform is a few vector
+//! operations over whole planes (per row of tiles, the runs were 16-17
+//! values long at a ResNet stage's 32x32 maps: shorter than one AVX-512
+//! loop iteration, and the transforms ran at SSE2). The dummy tiles cost
+//! `1 / (tw + 1)` more product columns; `V`'s are finite, `dM`'s are zero,
+//! so they add nothing to `dU = dM V^T` or to `dx`, and `y` ignores `M`'s.
 //!
 //! The steps ([`Step`]) and their adjoints, which give the gradients of
 //! that same computation (so the backward pass is the exact adjoint of the
@@ -64,6 +71,22 @@ pub(crate) struct TileGrid {
     pub pad: [usize; 2],
 }
 
+impl TileGrid {
+    /// Tiles per row of tiles in the transformed operands: `tw` and one
+    /// dummy (see the module docs).
+    pub(crate) fn row_stride(&self) -> usize {
+        self.tw + 1
+    }
+
+    /// `T`, the tiles of all planes of one channel: `n th (tw + 1)`, or
+    /// `None` past `usize`.
+    pub(crate) fn tiles(&self) -> Option<usize> {
+        self.n
+            .checked_mul(self.th)?
+            .checked_mul(self.tw.checked_add(1)?)
+    }
+}
+
 /// Checks `ops` are f32 and on the CPU (the only backend with the
 /// transforms: `ops::conv` picks them for CPU tensors only).
 fn f32_on_cpu(op: &'static str, ops: &[&Operand]) -> Result<()> {
@@ -94,7 +117,7 @@ fn dense(op: &'static str, o: &Operand, shape: &[usize]) -> Result<()> {
 }
 
 /// Runs `step` between `spatial` (`[n, ch, h, w]`, contiguous) and `tiled`
-/// (`[16, ch, n th tw]`, unit column stride, rows at least a row apart),
+/// (`[16, ch, n th (tw + 1)]`, unit column stride, rows at least a row apart),
 /// with `bias` `[ch]` for `Step::Output` only.
 pub(crate) fn tiles(
     op: &'static str,
@@ -111,10 +134,7 @@ pub(crate) fn tiles(
     f32_on_cpu(op, &all)?;
     dense(op, spatial, &[g.n, g.ch, g.h, g.w])?;
     let overflow = || Error::arg(op, "internal: Winograd tile grid overflows");
-    let t =
-        g.n.checked_mul(g.th)
-            .and_then(|v| v.checked_mul(g.tw))
-            .ok_or_else(overflow)?;
+    let t = g.tiles().ok_or_else(overflow)?;
     let [rows, cols] = [g.th, g.tw].map(|v| v.checked_mul(2).and_then(|v| v.checked_add(2)));
     let (rows, cols) = (rows.ok_or_else(overflow)?, cols.ok_or_else(overflow)?);
     let shape = [16, g.ch, t];

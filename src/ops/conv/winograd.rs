@@ -61,7 +61,7 @@ pub(super) fn applies(g: &Geometry, x: &Tensor) -> bool {
     let sizes = || -> Option<usize> {
         let t =
             g.n.checked_mul(g.oh.div_ceil(2))?
-                .checked_mul(g.ow.div_ceil(2))?;
+                .checked_mul(g.ow.div_ceil(2) + 1)?;
         t.checked_mul(g.c.max(g.o))?.checked_mul(16 * 4)
     };
     *ENABLED
@@ -105,7 +105,10 @@ fn transformed(ch: usize, t: usize, like: &Tensor) -> Result<Tensor> {
 /// every tile of the spatial `t` `[N, ch, h, w]` (zero-padded by `pad`).
 fn to_tiles(t: &Tensor, step: Step, grid: TileGrid) -> Result<Tensor> {
     let t = t.contiguous()?;
-    let out = transformed(grid.ch, grid.n * grid.th * grid.tw, &t)?;
+    let tiles = grid
+        .tiles()
+        .ok_or_else(|| crate::error::Error::arg(OP, "internal: Winograd tile grid overflows"))?;
+    let out = transformed(grid.ch, tiles, &t)?;
     wino::tiles(OP, step, &Operand::of(&t), &Operand::of(&out), None, &grid)?;
     Ok(out)
 }
@@ -140,7 +143,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// The samples `n0 .. n0 + nb` of each chunk of `g` (one at least): as
 /// many as keep `[16, max(C, O), nb tiles]` within [`CHUNK_BYTES`].
 fn chunks(g: &Geometry) -> impl Iterator<Item = (usize, usize)> {
-    let per_sample = 16 * 4 * g.c.max(g.o) * g.oh.div_ceil(2) * g.ow.div_ceil(2);
+    let per_sample = 16 * 4 * g.c.max(g.o) * g.oh.div_ceil(2) * (g.ow.div_ceil(2) + 1);
     let per = (CHUNK_BYTES / per_sample.max(1)).clamp(1, g.n.max(1));
     let n = g.n;
     (0..n).step_by(per).map(move |n0| (n0, per.min(n - n0)))

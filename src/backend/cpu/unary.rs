@@ -305,7 +305,7 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     fn scalar(self, x: C) -> C {
         self.apply::<false>(x)
     }
-    /// Whether `fix` does anything: as [`FloatFn2::FIXES`], `apply` and
+    /// Whether `fix` does anything: as [`FloatFn2::SPLIT`], `apply` and
     /// `fix` then run as two loops over each block of a dense disjoint run.
     /// (No kernel is both `SPLIT` and `FIXES`: `scalar` leaves `fix` out.)
     const SPLIT: bool = false;
@@ -355,14 +355,14 @@ impl<C: VMath + num_traits::Float + Sync, const K: u8> FloatFn<C> for Trig<K> {
 ///
 /// A kernel may split into `apply`, right for the common inputs, and
 /// `fix`, which patches `apply`'s result `r` at the rest (special cases by
-/// selects). With `FIXES`, a dense disjoint run computes `apply` over a
+/// selects). With `SPLIT`, a dense disjoint run computes `apply` over a
 /// block into a stack buffer, then `fix` in a second loop over the same
 /// block (still in L1): the main loop then carries none of the special
 /// cases' compare masks, which had run out of AVX-512's eight mask
 /// registers in `pow` and spilled one to the stack (see [`Pow`]).
 pub(crate) trait FloatFn2<C>: Copy + Sync {
     /// Whether `fix` does anything (then dense runs take two loops).
-    const FIXES: bool = false;
+    const SPLIT: bool = false;
     fn apply<const F: bool>(self, a: C, b: C) -> C;
     /// `apply`'s result `r` at `(a, b)` made right for every input.
     #[inline(always)]
@@ -466,11 +466,11 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Dense1F<T, F> {
 
 impl<T: Flt, F: FloatFn<T::C>> Dense1F<T, F> {
     /// [`FloatFn::SPLIT`]'s two loops per block, as
-    /// [`Dense2F::fixed_blocks`]; `false` (nothing done) when the output
+    /// [`Dense2F::split_blocks`]; `false` (nothing done) when the output
     /// shares a byte with the input.
     ///
     /// # Safety
-    /// As for [`Dense2F::fixed_blocks`].
+    /// As for [`Dense2F::split_blocks`].
     #[inline(always)]
     unsafe fn split_blocks<const FMA: bool>(&self) -> bool {
         use super::elementwise::Overlap;
@@ -514,9 +514,9 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Dense2F<T, F> {
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
-        if F::FIXES {
-            // SAFETY: as below; `fixed_blocks` asks the same of its caller.
-            if unsafe { self.fixed_blocks::<FMA>() } {
+        if F::SPLIT {
+            // SAFETY: as below; `split_blocks` asks the same of its caller.
+            if unsafe { self.split_blocks::<FMA>() } {
                 return;
             }
         }
@@ -531,15 +531,15 @@ impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Dense2F<T, F> {
 }
 
 impl<T: Flt, F: FloatFn2<T::C>> Dense2F<T, F> {
-    /// [`FloatFn2::FIXES`]'s two loops per block of [`BLOCK`] elements, when
+    /// [`FloatFn2::SPLIT`]'s two loops per block of [`BLOCK`] elements, when
     /// the output shares no byte with either input (`false`, and nothing
     /// done, otherwise: the one-loop form then handles the overlap).
     ///
     /// # Safety
-    /// As for [`Dense1F::call`]: `a`, `b` and `dst` hold `len` elements
+    /// As for `Dense1F::call`: `a`, `b` and `dst` hold `len` elements
     /// inside their locked storages, and the output run is this thread's.
     #[inline(always)]
-    unsafe fn fixed_blocks<const FMA: bool>(&self) -> bool {
+    unsafe fn split_blocks<const FMA: bool>(&self) -> bool {
         use super::elementwise::Overlap;
         let (a, b, d, len, f) = (self.a, self.b, self.dst, self.len, self.f);
         if Overlap::of(d, a, len) != Overlap::Disjoint
@@ -750,12 +750,18 @@ pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &O
     })
 }
 
-/// `x^y` in the compute type f32 ([`vmath::float32::pow`](super::vmath::float32::pow)).
+/// `x^y` in the compute type f32: `apply` is
+/// [`pow_core`](super::vmath::float32::pow_core), `fix` is
+/// [`pow_fix`](super::vmath::float32::pow_fix) (C's special cases). In one
+/// loop, their compare masks outnumbered AVX-512's eight mask registers and
+/// one was spilled to the stack every iteration; that loop ran at 0.87 or
+/// 1.22 ms per `[512, 1024]` at one thread, by the process, and the two
+/// loops run at 0.71-0.74 ms (`bench/results/ops-why.md`, session 21).
 #[derive(Clone, Copy)]
 struct Pow;
 
 impl FloatFn2<f32> for Pow {
-    const FIXES: bool = true;
+    const SPLIT: bool = true;
     #[inline(always)]
     fn apply<const F: bool>(self, x: f32, y: f32) -> f32 {
         super::vmath::float32::pow_core::<F>(x, y)

@@ -372,7 +372,7 @@ pub(crate) fn gelu_grad<const F: bool>(x: f32) -> f32 {
     0.5 * cdf2 + x * (e * INV_SQRT_2PI)
 }
 
-/// `ln a` for [`pow`], in f64, for `a` the magnitude of an f32 (so never a
+/// `ln a` for [`pow_core`], in f64, for `a` the magnitude of an f32 (so never a
 /// subnormal f64): fdlibm's reduction (`float64::log_reduce`, shared with
 /// the f64 `log`) and 6 terms of the atanh series,
 /// relative error below 2^-39, far more than `pow` needs (2^-33: the
@@ -406,7 +406,7 @@ fn pow_ln<const F: bool>(a: f64) -> f64 {
     }
 }
 
-/// `e^t` for [`pow`], in f64: `t` clamped to [-110, 100] (beyond, the f32
+/// `e^t` for [`pow_core`], in f64: `t` clamped to [-110, 100] (beyond, the f32
 /// result is 0 or infinite anyway), Cody-Waite reduction, the Taylor
 /// series of `e^r` to degree 8 (truncation below 2^-32), one scaling by
 /// `2^n`. NaN stays NaN.

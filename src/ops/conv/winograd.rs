@@ -20,7 +20,9 @@
 //! stays within a few ulps of the sum's magnitude: the conv tests and the
 //! differential suite hold it to the tolerance im2col had).
 //!
-//! Measured on the 2-core EPYC: bench/results/ops-why.md, session 13.
+//! Measured on the 2-core EPYCs: bench/results/ops-why.md, sessions 13
+//! (the choice of Winograd) and 21 (chunks of samples, one transform of
+//! `dy` for both gradients, the transforms over whole planes).
 
 use super::{workspace, Geometry};
 use crate::backend::winograd::{self as wino, Step, TileGrid};

@@ -302,12 +302,14 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     }
     /// The exact value at an `x` that is `outside` (scalar code).
     #[inline(always)]
-    fn scalar(self, x: C) -> C {
-        self.apply::<false>(x)
+    fn scalar(self, x: C) -> C
+    where
+        C: Copy,
+    {
+        self.fix(x, self.apply::<false>(x))
     }
     /// Whether `fix` does anything: as [`FloatFn2::SPLIT`], `apply` and
     /// `fix` then run as two loops over each block of a dense disjoint run.
-    /// (No kernel is both `SPLIT` and `FIXES`: `scalar` leaves `fix` out.)
     const SPLIT: bool = false;
     /// `apply`'s result `r` at `x` made right for every input.
     #[inline(always)]
@@ -467,7 +469,9 @@ impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Dense1F<T, F> {
 impl<T: Flt, F: FloatFn<T::C>> Dense1F<T, F> {
     /// [`FloatFn::SPLIT`]'s two loops per block, as
     /// [`Dense2F::split_blocks`]; `false` (nothing done) when the output
-    /// shares a byte with the input.
+    /// shares a byte with the input. (The two are written out rather than
+    /// one helper taking the loops as closures: a closure's body may stay
+    /// out of line, compiled for the baseline, see `simd`.)
     ///
     /// # Safety
     /// As for [`Dense2F::split_blocks`].

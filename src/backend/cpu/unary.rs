@@ -251,6 +251,10 @@ macro_rules! cpu_unary_dispatch {
     (@float $domain:ident tan, $T:ident, $src:ident, $dst:ident) => {
         map_float::<$T, _>($src, $dst, Trig::<TAN>)
     };
+    // gelu: the vector kernel, and a table at AVX-512 (`GeluExact`).
+    (@float $domain:ident gelu, $T:ident, $src:ident, $dst:ident) => {
+        map_float::<$T, _>($src, $dst, GeluExact)
+    };
     (@float $domain:ident $name:ident, $T:ident, $src:ident, $dst:ident) => {{
         #[derive(Clone, Copy)]
         struct K;
@@ -316,6 +320,30 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
     fn fix(self, _x: C, r: C) -> C {
         r
     }
+    /// A hand-written kernel for dense f32 runs at AVX-512, which
+    /// [`map_float`] runs instead of `apply` when the process runs at that
+    /// level (`simd::level()`: `TENSORSCOPE_SIMD=v3` turns it off) and the
+    /// output is the input or shares no byte with it. Its contract is
+    /// [`gelu_f32`](super::vmath::gelu_avx512::gelu_f32)'s.
+    #[cfg(target_arch = "x86_64")]
+    const DENSE_F32_AVX512: Option<unsafe fn(*const f32, *mut f32, usize)> = None;
+}
+
+/// GELU, exact form: `vmath`'s kernel, and at AVX-512 the table of
+/// [`gelu_avx512`](super::vmath::gelu_avx512) for dense f32 runs (2.5
+/// ulps; 0.47x the time of the vector kernel, `bench/results/ops-why.md`,
+/// session 22). Strided runs, f16, bf16 and f64 take the vector kernel.
+#[derive(Clone, Copy)]
+struct GeluExact;
+
+impl<C: VMath + num_traits::Float> FloatFn<C> for GeluExact {
+    #[inline(always)]
+    fn apply<const F: bool>(self, x: C) -> C {
+        float::gelu::<C, F>(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    const DENSE_F32_AVX512: Option<unsafe fn(*const f32, *mut f32, usize)> =
+        Some(super::vmath::gelu_avx512::gelu_f32);
 }
 
 /// [`Trig`]'s functions.
@@ -600,6 +628,21 @@ unsafe fn map_float<T: Flt, F: FloatFn<T::C>>(src: &Operand, dst: &Operand, f: F
     par_runs([&dst.layout, &src.layout], |o, len, st| unsafe {
         let (pd, ps) = (pd.get().add(o[0]), ps.get().add(o[1]) as *const T);
         if st == [1, 1] && !F::FIXES {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(k) = F::DENSE_F32_AVX512 {
+                use super::elementwise::Overlap;
+                if T::DTYPE == crate::dtype::DType::F32
+                    && simd::level() == simd::Level::V4
+                    && Overlap::of(pd, ps, len) != Overlap::Partial
+                {
+                    // SAFETY: `T` is f32 (its dtype), so both are f32 runs
+                    // of `len` elements as above; the process runs at V4,
+                    // so the CPU has AVX-512 F; the runs are the same or
+                    // disjoint (checked); the output run is this thread's.
+                    k(ps as *const f32, pd as *mut f32, len);
+                    return;
+                }
+            }
             simd::run(Dense1F {
                 src: ps,
                 dst: pd,

@@ -22,6 +22,7 @@
 //! | `softplus` | 2 | 4 | `max(x, 0) + ln(1 + e^-|x|)`, f32's logarithm `2 atanh(e / (2 + e))` by its series; `x` above 20 (PyTorch's threshold) |
 //! | `erf` | 3 | scalar | `t P(t^2)` below 1, `1 - e^(-t^2) Q(2/(2+t))` above; `erfc` from `Q` above 0.5 |
 //! | `gelu` | 4.5 (see below) | scalar | `x/2 erfc(-x/sqrt 2)`: `e^(-x^2/2) Q(2 / (2 + |x|/sqrt 2))` with `x^2` exact in two floats |
+//! | `gelu`, dense f32 runs at AVX-512 | 2.5 | - | `x Phi(x)` from a table of 32 polynomials of `Phi(-|x|)` on `[0, 6]`, `vpermt2ps` lookups; blocks with an input below -6 take the row above (see `gelu_avx512`) |
 //! | `gelu_tanh` | 4 | 4 | `x sigmoid(2u)`, `u = sqrt(2/pi)(x + 0.044715 x^3)` |
 //! | `pow` | 1 | libm | `e^(y ln|x|)` in f64 lanes (`float32::pow_core`), C's special cases by selects in f32 (`pow_fix`; a second loop per block in `unary::Pow`) |
 //! | `sin`, `cos` | 2 | libm | in f64 lanes: Cody-Waite below 2^20, musl's polynomials; libm above (see `trig`) |
@@ -52,14 +53,17 @@
 //! near 0 at the baseline level (5.1 ulps at `x = 0.0146`, where the
 //! condition number is 1), which FMA avoids (3.5).
 //!
-//! The polynomial coefficients of `erf` and of `tanh`'s small range were
-//! fitted (least squares on Chebyshev nodes, relative weight, against
-//! mpmath at 40 digits) by `tests/fixtures/vmath_fit.py`.
+//! The polynomial coefficients of `erf`, of `tanh`'s small range and of
+//! `gelu_avx512`'s table were fitted (least squares on Chebyshev nodes,
+//! relative weight, against mpmath at 40 digits) by
+//! `tests/fixtures/vmath_fit.py`.
 
 use crate::backend::UnaryGrad;
 
 pub(crate) mod float32;
 pub(crate) mod float64;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod gelu_avx512;
 pub(crate) mod trig;
 pub(crate) mod wide;
 

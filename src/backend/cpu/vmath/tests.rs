@@ -710,3 +710,134 @@ fn pow_is_within_one_ulp_and_follows_c_at_every_level() {
         );
     }
 }
+
+/// [`gelu_f32`](super::gelu_avx512::gelu_f32) over `xs`, out of place.
+#[cfg(target_arch = "x86_64")]
+fn gelu_table(xs: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; xs.len()];
+    // SAFETY: the callers run this only where the CPU has AVX-512 F; both
+    // runs hold `xs.len()` elements and are distinct vectors.
+    unsafe { super::gelu_avx512::gelu_f32(xs.as_ptr(), out.as_mut_ptr(), xs.len()) };
+    out
+}
+
+/// The AVX-512 table of exact GELU (`gelu_avx512`) is within 2.5 ulps of
+/// the f64 reference wherever it answers from its table (every input from
+/// -6 up: a stride through the bit patterns of [-6, 8], the f32 sweep's
+/// values above -6, NaN and +inf), against 4.5 for the vector kernel.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_avx512_gelu_table_is_within_2_5_ulps() {
+    if !Level::V4.is_available() {
+        println!("skip: this CPU has no {}", Level::V4.name());
+        return;
+    }
+    let mut xs: Vec<f32> = (0..=8f32.to_bits())
+        .step_by(2039)
+        .flat_map(|b| [f32::from_bits(b), -f32::from_bits(b)])
+        .filter(|&x| x >= -5.99)
+        .collect();
+    xs.extend(sweep32().into_iter().filter(|&x| x.is_nan() || x >= -5.99));
+    // Whole blocks of 64 only: the tail after the last one takes the
+    // vector kernel (tested below).
+    xs.resize(xs.len().div_ceil(64) * 64, 1.0);
+    let out = gelu_table(&xs);
+    let mut worst = (0.0f64, 0.0f32);
+    for (&x, &y) in xs.iter().zip(&out) {
+        let u = ulps(y, gelu_f64(x as f64));
+        assert!(u <= 2.5, "gelu({x:e}) = {y:e}: {u} ulps");
+        if u > worst.0 {
+            worst = (u, x);
+        }
+    }
+    assert!(out.iter().zip(&xs).all(|(y, x)| y.is_nan() == x.is_nan()));
+    println!(
+        "gelu table at {}: worst {:.3} ulp at x = {:e} ({} inputs)",
+        Level::V4.name(),
+        worst.0,
+        worst.1,
+        xs.len()
+    );
+}
+
+/// A block of 64 inputs holding one below -6 (or -inf), and the tail after
+/// the last whole block, take the vector kernel (`float32::gelu`, fused):
+/// bit for bit its results; the other blocks stay within the table's
+/// bound; in place gives the out-of-place bits at every length.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_avx512_gelu_table_leaves_the_far_tail_to_the_vector_kernel() {
+    if !Level::V4.is_available() {
+        println!("skip: this CPU has no {}", Level::V4.name());
+        return;
+    }
+    let n = 64 * 5 + 37;
+    let mut xs: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 5.5).collect();
+    xs[64 + 10] = -6.5;
+    xs[3 * 64 + 63] = f32::NEG_INFINITY;
+    xs[n - 1] = -20.0;
+    let out = gelu_table(&xs);
+    for (i, (&x, &y)) in xs.iter().zip(&out).enumerate() {
+        let block = i / 64;
+        if block == 1 || block == 3 || block == 5 {
+            let want = k32::gelu::<true>(x);
+            assert!(
+                y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan()),
+                "gelu({x:e}) in block {block} = {y:e}, the vector kernel's {want:e}"
+            );
+        } else {
+            let u = ulps(y, gelu_f64(x as f64));
+            assert!(u <= 2.5, "gelu({x:e}) in block {block} = {y:e}: {u} ulps");
+        }
+    }
+    for len in 0..=n {
+        let want = gelu_table(&xs[..len]);
+        let mut got = xs[..len].to_vec();
+        // SAFETY: AVX-512 F is there (checked above); one run of `len`
+        // elements, in place.
+        unsafe { super::gelu_avx512::gelu_f32(got.as_ptr(), got.as_mut_ptr(), len) };
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits()),
+            "in place differs at length {len}"
+        );
+    }
+}
+
+/// `Tensor::gelu` runs the table for a contiguous f32 tensor when the
+/// process runs at AVX-512, and the vector kernel for a strided one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn tensor_gelu_takes_the_table_at_avx512_only_for_dense_f32() {
+    use crate::{Device, Tensor};
+    let xs: Vec<f32> = (0..512 * 130)
+        .map(|i| ((i * 7919) % 2003) as f32 / 128.0 - 9.0)
+        .collect();
+    let x = Tensor::from_slice(&xs, &[512, 130], Device::Cpu).unwrap();
+    let got = x.gelu().unwrap().to_vec::<f32>().unwrap();
+    if crate::backend::cpu::simd::level() == Level::V4 {
+        assert_eq!(got, gelu_table(&xs));
+    } else {
+        println!(
+            "the process runs at {}: no table",
+            crate::backend::cpu::simd::level().name()
+        );
+    }
+    // Through the transpose: strided runs, the vector kernel at every level.
+    let t = x.t().unwrap().gelu().unwrap().t().unwrap();
+    let got = t.contiguous().unwrap().to_vec::<f32>().unwrap();
+    let fma = crate::backend::cpu::simd::level() != Level::Scalar
+        || crate::backend::cpu::simd::BASELINE_FMA;
+    for (&x, &y) in xs.iter().zip(&got) {
+        let want = if fma {
+            k32::gelu::<true>(x)
+        } else {
+            k32::gelu::<false>(x)
+        };
+        assert!(
+            y.to_bits() == want.to_bits(),
+            "gelu({x:e}) = {y:e}, want {want:e}"
+        );
+    }
+}

@@ -146,6 +146,21 @@ fn ln1p_unit<const F: bool>(e: f64) -> f64 {
     log1p::<F>(e)
 }
 
+/// `ln(1 + x)` accurate near 0: `u = 1 + x`, `ln u + (x - (u - 1)) / u`.
+#[inline(always)]
+pub(crate) fn log1p<const F: bool>(x: f64) -> f64 {
+    let u = 1.0 + x;
+    let c = (x - (u - 1.0)) / u;
+    let y = log::<F>(u) + c;
+    // x = inf: c is NaN, the answer is inf.
+    let y = if u == f64::INFINITY { u } else { y };
+    if u == 0.0 {
+        f64::NEG_INFINITY
+    } else {
+        y
+    }
+}
+
 super::derived_kernels!(f64);
 
 /// The error function (scalar: see the module docs).

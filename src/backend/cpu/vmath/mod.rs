@@ -15,7 +15,7 @@
 //! |---|---|---|---|
 //! | `exp` | 1 | 1 | Cody-Waite reduction, polynomial, 2^n in one exact scaling and one rounding (f32; f64: two halves) |
 //! | `log` | 1 | 1 | fdlibm's reduction, atanh series |
-//! | `log1p` | 2 | 2 | `ln(1 + x)` plus the rounding correction of `1 + x` |
+//! | `log1p` | 2 | 2 | `ln(1 + x)` plus the rounding correction of `1 + x` (f32: one division for both, see `float32::log1p`) |
 //! | `tanh` | 2 | 2 | odd polynomial below 0.625, `1 - 2/(e^2x + 1)` above |
 //! | `sigmoid` | 2 | 4 | `1 / (1 + e^-x)`, `e^x / (1 + e^x)` below 0 (one division) |
 //! | `silu` | 2 | 4 | `x / (1 + e^-x)`, `x e^x / (1 + e^x)` below 0 |
@@ -167,25 +167,10 @@ pub(crate) const TANH_SMALL_F32: [f32; 5] = [
 ];
 
 /// The kernels that are the same formula in f32 and f64, written once over
-/// the `exp`, `exp_neg`, `log`, `ln1p_unit` and `tanh_small` of the file
+/// the `exp`, `exp_neg`, `log1p`, `ln1p_unit` and `tanh_small` of the file
 /// that expands it.
 macro_rules! derived_kernels {
     ($t:ident) => {
-        /// `ln(1 + x)` accurate near 0: `u = 1 + x`, `ln u + (x - (u - 1)) / u`.
-        #[inline(always)]
-        pub(crate) fn log1p<const F: bool>(x: $t) -> $t {
-            let u = 1.0 + x;
-            let c = (x - (u - 1.0)) / u;
-            let y = log::<F>(u) + c;
-            // x = inf: c is NaN, the answer is inf.
-            let y = if u == $t::INFINITY { u } else { y };
-            if u == 0.0 {
-                $t::NEG_INFINITY
-            } else {
-                y
-            }
-        }
-
         /// `tanh x`: a polynomial below 0.625, `1 - 2 / (e^2|x| + 1)` above.
         #[inline(always)]
         pub(crate) fn tanh<const F: bool>(x: $t) -> $t {

@@ -14,6 +14,7 @@ pub(crate) mod index;
 pub(crate) mod lanes;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod norm_sums;
 pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;

@@ -19,8 +19,12 @@
 //! thread count); each block sums its rows' `dw`/`db` into its own partials
 //! (`T::C`, on the Rust heap: at most a sixteenth of the input's elements), added in
 //! block order at the end.
+//!
+//! For f32 at AVX2 and AVX-512, the row sums of both passes run as
+//! intrinsics (`norm_sums`), with the same lanes, fold and bits.
 
 use super::lanes::fold_lanes_split;
+use super::norm_sums::{self, LaneSum, RowSums, Term};
 use super::num::Flt;
 use super::pool::par_for;
 use super::ptr;
@@ -45,7 +49,7 @@ const BACKWARD_LANES: usize = 16;
 /// `Σ f(x_i)` over a row in `LANES` lanes (then folded pairwise in a
 /// fixed order), in `T::C`.
 #[inline(always)]
-fn lane_sum<T: Flt>(x: &[T], f: impl Fn(T::C) -> T::C) -> T::C {
+pub(super) fn lane_sum<T: Flt>(x: &[T], f: impl Fn(T::C) -> T::C) -> T::C {
     let zero = <T::C as Zero>::zero();
     let mut acc = [zero; LANES];
     let mut it = x.chunks_exact(LANES);
@@ -64,7 +68,13 @@ fn lane_sum<T: Flt>(x: &[T], f: impl Fn(T::C) -> T::C) -> T::C {
 /// `(Σ dy w, Σ dy w xhat)` over a row, `xhat = (x - mean) * rstd`, in
 /// `BACKWARD_LANES` lanes each (fixed-size chunks, so the loop vectorises).
 #[inline(always)]
-fn backward_sums<T: Flt>(dy: &[T], x: &[T], w: &[T], mean: T::C, rstd: T::C) -> (T::C, T::C) {
+pub(super) fn backward_sums<T: Flt>(
+    dy: &[T],
+    x: &[T],
+    w: &[T],
+    mean: T::C,
+    rstd: T::C,
+) -> (T::C, T::C) {
     let zero = <T::C as Zero>::zero();
     let (mut s, mut t) = ([zero; BACKWARD_LANES], [zero; BACKWARD_LANES]);
     let (mut ig, mut ix, mut iw) = (
@@ -101,16 +111,65 @@ fn backward_sums<T: Flt>(dy: &[T], x: &[T], w: &[T], mean: T::C, rstd: T::C) -> 
     (fold_lanes_split(&mut s) + su, fold_lanes_split(&mut t) + sv)
 }
 
+/// [`backward_sums`] through `fast` (an f32 kernel of `norm_sums`, the
+/// same bits) when given.
+#[inline(always)]
+fn row_sums<T: Flt>(
+    fast: Option<RowSums>,
+    dy: &[T],
+    x: &[T],
+    w: &[T],
+    mean: T::C,
+    rstd: T::C,
+) -> (T::C, T::C) {
+    let Some(f) = fast else {
+        return backward_sums(dy, x, w, mean, rstd);
+    };
+    let n = dy.len().min(x.len()).min(w.len());
+    let to = |v: T::C| num_traits::ToPrimitive::to_f32(&v).unwrap_or(f32::NAN);
+    let back = |v: f32| <T::C as num_traits::NumCast>::from(v).unwrap_or_else(T::C::nan);
+    // SAFETY: `backward_typed` sets `fast` only when `T` is f32 (so the
+    // slices are f32 rows, `n` elements each) and picks it for the level
+    // the process runs at (`norm_sums::for_level(simd::level())`), whose
+    // instructions this CPU has.
+    let (a, b) = unsafe {
+        f(
+            dy.as_ptr().cast(),
+            x.as_ptr().cast(),
+            w.as_ptr().cast(),
+            n,
+            to(mean),
+            to(rstd),
+        )
+    };
+    (back(a), back(b))
+}
+
 /// A row's statistics: `(mean, rstd)` (mean 0 for RMSNorm).
 #[inline(always)]
-fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool) -> (T::C, T::C) {
+fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool, fast: Option<LaneSum>) -> (T::C, T::C) {
     let n = <T::C as num_traits::NumCast>::from(x.len()).unwrap_or_else(T::C::one);
     let zero = <T::C as Zero>::zero();
+    let sum = |t: Term, c: T::C| match fast {
+        Some(f) => {
+            let c = num_traits::ToPrimitive::to_f32(&c).unwrap_or(f32::NAN);
+            // SAFETY: `forward_typed` sets `fast` only when `T` is f32 (so
+            // `x` is an f32 row) and picks it for the level the process
+            // runs at, whose instructions this CPU has.
+            let s = unsafe { f(x.as_ptr().cast(), x.len(), t, c) };
+            <T::C as num_traits::NumCast>::from(s).unwrap_or_else(T::C::nan)
+        }
+        None => match t {
+            Term::Value => lane_sum(x, |v| v),
+            Term::CenteredSquare => lane_sum(x, |v| (v - c) * (v - c)),
+            Term::Square => lane_sum(x, |v| v * v),
+        },
+    };
     let (mean, var) = if rms {
-        (zero, lane_sum(x, |v| v * v) / n)
+        (zero, sum(Term::Square, zero) / n)
     } else {
-        let mean = lane_sum(x, |v| v) / n;
-        (mean, lane_sum(x, |v| (v - mean) * (v - mean)) / n)
+        let mean = sum(Term::Value, zero) / n;
+        (mean, sum(Term::CenteredSquare, mean) / n)
     };
     (mean, (var + eps).sqrt().recip())
 }
@@ -183,6 +242,11 @@ fn forward_typed<T: Flt>(
         None => (None, None),
     };
     let ones = pw.is_none().then(|| vec![T::down(T::C::one()); cols]);
+    let stats_sum = if T::DTYPE == crate::dtype::DType::F32 {
+        norm_sums::lane_sum_for_level(simd::level())
+    } else {
+        None
+    };
     let per_chunk = (PAR_CHUNK / cols).max(1);
     blocks(rows, rows.div_ceil(per_chunk), cols, |start, end| {
         // SAFETY: `w` and `b` are dense `[cols]` (the op layer checks), read-locked.
@@ -192,25 +256,24 @@ fn forward_typed<T: Flt>(
         );
         // SAFETY: as above.
         let br = pb.map(|p| unsafe { row(p, 0, cols) });
-        // The rows' loops compiled for this CPU's SIMD level, AVX2 at
-        // most: on the AVX-512 EPYC (Zen 5) `layer_norm` of a `[512,
-        // 1024]` f32 tensor took 60-61 us with the AVX-512 build and 50 us
-        // with the AVX2 one, interleaved (ops-why, session 18).
-        simd::run_capped(
-            simd::Cap::NoAvx512,
-            ForwardRows::<T> {
-                x: px,
-                y: py,
-                w: wr,
-                b: br,
-                rstd: pr,
-                mean: pm,
-                rows: start..end,
-                cols,
-                eps,
-                rms,
-            },
-        );
+        // The rows' loops compiled for this CPU's SIMD level. (Capped at
+        // AVX2 until session 22: the AVX-512 build of the statistics'
+        // lane loops was slower, 60-61 against 50 us for `[512, 1024]`;
+        // with `norm_sums`' kernels the forward-only probe took 32-35 us
+        // at AVX-512 and 38-40 capped, interleaved.)
+        simd::run(ForwardRows::<T> {
+            x: px,
+            y: py,
+            w: wr,
+            b: br,
+            rstd: pr,
+            mean: pm,
+            rows: start..end,
+            cols,
+            eps,
+            rms,
+            stats_sum,
+        });
     });
 }
 
@@ -229,6 +292,8 @@ struct ForwardRows<'a, T: Flt> {
     cols: usize,
     eps: T::C,
     rms: bool,
+    /// The statistics' f32 kernel, for f32 rows (see [`row_stats`]).
+    stats_sum: Option<LaneSum>,
 }
 
 impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {
@@ -247,13 +312,14 @@ impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {
             cols,
             eps,
             rms,
+            stats_sum,
         } = self;
         for r in rows {
             // SAFETY: `x` is dense `[rows, cols]` and read-locked; `y` is dense
             // `[rows, cols]`, write-locked, and row `r` belongs to this block
             // only (the struct's contract).
             let (xr, yr) = unsafe { (row(x, r, cols), row_mut(y, r, cols)) };
-            let (mean, rstd) = row_stats(xr, eps, rms);
+            let (mean, rstd) = row_stats(xr, eps, rms, stats_sum);
             match b {
                 Some(b) => {
                     for (((o, &v), &g), &h) in yr.iter_mut().zip(xr).zip(w).zip(b) {
@@ -294,6 +360,11 @@ fn backward_typed<T: Flt>(a: &NormGrads) {
     let (dw_on, db_on) = (a.dw.is_some(), a.db.is_some());
     let params = dw_on || db_on;
     let nb = backward_blocks(rows);
+    let sums = if T::DTYPE == crate::dtype::DType::F32 {
+        norm_sums::for_level(simd::level())
+    } else {
+        None
+    };
     // Per block: dw partials then db partials.
     let mut partials = if params && rows > 0 {
         vec![zero; nb * 2 * cols]
@@ -335,6 +406,7 @@ fn backward_typed<T: Flt>(a: &NormGrads) {
                 db: db_on.then_some(pdb),
                 rows: start..end,
                 cols,
+                sums,
             });
         });
     }
@@ -377,6 +449,8 @@ struct BackwardRows<'a, T: Flt> {
     db: Option<&'a mut [T::C]>,
     rows: std::ops::Range<usize>,
     cols: usize,
+    /// The row sums' f32 kernel, for f32 rows (see [`row_sums`]).
+    sums: Option<RowSums>,
 }
 
 impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
@@ -395,6 +469,7 @@ impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
             mut db,
             rows,
             cols,
+            sums,
         } = self;
         let zero = <T::C as Zero>::zero();
         let n = <T::C as num_traits::NumCast>::from(cols).unwrap_or_else(T::C::one);
@@ -411,8 +486,29 @@ impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
                 )
             };
             let xh = |x: T::C| (x - mean) * rstd;
+            if let (Some(pdx), Some(pdw), Some(pdb)) = (dx, dw.as_deref_mut(), db.as_deref_mut()) {
+                // All three (a LayerNorm with affine parameters in
+                // training): one pass after the sums, reading `dy` and `x`
+                // once for `dx` and both partials (the same operations in
+                // the same order as the separate loops below). Against the
+                // separate loops, in the fwd+bwd probe of session 22 during
+                // a slow stretch of the VM: 163-221 against 171-240 us, not
+                // separable from noise; kept for the single read.
+                let (s1, s2) = row_sums(sums, dyr, xr, w, mean, rstd);
+                let (m1, m2) = (if pm.is_none() { zero } else { s1 / n }, s2 / n);
+                // SAFETY: as for `dx` below.
+                let dxr = unsafe { row_mut(pdx, r, cols) };
+                let rows = dxr.iter_mut().zip(pdw.iter_mut()).zip(pdb.iter_mut());
+                for ((((o, p), q), &g), (&x, &w)) in rows.zip(dyr).zip(xr.iter().zip(w)) {
+                    let (g, h) = (g.up(), xh(x.up()));
+                    *o = T::down(rstd * (g * w.up() - m1 - h * m2));
+                    *p = *p + g * h;
+                    *q = *q + g;
+                }
+                continue;
+            }
             if let Some(pdx) = dx {
-                let (s1, s2) = backward_sums(dyr, xr, w, mean, rstd);
+                let (s1, s2) = row_sums(sums, dyr, xr, w, mean, rstd);
                 let (m1, m2) = (if pm.is_none() { zero } else { s1 / n }, s2 / n);
                 // SAFETY: `dx` is dense `[rows, cols]`, write-locked; row `r`
                 // belongs to this block only.

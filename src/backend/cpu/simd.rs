@@ -195,7 +195,9 @@ pub(crate) enum Cap {
     /// named at its call and in `bench/results/ops-why.md`, session 18.
     /// For `max` and `argmax` LLVM builds the NaN-aware compares with mask
     /// registers there, and `argmax`'s search for the found value with
-    /// gathers; for LayerNorm's forward the cause was not found.
+    /// gathers. (LayerNorm's forward was capped too until session 22: its
+    /// statistics' lane loops were built by LLVM's SLP vectoriser from
+    /// pieces; `norm_sums` writes them with intrinsics now.)
     NoAvx512,
 }
 

@@ -810,7 +810,8 @@ fn the_avx512_gelu_table_leaves_the_far_tail_to_the_vector_kernel() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn tensor_gelu_takes_the_table_at_avx512_only_for_dense_f32() {
-    use crate::{Device, Tensor};
+    use crate::device::Device;
+    use crate::tensor::Tensor;
     let xs: Vec<f32> = (0..512 * 130)
         .map(|i| ((i * 7919) % 2003) as f32 / 128.0 - 9.0)
         .collect();

@@ -432,6 +432,9 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
     }
     let pd = SendPtr(ptr::<T>(dst.storage));
     let ps = SendPtr(ptr::<T>(src.storage));
+    // 4-byte elements at AVX2 or above: each full block in registers
+    // (`transpose_avx2`).
+    let fast4 = std::mem::size_of::<T>() == 4 && TBLOCK == 16 && super::transpose_avx2::available();
     // One column band (TBLOCK destination columns, all rows) per index.
     let band = |cb: usize| {
         let c0 = cb * TBLOCK;
@@ -444,13 +447,17 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
             // the plan's shape, so every offset is inside the layouts,
             // which fit the storages (the caller's contract); the two
             // storages differ, and destination columns `c0..c0 + bc` are
-            // this band's alone.
+            // this band's alone. `fast4`: the process runs at AVX2 or
+            // above, so the CPU has it, and `T` is 4 bytes wide.
             unsafe {
                 let (s, d) = (
                     ps.get().add(os + c0 * s1 + r0),
                     pd.get().add(od + r0 * d0 + c0),
                 );
-                if br == TBLOCK && bc == TBLOCK {
+                if br == TBLOCK && bc == TBLOCK && fast4 {
+                    #[cfg(target_arch = "x86_64")]
+                    super::transpose_avx2::block16(s.cast(), s1, d.cast(), d0);
+                } else if br == TBLOCK && bc == TBLOCK {
                     for (c, tc) in t.iter_mut().enumerate() {
                         *tc = s.add(c * s1).cast::<[T; TBLOCK]>().read_unaligned();
                     }

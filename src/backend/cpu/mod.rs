@@ -24,6 +24,7 @@ pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod sort;
 pub(crate) mod strided;
+pub(crate) mod transpose_avx2;
 pub(crate) mod unary;
 pub(crate) mod vmath;
 pub(crate) mod windows;

@@ -111,6 +111,19 @@ pub(super) fn backward_sums<T: Flt>(
     (fold_lanes_split(&mut s) + su, fold_lanes_split(&mut t) + sv)
 }
 
+/// A compute-type value as the f32 `norm_sums` takes (exact: the fast
+/// kernels are used for f32 rows only, whose compute type is f32).
+#[inline(always)]
+fn to_f32<C: Float>(v: C) -> f32 {
+    v.to_f32().unwrap_or(f32::NAN)
+}
+
+/// [`to_f32`]'s way back.
+#[inline(always)]
+fn from_f32<C: Float>(v: f32) -> C {
+    C::from(v).unwrap_or_else(C::nan)
+}
+
 /// [`backward_sums`] through `fast` (an f32 kernel of `norm_sums`, the
 /// same bits) when given.
 #[inline(always)]
@@ -126,8 +139,7 @@ fn row_sums<T: Flt>(
         return backward_sums(dy, x, w, mean, rstd);
     };
     let n = dy.len().min(x.len()).min(w.len());
-    let to = |v: T::C| num_traits::ToPrimitive::to_f32(&v).unwrap_or(f32::NAN);
-    let back = |v: f32| <T::C as num_traits::NumCast>::from(v).unwrap_or_else(T::C::nan);
+    let (to, back) = (to_f32::<T::C>, from_f32::<T::C>);
     // SAFETY: `backward_typed` sets `fast` only when `T` is f32 (so the
     // slices are f32 rows, `n` elements each) and picks it for the level
     // the process runs at (`norm_sums::for_level(simd::level())`), whose
@@ -152,12 +164,12 @@ fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool, fast: Option<LaneSum>) -> (T
     let zero = <T::C as Zero>::zero();
     let sum = |t: Term, c: T::C| match fast {
         Some(f) => {
-            let c = num_traits::ToPrimitive::to_f32(&c).unwrap_or(f32::NAN);
+            let c = to_f32(c);
             // SAFETY: `forward_typed` sets `fast` only when `T` is f32 (so
             // `x` is an f32 row) and picks it for the level the process
             // runs at, whose instructions this CPU has.
             let s = unsafe { f(x.as_ptr().cast(), x.len(), t, c) };
-            <T::C as num_traits::NumCast>::from(s).unwrap_or_else(T::C::nan)
+            from_f32(s)
         }
         None => match t {
             Term::Value => lane_sum(x, |v| v),

@@ -12,6 +12,7 @@
 //! eight stores: no stack buffer. The elements move as bits (`ps` moves
 //! and shuffles do no arithmetic), so NaN payloads and integers survive.
 
+#[cfg(target_arch = "x86_64")]
 use super::simd::{level, Level};
 
 /// Whether this process may use [`block16`]: it runs at AVX2 or above.
@@ -22,7 +23,6 @@ pub(crate) fn available() -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (level(), Level::Scalar);
         false
     }
 }

@@ -34,8 +34,9 @@
 //! Measured (the 2-core AVX-512 EPYC, one thread, a `[512, 1024]` input
 //! of standard normal values, a scratch copy of this loop): 88-90 us
 //! against 200-207 us for `float32::gelu` (PyTorch 2.15's `gelu` at one
-//! thread: 104.7 us). Inputs of scale 2: 99 us; scale 3: 160-180 us (a
-//! third of the blocks fall back); scale 10, where nearly every block falls
+//! thread: 104.7 us). Inputs of scale 2: 99 us; scale 3: 160-180 us (most
+//! blocks fall back: a block of 64 holds an input below -6 with
+//! probability 1 - (1 - Phi(-2))^64 = 0.77, computed, not counted); scale 10, where nearly every block falls
 //! back and the generic kernel meets subnormal results: 600 against 490 us.
 //! `bench/results/ops-why.md`, session 22.
 

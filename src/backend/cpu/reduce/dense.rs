@@ -12,6 +12,15 @@ use super::super::simd;
 use crate::dtype::Element;
 use half::{bf16, f16};
 
+/// How far ahead of a dense reduction's step [`prefetch_ahead`] asks for
+/// the data: 4 KiB. The full-tensor sums of `[4096, 4096]` f32 read 64 MB
+/// from memory and were 1.00-1.07x PyTorch's time on the 2-core AVX-512
+/// EPYC, both sides at the VM's bandwidth (0.9-1.1 ms). In a standalone
+/// two-thread sum of 64 MB, interleaved, the best of 30 took 979-1008 us
+/// without a prefetch and 915-941 us with the step's lines prefetched
+/// 4 KiB ahead (2 KiB: 933-948, 8 KiB: 947-958).
+const PREFETCH_BYTES: usize = 4096;
+
 /// Lanes of the f32 total ([`DenseSum::dense_total`] for f32): eight AVX2
 /// accumulators of four f64, or four AVX-512 accumulators of eight. With
 /// sixteen lanes (the AVX2 loop it replaced, run at every level) `sum`
@@ -111,6 +120,7 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
     let body = len / TOTAL_LANES * TOTAL_LANES;
     let mut k = 0;
     while k < body {
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * 4);
         for (j, a) in acc.iter_mut().enumerate() {
             // SAFETY: `k + 4 j + 4 <= body <= len`: in bounds (this fn's contract).
             let v = unsafe { _mm_loadu_ps(p.add(k + 4 * j)) };
@@ -145,6 +155,7 @@ unsafe fn total32_avx512(p: *const f32, len: usize) -> f64 {
     let body = len / TOTAL_LANES * TOTAL_LANES;
     let mut k = 0;
     while k < body {
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * 4);
         for (j, a) in acc.iter_mut().enumerate() {
             // SAFETY: `k + 8 j + 8 <= body <= len`: in bounds (this fn's contract).
             let v = unsafe { _mm256_loadu_ps(p.add(k + 8 * j)) };
@@ -159,6 +170,27 @@ unsafe fn total32_avx512(p: *const f32, len: usize) -> f64 {
     }
     // SAFETY: `body <= len`: the rest of the caller's elements.
     fold_lanes(&mut l) + unsafe { tail(p, body, len) }
+}
+
+/// Hints the CPU to fetch the `bytes` (one step of a dense loop) that start
+/// [`PREFETCH_BYTES`] after `p`, one hint per cache line. A prefetch never
+/// faults and changes no result, so the lines past the end of the data
+/// cost nothing but the hint. A no-op off x86-64.
+#[inline(always)]
+pub(super) fn prefetch_ahead(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = p.wrapping_add(PREFETCH_BYTES) as *const i8;
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch is a hint: it never faults and reads
+            // nothing into the program, whatever the address (formed with
+            // `wrapping_add`, never dereferenced).
+            unsafe { _mm_prefetch(at.wrapping_add(line), _MM_HINT_T0) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
 }
 
 /// `p[from..len]` summed in order in f64: the tail [`sum_lanes`] adds

@@ -317,6 +317,9 @@ impl<L: Load, const MAX: bool> Extreme<L, MAX> {
         let body = len / L * L;
         let mut k = 0;
         while k < body {
+            if s == 1 {
+                dense::prefetch_ahead(p.wrapping_add(k).cast(), L * std::mem::size_of::<L>());
+            }
             for (j, lj) in l.iter_mut().enumerate() {
                 // SAFETY: `k + j < body <= len`: element `(k + j) * s` is in bounds
                 // (the contract).

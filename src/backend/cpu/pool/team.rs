@@ -118,36 +118,55 @@ fn current_cpu() -> Option<usize> {
     None
 }
 
+/// The calling thread's affinity mask, or `None` if the OS refused it.
+#[cfg(target_os = "linux")]
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: `cpu_set_t` is a plain bit array (all zeros: empty), and
+    // `sched_getaffinity(0, ..)` writes at most its size into it, for the
+    // calling thread.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) == 0)
+            .then_some(mask)
+    }
+}
+
+/// Sets the calling thread's affinity mask; `false` if the OS refused it
+/// (the mask is then unchanged). A running thread outside its new mask is
+/// migrated before this returns.
+#[cfg(target_os = "linux")]
+fn set_affinity(mask: &libc::cpu_set_t) -> bool {
+    // SAFETY: `sched_setaffinity(0, ..)` reads `size_of::<cpu_set_t>()`
+    // bytes of the mask and changes the calling thread only.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0 }
+}
+
 /// Moves the calling thread off `cpu`, if its affinity allows another CPU:
-/// narrowing the mask to the others migrates a running thread before
-/// `sched_setaffinity` returns; the old mask is then restored (which moves
-/// nothing). `true` when the thread now runs on another CPU.
+/// narrowing the mask to the others migrates it ([`set_affinity`]); the
+/// old mask is then restored (which moves nothing). `true` when the thread
+/// now runs on another CPU.
 #[cfg(target_os = "linux")]
 fn move_off(cpu: usize) -> bool {
     if cpu >= libc::CPU_SETSIZE as usize {
         return false;
     }
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: `cpu_set_t` is a plain bit array (all zeros: empty);
-    // `sched_getaffinity` writes at most `size` bytes into it, `CPU_CLR`
-    // clears a bit below `CPU_SETSIZE` (checked above), and
-    // `sched_setaffinity(0, ..)` changes the calling thread only. A failed
-    // call leaves the mask as it was.
-    unsafe {
-        let mut mask: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, size, &mut mask) != 0 {
-            return false;
-        }
-        let mut others = mask;
+    let Some(mask) = affinity() else {
+        return false;
+    };
+    let mut others = mask;
+    // SAFETY: `CPU_CLR` and `CPU_COUNT` touch the bits of a local mask;
+    // `cpu` is below `CPU_SETSIZE` (checked above).
+    let left = unsafe {
         libc::CPU_CLR(cpu, &mut others);
-        if libc::CPU_COUNT(&others) == 0 || libc::sched_setaffinity(0, size, &others) != 0 {
-            return false;
-        }
-        // Restoring the mask just read fails only if the process's own
-        // affinity shrank meanwhile; the helper then keeps the narrower
-        // mask, which still lets it run.
-        libc::sched_setaffinity(0, size, &mask);
+        libc::CPU_COUNT(&others)
+    };
+    if left == 0 || !set_affinity(&others) {
+        return false;
     }
+    // Restoring the mask just read fails only if the process's own
+    // affinity shrank meanwhile; the helper then keeps the narrower mask,
+    // which still lets it run.
+    set_affinity(&mask);
     current_cpu().is_some_and(|c| c != cpu)
 }
 
@@ -356,31 +375,26 @@ mod tests {
 
     /// The CPUs this process may run on.
     fn allowed_cpus() -> Vec<usize> {
-        // SAFETY: `cpu_set_t` is a plain bit array (all zeros is empty);
-        // `sched_getaffinity` writes at most `size_of::<cpu_set_t>()` bytes
-        // into it, and `CPU_ISSET` reads bits below `CPU_SETSIZE`.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-                return Vec::new();
-            }
-            (0..libc::CPU_SETSIZE as usize)
-                .filter(|&c| libc::CPU_ISSET(c, &set))
-                .collect()
-        }
+        let Some(mask) = affinity() else {
+            return Vec::new();
+        };
+        (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `CPU_ISSET` reads a bit below `CPU_SETSIZE` of a local mask.
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &mask) })
+            .collect()
     }
 
     /// Pins the calling thread to `cpu` (one of [`allowed_cpus`]); `false`
     /// where the process may not set its affinity.
     fn pin_to(cpu: usize) -> bool {
-        // SAFETY: as in `allowed_cpus`; `CPU_SET` writes the bit of `cpu`,
-        // below `CPU_SETSIZE`, and `sched_setaffinity(0, ..)` changes only
-        // the calling thread.
-        unsafe {
+        // SAFETY: all zeros is the empty mask; `CPU_SET` writes the bit of
+        // `cpu`, below `CPU_SETSIZE`.
+        let one = unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
+            set
+        };
+        set_affinity(&one)
     }
 
     /// Whether this process may set a thread's affinity (tried on a thread

@@ -120,7 +120,7 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
     let body = len / TOTAL_LANES * TOTAL_LANES;
     let mut k = 0;
     while k < body {
-        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * 4);
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * size_of::<f32>());
         for (j, a) in acc.iter_mut().enumerate() {
             // SAFETY: `k + 4 j + 4 <= body <= len`: in bounds (this fn's contract).
             let v = unsafe { _mm_loadu_ps(p.add(k + 4 * j)) };
@@ -155,7 +155,7 @@ unsafe fn total32_avx512(p: *const f32, len: usize) -> f64 {
     let body = len / TOTAL_LANES * TOTAL_LANES;
     let mut k = 0;
     while k < body {
-        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * 4);
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * size_of::<f32>());
         for (j, a) in acc.iter_mut().enumerate() {
             // SAFETY: `k + 8 j + 8 <= body <= len`: in bounds (this fn's contract).
             let v = unsafe { _mm256_loadu_ps(p.add(k + 8 * j)) };

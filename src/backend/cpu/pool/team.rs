@@ -38,7 +38,8 @@
 //! CPU (the helper woke while the other CPU was still busy), they stayed
 //! there, taking turns: every op ran at one thread's speed, the other CPU
 //! idle. Seen on the 2-vCPU EPYC VM: `neg` of `[512, 1024]` ran at
-//! 39-47 us in 4 of 10 processes of the op matrix and 19-26 in the others
+//! 39-47 us in 3 and 4 of 10 processes of the op matrix (two runs) and
+//! 19-29 in the others
 //! (one thread alone: 39-41 us), and `perf sched` showed, in a slow one,
 //! the caller and the spinning helper on CPU 0 for the whole run. Sleeping did not fix
 //! it: a helper that slept 50 us was woken on CPU 0 again each time

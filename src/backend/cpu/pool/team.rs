@@ -325,6 +325,34 @@ fn helper(generation: u64, most: usize) {
     }
 }
 
+/// Joins the published job, if any: helps with it, or, on the caller's
+/// CPU, moves off that CPU (or sleeps where it cannot). `true` when the
+/// helper moved, so that it looks at the slot again from its new CPU.
+fn visit() -> bool {
+    ACTIVE.fetch_add(1, SeqCst);
+    let p = CURRENT.load(SeqCst);
+    let mut shared = None;
+    if !p.is_null() {
+        // SAFETY: `ACTIVE` was raised before the slot was read, so the
+        // job's caller has not yet passed its wait (module docs): the job
+        // is alive until the decrement below.
+        let job = unsafe { &*p };
+        shared = job.shared_cpu();
+        if shared.is_none() {
+            job.help();
+        }
+    }
+    ACTIVE.fetch_sub(1, SeqCst);
+    let Some(cpu) = shared else {
+        return false;
+    };
+    if move_off(cpu) {
+        return true;
+    }
+    std::thread::sleep(STEP_OFF);
+    false
+}
+
 /// Serves jobs until `window` passes without one or the generation changes.
 fn serve(generation: u64, window: Duration, seen: &mut u64) {
     let mut idle_since = Instant::now();
@@ -333,29 +361,8 @@ fn serve(generation: u64, window: Duration, seen: &mut u64) {
         let epoch = EPOCH.load(SeqCst);
         if epoch != *seen {
             *seen = epoch;
-            ACTIVE.fetch_add(1, SeqCst);
-            let p = CURRENT.load(SeqCst);
-            let mut shared = None;
-            if !p.is_null() {
-                // SAFETY: `ACTIVE` was raised before the slot was read, so
-                // the job's caller has not yet passed its wait (module
-                // docs): the job is alive until the decrement below.
-                let job = unsafe { &*p };
-                shared = job.shared_cpu();
-                if shared.is_none() {
-                    job.help();
-                }
-            }
-            ACTIVE.fetch_sub(1, SeqCst);
-            if let Some(cpu) = shared {
-                if move_off(cpu) {
-                    // Elsewhere now: look at the slot again, the job may
-                    // still be there.
-                    *seen = seen.wrapping_sub(1);
-                } else {
-                    std::thread::sleep(STEP_OFF);
-                }
-            }
+            // Once more after a move: the job may still be there.
+            while visit() {}
             idle_since = Instant::now();
             continue;
         }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # AddressSanitizer over the test suite (not part of .ci/run: it needs the
 # nightly toolchain and rebuilds everything instrumented, ~10 minutes on 2
-# cores). Every test binary but tests/ui.rs (trybuild runs cargo itself,
-# uninstrumented); the lib's unit tests included; doctests excluded.
+# cores). Every test binary (the single files and the folders with a
+# main.rs) but tests/ui.rs (trybuild runs cargo itself, uninstrumented);
+# the lib's unit tests included; doctests excluded.
 #
 # allocator_may_return_null=1: ASan otherwise aborts on a request above its
 # 1 TiB limit, where the system allocator returns null and tensorscope
@@ -11,8 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=()
-for f in tests/*.rs; do
-    name=$(basename "$f" .rs)
+for f in tests/*.rs tests/*/main.rs; do
+    case $f in
+        tests/*/main.rs) name=$(basename "$(dirname "$f")") ;;
+        *) name=$(basename "$f" .rs) ;;
+    esac
     [ "$name" = ui ] || tests+=(--test "$name")
 done
 ASAN_OPTIONS=allocator_may_return_null=1 \

@@ -152,10 +152,40 @@ fn products_and_lerp_follow_pytorch_at_their_edges(dev: Device) {
     assert!(e.to_string().contains("logical_and"), "{e}");
 }
 
+/// f16 and bf16 products sum in f32, as PyTorch's do on every CPU and
+/// with cuBLAS: 4096 ones times the type's 1/3 make exactly 4096 times it
+/// (1365 in f16, 1368 in bf16, PyTorch's figures), where a sum in the
+/// half type drifts (its step is 1/16 by 64). gemm accumulates f16 in f16
+/// on aarch64 with FEAT_FP16, so that target multiplies f16 as f32.
+fn half_products_accumulate_in_f32(dev: Device) {
+    const K: usize = 4096;
+    for (dt, want) in [(DType::F16, 1365.0), (DType::BF16, 1368.0)] {
+        let ones = |shape: &[usize]| Tensor::ones(shape, dt, dev).unwrap();
+        let third = |shape: &[usize]| Tensor::full(shape, 1.0 / 3.0, dt, dev).unwrap();
+        let read = |t: Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        for (m, n) in [(3, 2), (2, 18), (16, 16), (64, 48)] {
+            let mm = ones(&[m, K]).mm(&third(&[K, n])).unwrap();
+            assert_eq!(
+                read(mm),
+                vec![want; m * n],
+                "mm {dt} [{m}, {K}] x [{K}, {n}]"
+            );
+        }
+        let bmm = ones(&[2, 1, K]).bmm(&third(&[2, K, 1])).unwrap();
+        assert_eq!(read(bmm), [want; 2], "bmm {dt}");
+        assert_eq!(
+            read(ones(&[K]).dot(&third(&[K])).unwrap()),
+            [want],
+            "dot {dt}"
+        );
+    }
+}
+
 #[cfg(feature = "cuda")]
 on_both!(
     special_values_are_found_and_replaced,
     products_and_lerp_follow_pytorch_at_their_edges,
+    half_products_accumulate_in_f32,
 );
 
 #[cfg(not(feature = "cuda"))]
@@ -168,5 +198,9 @@ mod cpu {
     #[test]
     fn products_and_lerp_follow_pytorch_at_their_edges() {
         super::products_and_lerp_follow_pytorch_at_their_edges(Device::Cpu)
+    }
+    #[test]
+    fn half_products_accumulate_in_f32() {
+        super::half_products_accumulate_in_f32(Device::Cpu)
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! f32, f64 and f16 go straight to the `gemm` crate, which takes row and
 //! column strides: transposed, sliced and expanded operands are read in place
-//! (it packs what it needs internally). bf16 is converted to f32 per matrix
+//! (it packs what it needs internally). bf16, and f16 on aarch64 (where
+//! gemm would accumulate in f16), are converted to f32 per matrix
 //! (scratch buffers on the system heap, not tensor memory), multiplied by
 //! gemm and rounded back. Integer dtypes use a plain wrapping loop.
 //!
@@ -314,13 +315,17 @@ fn gemm_batched<T: 'static + Copy + Send + Sync>(
     });
 }
 
-/// bf16: convert one matrix pair to f32, multiply with gemm, round back.
-fn bf16_batched(
+/// A half type's conversions to and from f32.
+type Convert<T> = (fn(T) -> f32, fn(f32) -> T);
+
+/// A half type (bf16, and f16 on aarch64) as f32: convert one matrix
+/// pair to f32, multiply with gemm, round back. `(to, from)` are the
+/// type's conversions.
+fn half_batched<T: Copy>(
     g: &Geom,
     plan: &Plan<3>,
-    pd: SendPtr<bf16>,
-    pa: SendPtr<bf16>,
-    pb: SendPtr<bf16>,
+    (pd, pa, pb): (SendPtr<T>, SendPtr<T>, SendPtr<T>),
+    (to, from): Convert<T>,
     acc: bool,
 ) {
     let (m, n, k) = (g.m, g.n, g.k);
@@ -337,18 +342,12 @@ fn bf16_batched(
             let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
             for i in 0..m {
                 for p in 0..k {
-                    a[i * k + p] = pa
-                        .offset(i as isize * g.a.0 + p as isize * g.a.1)
-                        .read()
-                        .to_f32();
+                    a[i * k + p] = to(pa.offset(i as isize * g.a.0 + p as isize * g.a.1).read());
                 }
             }
             for p in 0..k {
                 for j in 0..n {
-                    b[p * n + j] = pb
-                        .offset(p as isize * g.b.0 + j as isize * g.b.1)
-                        .read()
-                        .to_f32();
+                    b[p * n + j] = to(pb.offset(p as isize * g.b.0 + j as isize * g.b.1).read());
                 }
             }
             gemm_product(
@@ -363,8 +362,8 @@ fn bf16_batched(
             for i in 0..m {
                 for j in 0..n {
                     let d = pd.offset(i as isize * g.d.0 + j as isize * g.d.1);
-                    let old = if acc { d.read().to_f32() } else { 0.0 };
-                    d.write(bf16::from_f32(old + c[i * n + j]));
+                    let old = if acc { to(d.read()) } else { 0.0 };
+                    d.write(from(old + c[i * n + j]));
                 }
             }
         }
@@ -493,14 +492,19 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
             let (d, a, b) = ptrs!(f64);
             gemm_batched(&g, &plan, d, a, b, (1f64, 0f64), acc)
         }
+        // gemm's f16 kernels accumulate in f16 where the CPU has f16
+        // arithmetic (aarch64's FEAT_FP16): a 512-term sum was 0.04 off
+        // f64's there (the conv2d weight gradient of tests/conv.rs under
+        // qemu). PyTorch accumulates f16 products in f32 on every CPU, as
+        // gemm does on x86-64, so aarch64 multiplies f16 as f32.
+        #[cfg(not(target_arch = "aarch64"))]
         DType::F16 => {
             let (d, a, b) = ptrs!(f16);
             gemm_batched(&g, &plan, d, a, b, (f16::ONE, f16::ZERO), acc)
         }
-        DType::BF16 => {
-            let (d, a, b) = ptrs!(bf16);
-            bf16_batched(&g, &plan, d, a, b, acc)
-        }
+        #[cfg(target_arch = "aarch64")]
+        DType::F16 => half_batched(&g, &plan, ptrs!(f16), (f16::to_f32, f16::from_f32), acc),
+        DType::BF16 => half_batched(&g, &plan, ptrs!(bf16), (bf16::to_f32, bf16::from_f32), acc),
         DType::I64 => {
             let (d, a, b) = ptrs!(i64);
             int_batched(&g, &plan, d, a, b, acc)

@@ -12,10 +12,12 @@
 //! inlined into the backward kernel. Here each sum is one AVX-512 register
 //! (two AVX2 registers), whatever the surrounding code.
 
+#[cfg(target_arch = "x86_64")]
 use super::lanes::fold_lanes;
 use super::simd::Level;
 
 /// Lanes of each sum: `norm::BACKWARD_LANES`.
+#[cfg(target_arch = "x86_64")]
 const L: usize = 16;
 
 /// A row-sums kernel: `(dy, x, w, n, mean, rstd)`, each pointer to `n`
@@ -39,6 +41,7 @@ pub(crate) fn for_level(level: Level) -> Option<RowSums> {
 ///
 /// # Safety
 /// The three pointers hold `n` f32s each.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn finish(
     mut s: [f32; L],
@@ -173,6 +176,7 @@ pub(crate) enum Term {
 }
 
 /// Lanes of the forward statistics: `norm::LANES`.
+#[cfg(target_arch = "x86_64")]
 const LANES: usize = 32;
 
 /// A statistics kernel: `(x, n, term, c)` is `Σ term(x_i)` over the `n`
@@ -192,6 +196,7 @@ pub(crate) fn lane_sum_for_level(level: Level) -> Option<LaneSum> {
 }
 
 /// `term(v)` as `norm::lane_sum`'s closures compute it.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn term(t: Term, v: f32, c: f32) -> f32 {
     match t {
@@ -205,6 +210,7 @@ fn term(t: Term, v: f32, c: f32) -> f32 {
 ///
 /// # Safety
 /// `x` holds `n` f32s.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn finish_lanes(
     mut acc: [f32; LANES],

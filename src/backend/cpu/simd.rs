@@ -308,6 +308,16 @@ mod tests {
         println!("capped level: {}", capped_level(Cap::NoAvx512).name());
     }
 
+    /// NEON is in aarch64's baseline, so every aarch64 CPU runs the NEON
+    /// level and the per-level tests (the vmath ULP sweeps among them)
+    /// cover it: `.ci/aarch64.sh` runs them under qemu-user.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_has_the_neon_level() {
+        assert!(Level::Neon.is_available());
+        assert!(std::env::var_os("TENSORSCOPE_SIMD").is_some() || level() == Level::Neon);
+    }
+
     #[test]
     fn every_available_level_runs_and_absent_ones_refuse() {
         for &l in Level::all() {

@@ -8,6 +8,7 @@
 //! bit for bit (tested below at every level this CPU has).
 
 use super::super::lanes::fold_lanes;
+#[cfg(target_arch = "x86_64")]
 use super::super::simd;
 use crate::dtype::Element;
 use half::{bf16, f16};
@@ -19,6 +20,7 @@ use half::{bf16, f16};
 /// two-thread sum of 64 MB, interleaved, the best of 30 took 979-1008 us
 /// without a prefetch and 915-941 us with the step's lines prefetched
 /// 4 KiB ahead (2 KiB: 933-948, 8 KiB: 947-958).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 4096;
 
 /// Lanes of the f32 total ([`DenseSum::dense_total`] for f32): eight AVX2
@@ -198,6 +200,7 @@ pub(super) fn prefetch_ahead(p: *const u8, bytes: usize) {
 ///
 /// # Safety
 /// `p[from..len]` is in bounds and initialised.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tail(p: *const f32, from: usize, len: usize) -> f64 {
     let mut t = 0.0;

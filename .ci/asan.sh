@@ -9,6 +9,7 @@
 # 1 TiB limit, where the system allocator returns null and tensorscope
 # returns Err(OutOfMemory) (tests/errors.rs and tests/hostile.rs ask for
 # such sizes on purpose); its "failed to allocate" warnings are expected.
+# .ci/lsan.supp names the tests that leak on purpose (mem::forget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=()
@@ -20,6 +21,7 @@ for f in tests/*.rs tests/*/main.rs; do
     [ "$name" = ui ] || tests+=(--test "$name")
 done
 ASAN_OPTIONS=allocator_may_return_null=1 \
+LSAN_OPTIONS="suppressions=$PWD/.ci/lsan.supp" \
 RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/asan} \
     cargo +nightly test --target x86_64-unknown-linux-gnu --no-fail-fast --lib "${tests[@]}"

@@ -22,6 +22,7 @@
 use super::num::{FastExp, Flt};
 use super::pool::par_map;
 use super::ptr;
+use super::row_max::row_max;
 use super::simd;
 use super::strided::{SendPtr, PAR_CHUNK};
 use crate::backend::nn::{BadTarget, CeConfig, CeGrad, CeSums};
@@ -43,49 +44,6 @@ fn dense_base<T>(o: &Operand) -> SendPtr<T> {
 unsafe fn row<'a, T>(base: SendPtr<T>, r: usize, len: usize) -> &'a [T] {
     // SAFETY: the caller's contract.
     unsafe { std::slice::from_raw_parts(base.get().add(r * len), len) }
-}
-
-/// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
-#[inline(always)]
-fn max_nan<C: Float>(m: C, v: C) -> C {
-    if v > m || v.is_nan() {
-        v
-    } else {
-        m
-    }
-}
-
-/// The maximum of a row (NaN if any element is), in 16 lanes: a plain
-/// maximum and a NaN flag per lane (which vectorise, unlike a NaN-sticky
-/// maximum).
-#[inline(always)]
-fn row_max<T: Flt>(x: &[T]) -> T::C {
-    const L: usize = 16;
-    let mut ml = [<T::C as Float>::neg_infinity(); L];
-    let mut nan = [false; L];
-    let mut it = x.chunks_exact(L);
-    for c in &mut it {
-        // Chunks of `L` (never taken `else`): a fixed-size array.
-        let Ok(c) = <&[T; L]>::try_from(c) else {
-            continue;
-        };
-        for j in 0..L {
-            let v = c[j].up();
-            ml[j] = if v > ml[j] { v } else { ml[j] };
-            nan[j] |= v.is_nan();
-        }
-    }
-    let mut m = ml
-        .iter()
-        .fold(<T::C as Float>::neg_infinity(), |a, &b| max_nan(a, b));
-    for &v in it.remainder() {
-        m = max_nan(m, v.up());
-    }
-    if nan.iter().any(|&n| n) {
-        <T::C as Float>::nan()
-    } else {
-        m
-    }
 }
 
 /// The 8 lanes added pairwise.

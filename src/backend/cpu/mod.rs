@@ -19,6 +19,7 @@ pub(crate) mod num;
 pub(crate) mod optim;
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod row_max;
 pub(crate) mod scan;
 pub(crate) mod simd;
 pub(crate) mod softmax;

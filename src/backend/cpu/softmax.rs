@@ -15,20 +15,11 @@ use super::num::{FastExp, Flt};
 use super::pool::par_for;
 use super::ptr;
 use super::reduce::inner;
+use super::row_max::max_nan;
 use super::simd;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
 use crate::backend::Operand;
 use crate::with_float_dtype;
-
-/// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
-#[inline(always)]
-fn max_nan<C: num_traits::Float>(m: C, v: C) -> C {
-    if v > m || v.is_nan() {
-        v
-    } else {
-        m
-    }
-}
 
 /// One row of softmax / log_softmax, computed in `T::C`: `n` elements of `x`
 /// at stride `xs`, written to `y` at stride `ys`.

@@ -47,6 +47,11 @@ if [ -n "$avail_kb" ] && [ "$avail_kb" -lt $((10 * 1024 * 1024)) ]; then
     rm -rf target/debug
 fi
 
+# The NVRTC and ptxas checks are the host's (.ci/run runs them): an
+# aarch64 process cannot load the x86-64 libnvrtc that .ci/nvrtc-env.sh
+# provides, so under qemu they skip as on a machine without NVRTC.
+unset TENSORSCOPE_REQUIRE_NVRTC TENSORSCOPE_PTXAS
+
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $SYSROOT"
 # No debug info: ~60 test binaries of 130 MB each with line tables.

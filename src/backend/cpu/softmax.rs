@@ -71,7 +71,9 @@ unsafe fn softmax_row_impl<T: Flt, const F: bool>(
     let rd = |k: usize| unsafe { x.add(k * xs).read() }.up();
     let zero = <T::C as Zero>::zero();
     // Max, in 16 independent lanes: a plain maximum and a NaN flag per lane
-    // (which vectorise, unlike a NaN-sticky maximum).
+    // (which vectorise, unlike a NaN-sticky maximum). `row_max`'s loop,
+    // kept inline here: through that module softmax measured slower (its
+    // doc has the figures).
     const L: usize = 16;
     let mut ml = [<T::C as Float>::neg_infinity(); L];
     let mut nan = [false; L];

@@ -41,7 +41,7 @@ fi
 # less than 10 GiB free, the host's debug build (target/debug, the x86-64
 # tests .ci/run has just run) goes first. A full disk killed the linker
 # once.
-avail_kb=$(df -Pk target 2>/dev/null | awk 'NR == 2 { print $4 }')
+avail_kb=$(df -Pk . 2>/dev/null | awk 'NR == 2 { print $4 }')
 if [ -n "$avail_kb" ] && [ "$avail_kb" -lt $((10 * 1024 * 1024)) ]; then
     echo "less than 10 GiB free: removing target/debug first"
     rm -rf target/debug

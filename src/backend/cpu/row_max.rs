@@ -26,7 +26,7 @@ use super::simd::{self, Level};
 use num_traits::Float;
 
 /// Lanes of the maximum.
-pub(crate) const LANES: usize = 16;
+const LANES: usize = 16;
 
 /// `if v > m or v is NaN { v } else { m }`: a max in which NaN sticks.
 #[inline(always)]
@@ -57,7 +57,7 @@ fn for_level(level: Level) -> Option<LaneMax> {
 /// The maximum of the `n` elements `rd(0..n)` (NaN if any is NaN), in
 /// [`LANES`] lanes.
 #[inline(always)]
-pub(crate) fn row_max_with<C: Float>(n: usize, rd: impl Fn(usize) -> C) -> C {
+fn row_max_with<C: Float>(n: usize, rd: impl Fn(usize) -> C) -> C {
     let mut ml = [C::neg_infinity(); LANES];
     let mut nan = [false; LANES];
     let body = n / LANES * LANES;

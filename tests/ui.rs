@@ -1,19 +1,57 @@
-//! Compile-time guarantees, proven by trybuild: every file in
-//! `ui-tests/fail/` must fail to compile with exactly the error in its
-//! `.stderr` (the toolchain is pinned in `rust-toolchain.toml` so the
-//! messages are stable), and every file in `ui-tests/pass/` must compile and
-//! run. Regenerate the expected output with `TRYBUILD=overwrite cargo test
-//! --test ui` and read the diff.
+//! Compile-time guarantees. Every file in `ui-tests/fail/` must fail to
+//! compile with exactly the error in its `.stderr`, proven by trybuild (the
+//! toolchain is pinned in `rust-toolchain.toml` so the messages are
+//! stable); regenerate the expected output with `TRYBUILD=overwrite cargo
+//! test --test ui` and read the diff. Every file in `ui-tests/pass/` must
+//! compile and run: it is a module of this test binary, called below.
+//!
+//! With no pass case, trybuild runs `cargo check`, not `cargo build`, so it
+//! never compiles the crate's code a second time (Note [ui checks] in
+//! ARCHITECTURE.md).
 
 #[test]
 fn ui() {
-    // trybuild builds the crate again in its own project, which does not
-    // inherit Cargo.toml's [profile] tables. Without debug info that build is a
-    // few hundred MB instead of several GB (a full-debuginfo link of a pass
-    // case once ran a CI disk full). This test binary runs this one test, on
-    // one thread, before trybuild spawns cargo, so setting the variable is safe.
-    std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "0");
     let t = trybuild::TestCases::new();
     t.compile_fail("ui-tests/fail/*.rs");
-    t.pass("ui-tests/pass/*.rs");
+}
+
+#[path = "../ui-tests/pass/optim.rs"]
+mod pass_optim;
+#[path = "../ui-tests/pass/scopes.rs"]
+mod pass_scopes;
+#[path = "../ui-tests/pass/threads.rs"]
+mod pass_threads;
+#[path = "../ui-tests/pass/views.rs"]
+mod pass_views;
+
+#[test]
+fn pass_optim() {
+    pass_optim::main();
+}
+
+#[test]
+fn pass_scopes() -> tensorscope::Result<()> {
+    pass_scopes::main()
+}
+
+#[test]
+fn pass_threads() -> tensorscope::Result<()> {
+    pass_threads::main()
+}
+
+#[test]
+fn pass_views() -> tensorscope::Result<()> {
+    pass_views::main()
+}
+
+/// Every pass case is called above: a new file in `ui-tests/pass/` without
+/// a module here would never compile.
+#[test]
+fn every_pass_case_is_a_module() {
+    let mut files: Vec<String> = std::fs::read_dir("ui-tests/pass")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["optim.rs", "scopes.rs", "threads.rs", "views.rs"]);
 }

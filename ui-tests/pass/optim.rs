@@ -20,12 +20,25 @@ impl Module for Model {
     }
 }
 
-fn main() {
-    let w = Tensor::ones(&[3], DType::F32, Device::Cpu).unwrap().requires_grad_(true).unwrap();
+pub fn main() {
+    let w = Tensor::ones(&[3], DType::F32, Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
     let mut model = Model { w };
-    let mut opt = Sgd::new(SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut opt = Sgd::new(SgdConfig {
+        lr: 0.1,
+        ..Default::default()
+    })
+    .unwrap();
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu).unwrap();
-    model.forward(&x).unwrap().sum_all().unwrap().backward().unwrap();
+    model
+        .forward(&x)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
     opt.step(&mut model).unwrap();
     let p = &mut model.w;
     tensorscope::autograd::no_grad(|| p.add_scalar_(1.0).map(|_| ())).unwrap();

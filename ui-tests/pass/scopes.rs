@@ -12,7 +12,7 @@ fn step(x: &Tensor) -> Result<Tensor> {
     })
 }
 
-fn main() -> Result<()> {
+pub fn main() -> Result<()> {
     let x = Tensor::ones(&[4], DType::F32, Device::Cpu)?;
     let y = step(&x)?;
     let total = scope(|outer| -> Result<Tensor> {

@@ -2,7 +2,7 @@
 // read from scoped threads (`Tensor: Sync`); a moved-out tensor can be sent.
 use tensorscope::{scope, DType, Device, Result, Tensor};
 
-fn main() -> Result<()> {
+pub fn main() -> Result<()> {
     let t = Tensor::ones(&[8], DType::F32, Device::Cpu)?;
     let n = std::thread::spawn(move || t.numel()).join().unwrap();
     assert_eq!(n, 8);

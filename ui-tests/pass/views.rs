@@ -9,7 +9,7 @@ fn first_row(x: &Tensor) -> Result<Tensor> {
     row.deep_clone()
 }
 
-fn main() -> Result<()> {
+pub fn main() -> Result<()> {
     let mut base = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.view(&[2, 3])?;
     let v = base.transpose_ref(0, 1)?;
     let w = v.narrow(0, 0, 2)?; // a view of a view keeps the base's lifetime

@@ -346,6 +346,7 @@ where
     T::C: FastExp,
 {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {
@@ -544,6 +545,7 @@ where
     T::C: FastExp,
 {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {

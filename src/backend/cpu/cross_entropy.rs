@@ -275,6 +275,7 @@ where
     T::C: FastExp,
 {
     type Output = Result<CeSums, BadTarget>;
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) -> Result<CeSums, BadTarget> {
@@ -367,6 +368,7 @@ where
     T::C: FastExp,
 {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {

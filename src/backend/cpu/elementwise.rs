@@ -15,7 +15,11 @@ use crate::{with_dtype, with_numeric_dtype};
 /// Storages are CPU storages of the operands' dtypes, locked by the caller,
 /// and every layout fits its storage.
 #[inline]
-pub(crate) unsafe fn map1<A: Copy, O>(a: &Operand, out: &Operand, f: impl Fn(A) -> O + Sync) {
+pub(crate) unsafe fn map1<A: Copy + simd::Hot, O: simd::Hot>(
+    a: &Operand,
+    out: &Operand,
+    f: impl Fn(A) -> O + Sync,
+) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let po = SendPtr(ptr::<O>(out.storage));
     // SAFETY: `par_runs` hands each call a disjoint run of the output: the
@@ -192,8 +196,9 @@ struct Dense1<'a, A, O, F> {
     f: &'a F,
 }
 
-impl<A: Copy, O, F: Fn(A) -> O> simd::Kernel for Dense1<'_, A, O, F> {
+impl<A: Copy + simd::Hot, O: simd::Hot, F: Fn(A) -> O> simd::Kernel for Dense1<'_, A, O, F> {
     type Output = ();
+    const WIDE: bool = <A as simd::Hot>::HOT || <O as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
@@ -215,8 +220,11 @@ struct Dense2<'a, A, B, O, F> {
     f: &'a F,
 }
 
-impl<A: Copy, B: Copy, O, F: Fn(A, B) -> O> simd::Kernel for Dense2<'_, A, B, O, F> {
+impl<A: Copy + simd::Hot, B: Copy + simd::Hot, O: simd::Hot, F: Fn(A, B) -> O> simd::Kernel
+    for Dense2<'_, A, B, O, F>
+{
     type Output = ();
+    const WIDE: bool = <A as simd::Hot>::HOT || <B as simd::Hot>::HOT || <O as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
@@ -230,7 +238,7 @@ impl<A: Copy, B: Copy, O, F: Fn(A, B) -> O> simd::Kernel for Dense2<'_, A, B, O,
 /// # Safety
 /// As for [`map1`].
 #[inline]
-pub(crate) unsafe fn map2<A: Copy, B: Copy, O>(
+pub(crate) unsafe fn map2<A: Copy + simd::Hot, B: Copy + simd::Hot, O: simd::Hot>(
     a: &Operand,
     b: &Operand,
     out: &Operand,

@@ -310,6 +310,7 @@ struct ForwardRows<'a, T: Flt> {
 
 impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {
@@ -467,6 +468,7 @@ struct BackwardRows<'a, T: Flt> {
 
 impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {

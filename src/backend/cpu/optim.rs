@@ -224,9 +224,12 @@ macro_rules! multiversion {
                 /// wrapped function's own contract).
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2<$T: Flt, const $B: bool>($($a: $t),*) $body
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2.
-                    return unsafe { avx2::<$T, $B>($($a),*) };
+                // A cold dtype's update is one baseline copy (Note [cold kernels]).
+                if <$T as crate::backend::cpu::simd::Hot>::HOT {
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: the CPU has AVX2.
+                        return unsafe { avx2::<$T, $B>($($a),*) };
+                    }
                 }
             }
             $body
@@ -242,9 +245,12 @@ macro_rules! multiversion {
                 /// wrapped function's own contract).
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2<$T: Flt, $R: $Rb>($($a: $t),*) $body
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2.
-                    return unsafe { avx2::<$T, $R>($($a),*) };
+                // A cold dtype's update is one baseline copy (Note [cold kernels]).
+                if <$T as crate::backend::cpu::simd::Hot>::HOT {
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: the CPU has AVX2.
+                        return unsafe { avx2::<$T, $R>($($a),*) };
+                    }
                 }
             }
             $body

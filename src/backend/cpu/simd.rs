@@ -26,6 +26,7 @@
 //! `TENSORSCOPE_SIMD=scalar|v3|v4|neon` caps the level (read once), for
 //! comparing levels on one machine.
 
+use crate::dtype::DType;
 use std::sync::LazyLock;
 
 /// An instruction set level a kernel can be compiled for.
@@ -144,7 +145,22 @@ pub(crate) fn level() -> Level {
 /// call per element).
 pub(crate) trait Kernel {
     type Output;
+    /// Whether [`run`] compiles the kernel for the levels above the
+    /// baseline; a cold kernel (over f64 or an integer type) is one
+    /// baseline copy. See Note [cold kernels] in ARCHITECTURE.md.
+    const WIDE: bool = true;
     fn call<const FMA: bool>(self) -> Self::Output;
+}
+
+/// Whether kernels over this element type are compiled for every SIMD
+/// level (f32 and the half types) or for the baseline only: Note [cold
+/// kernels] in ARCHITECTURE.md.
+pub(crate) trait Hot {
+    const HOT: bool;
+}
+
+impl<T: crate::dtype::Element> Hot for T {
+    const HOT: bool = matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16);
 }
 
 /// pulp's entry point, forwarding to the kernel with everything inlined.
@@ -218,13 +234,24 @@ pub(crate) fn capped_level(cap: Cap) -> Level {
 /// [`run`] at [`capped_level`].
 #[inline(always)]
 pub(crate) fn run_capped<K: Kernel>(cap: Cap, k: K) -> K::Output {
-    // `run_at` refuses only a level the CPU lacks; `capped_level` is at
-    // most the detected one, and every level below it is available (V3 is
-    // a subset of V4).
-    match run_at(capped_level(cap), k) {
-        Ok(r) => r,
-        Err(k) => k.call::<BASELINE_FMA>(),
+    // `if K::WIDE` on the constant itself: rustc then instantiates no
+    // level function for a cold kernel (the mono collector skips a
+    // `switchInt` on a constant's dead arm).
+    if K::WIDE {
+        match run_wide(capped_level(cap), k) {
+            Ok(r) => r,
+            Err(k) => baseline(k),
+        }
+    } else {
+        baseline(k)
     }
+}
+
+/// The kernel compiled at the target's baseline: one copy, shared by the
+/// baseline level, short runs ([`run_map`]) and cold kernels.
+#[inline(never)]
+fn baseline<K: Kernel>(k: K) -> K::Output {
+    k.call::<BASELINE_FMA>()
 }
 
 /// Runs shorter than this many elements skip [`run`]'s dispatch in
@@ -233,29 +260,28 @@ pub(crate) const SHORT_RUN: usize = 32;
 
 /// [`run`] for an elementwise kernel over `len` elements whose result does
 /// not depend on `FMA` (it applies a closure, which cannot see the level):
-/// a run shorter than [`SHORT_RUN`] is called here, compiled at the
-/// baseline and inlined, because the dispatch (a call through `pulp`'s
-/// target-feature entry point) costs more than such a run's work. The
-/// strided copies of im2col and pooling hand out runs of 4 to 8 elements
-/// (a convolution's output row): dispatched, ~11 ns each on the 2-core EPYC.
+/// a run shorter than [`SHORT_RUN`] calls the baseline copy directly,
+/// because the dispatch (a call through `pulp`'s target-feature entry
+/// point) costs more than such a run's work. The strided copies of im2col
+/// and pooling hand out runs of 4 to 8 elements (a convolution's output
+/// row).
 #[inline(always)]
 pub(crate) fn run_map<K: Kernel>(k: K, len: usize) -> K::Output {
     if len < SHORT_RUN {
-        k.call::<BASELINE_FMA>()
+        baseline(k)
     } else {
         run(k)
     }
 }
 
-/// Runs `k` compiled for `level`, or gives `k` back when this CPU lacks it.
+/// Runs `k` compiled for `level`, a level above the baseline, or gives `k`
+/// back when `level` is the baseline or this CPU lacks it.
 #[inline(always)]
-pub(crate) fn run_at<K: Kernel>(level: Level, k: K) -> std::result::Result<K::Output, K> {
+fn run_wide<K: Kernel>(level: Level, k: K) -> std::result::Result<K::Output, K> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     use pulp::Simd;
     match level {
-        Level::Scalar => Ok(Simd::vectorize(
-            pulp::Scalar::new(),
-            Inline::<K, BASELINE_FMA>(k),
-        )),
+        Level::Scalar => Err(k),
         #[cfg(target_arch = "x86_64")]
         Level::V3 => match pulp::x86::V3::try_new() {
             Some(s) => Ok(Simd::vectorize(s, Inline::<K, true>(k))),
@@ -272,6 +298,16 @@ pub(crate) fn run_at<K: Kernel>(level: Level, k: K) -> std::result::Result<K::Ou
             None => Err(k),
         },
     }
+}
+
+/// Runs `k` compiled for `level` whether or not it is [`Kernel::WIDE`]
+/// (the per-level tests), or gives `k` back when this CPU lacks it.
+#[cfg(test)]
+pub(crate) fn run_at<K: Kernel>(level: Level, k: K) -> std::result::Result<K::Output, K> {
+    if level == Level::Scalar {
+        return Ok(baseline(k));
+    }
+    run_wide(level, k)
 }
 
 #[cfg(test)]

@@ -524,6 +524,7 @@ where
     T::C: FastExp,
 {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {
@@ -601,6 +602,7 @@ where
     T::C: FastExp,
 {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const F: bool>(self) {

@@ -61,7 +61,11 @@ pub(crate) fn par_runs<const N: usize>(
     if n < 2 * PAR_CHUNK && layouts.iter().all(|l| l.is_contiguous()) {
         debug_assert!(layouts.iter().all(|l| l.shape() == layouts[0].shape()));
         if n > 0 {
-            f(layouts.map(|l| l.offset()), n, [1; N]);
+            let mut offsets = [0; N];
+            for (o, l) in offsets.iter_mut().zip(&layouts) {
+                *o = l.offset();
+            }
+            f(offsets, n, [1; N]);
         }
         return;
     }
@@ -157,7 +161,10 @@ impl<const N: usize> Plan<N> {
 
     /// Calls `f(offsets, len, inner_strides)` for every run covering linear
     /// indices `start..end`, in order. Always inlined: kernels run it
-    /// inside [`super::simd::run`], compiled for the CPU's SIMD level.
+    /// inside [`super::simd::run`], compiled for the CPU's SIMD level. Only
+    /// the step to the next row is here; finding the start and carrying
+    /// into the outer dimensions are [`Plan::cursor`] and [`Plan::carry`],
+    /// one copy per operand count instead of one per kernel.
     #[inline(always)]
     pub(crate) fn runs(
         &self,
@@ -173,56 +180,98 @@ impl<const N: usize> Plan<N> {
             f(self.offsets, 1, [0; N]);
             return;
         }
-        // Slices, taken once: indexing the `SmallVec`s themselves tests
-        // inline-or-heap at every access, which was most of the time per
-        // run of a convolution's column copy (runs of 4 to 8 elements).
-        let shape: &[usize] = &self.shape;
-        let strides: [&[usize]; N] = std::array::from_fn(|k| &self.strides[k][..]);
-        let inner = shape[r - 1];
-        let inner_strides: [usize; N] = std::array::from_fn(|k| strides[k][r - 1]);
-        // Multi-index of `start`.
-        let mut idx_store: Dims = smallvec::smallvec![0; r];
-        let idx: &mut [usize] = &mut idx_store;
-        let mut rem = start;
-        for d in (0..r).rev() {
-            idx[d] = rem % shape[d];
-            rem /= shape[d];
+        // Plain locals, read once: indexing the `SmallVec`s themselves
+        // tests inline-or-heap at every access, which was most of the time
+        // per run of a convolution's column copy (runs of 4 to 8 elements).
+        let inner = self.shape[r - 1];
+        let mut inner_strides = [0; N];
+        let mut row_strides = [0; N];
+        for k in 0..N {
+            inner_strides[k] = self.strides[k][r - 1];
+            if r >= 2 {
+                row_strides[k] = self.strides[k][r - 2];
+            }
         }
-        let mut offs: [usize; N] = std::array::from_fn(|k| {
-            self.offsets[k] + (0..r).map(|d| idx[d] * strides[k][d]).sum::<usize>()
-        });
+        let rows = if r >= 2 { self.shape[r - 2] } else { 1 };
+        let (mut offs, mut i, mut j) = self.cursor(start);
         let mut pos = start;
-        while pos < end {
-            let len = (inner - idx[r - 1]).min(end - pos);
+        loop {
+            let len = (inner - i).min(end - pos);
             f(offs, len, inner_strides);
             pos += len;
             if pos >= end {
-                break;
+                return;
             }
-            // Advance to the start of the next row.
+            // To the start of the next row.
             for k in 0..N {
-                offs[k] -= idx[r - 1] * inner_strides[k];
+                offs[k] -= i * inner_strides[k];
             }
-            idx[r - 1] = 0;
-            let mut d = r - 1;
-            loop {
-                if d == 0 {
-                    return;
-                }
-                d -= 1;
-                idx[d] += 1;
+            i = 0;
+            j += 1;
+            if j < rows {
                 for k in 0..N {
-                    offs[k] += strides[k][d];
+                    offs[k] += row_strides[k];
                 }
-                if idx[d] < shape[d] {
-                    break;
-                }
-                for k in 0..N {
-                    offs[k] -= idx[d] * strides[k][d];
-                }
-                idx[d] = 0;
+            } else if self.carry(&mut offs, pos) {
+                j = 0;
+            } else {
+                return;
             }
         }
+    }
+
+    /// The offsets of linear index `start` in each operand, and its index
+    /// in the last two dims (rank >= 1; the second is 0 for rank 1).
+    #[inline(never)]
+    fn cursor(&self, start: usize) -> ([usize; N], usize, usize) {
+        let r = self.shape.len();
+        let mut offs = self.offsets;
+        let mut rem = start;
+        let (mut i, mut j) = (0, 0);
+        for d in (0..r).rev() {
+            let x = rem % self.shape[d];
+            rem /= self.shape[d];
+            for (o, s) in offs.iter_mut().zip(&self.strides) {
+                *o += x * s[d];
+            }
+            if d == r - 1 {
+                i = x;
+            } else if d == r - 2 {
+                j = x;
+            }
+        }
+        (offs, i, j)
+    }
+
+    /// `offs` at the start of the last row of a block of the last two dims
+    /// (rank >= 2): moves it to the start of the next block, at linear
+    /// index `pos`; false past the end of the plan.
+    #[inline(never)]
+    fn carry(&self, offs: &mut [usize; N], pos: usize) -> bool {
+        let r = self.shape.len();
+        if r < 2 {
+            return false;
+        }
+        // Back to row 0 of the block, then one step in the first dim
+        // (from the end) that does not wrap; the dims it passes wrap to 0.
+        for (o, s) in offs.iter_mut().zip(&self.strides) {
+            *o -= (self.shape[r - 2] - 1) * s[r - 2];
+        }
+        let mut rem = pos / (self.shape[r - 1] * self.shape[r - 2]);
+        for d in (0..r - 2).rev() {
+            let x = rem % self.shape[d];
+            rem /= self.shape[d];
+            if x != 0 {
+                for (o, s) in offs.iter_mut().zip(&self.strides) {
+                    *o += s[d];
+                }
+                return true;
+            }
+            for (o, s) in offs.iter_mut().zip(&self.strides) {
+                *o -= (self.shape[d] - 1) * s[d];
+            }
+        }
+        false
     }
 
     /// Runs `f` over every run, in parallel chunks when the plan is large.
@@ -246,8 +295,11 @@ impl<const N: usize> Plan<N> {
     /// along dim 1, blocks of rows in parallel.
     fn tiled(&self, f: impl Fn([usize; N], usize, [usize; N]) + Sync) {
         let (rows, cols) = (self.shape[0], self.shape[1]);
-        let s0: [usize; N] = std::array::from_fn(|k| self.strides[k][0]);
-        let s1: [usize; N] = std::array::from_fn(|k| self.strides[k][1]);
+        let (mut s0, mut s1) = ([0; N], [0; N]);
+        for k in 0..N {
+            s0[k] = self.strides[k][0];
+            s1[k] = self.strides[k][1];
+        }
         let band = |rb: usize| {
             let r0 = rb * BAND;
             let r1 = (r0 + BAND).min(rows);
@@ -255,8 +307,10 @@ impl<const N: usize> Plan<N> {
             while c0 < cols {
                 let len = TILE.min(cols - c0);
                 for r in r0..r1 {
-                    let o: [usize; N] =
-                        std::array::from_fn(|k| self.offsets[k] + r * s0[k] + c0 * s1[k]);
+                    let mut o = self.offsets;
+                    for k in 0..N {
+                        o[k] += r * s0[k] + c0 * s1[k];
+                    }
                     f(o, len, s1);
                 }
                 c0 += TILE;
@@ -283,6 +337,42 @@ mod tests {
             }
         });
         v
+    }
+
+    /// Rank 4 with a transposed operand (no dims coalesce): runs over any
+    /// split of the linear range carry through every outer dim and give
+    /// each element once, in order, at its offset in both operands.
+    #[test]
+    fn runs_carry_through_outer_dims() {
+        let out = Layout::contiguous(&[3, 4, 5, 6]);
+        // Shape [3, 4, 5, 6], strides [1, 3, 12, 60], offset 60.
+        let t = Layout::contiguous(&[7, 5, 4, 3])
+            .narrow(0, 1, 6)
+            .unwrap()
+            .permute(&[3, 2, 1, 0])
+            .unwrap();
+        let p = Plan::new([&out, &t]);
+        assert_eq!(p.shape.len(), 4);
+        let want: Vec<[usize; 2]> = (0..360)
+            .map(|n| {
+                let (a, b, c, d) = (n / 120, n / 30 % 4, n / 6 % 5, n % 6);
+                [n, 60 + a + 3 * b + 12 * c + 60 * d]
+            })
+            .collect();
+        assert_eq!(collect(&p), want);
+        for cuts in [
+            &[0, 1, 359, 360][..],
+            &[0, 7, 8, 29, 30, 31, 119, 121, 240, 360],
+        ] {
+            let mut got = Vec::new();
+            for w in cuts.windows(2) {
+                p.runs(w[0], w[1], &mut |o, l, s| {
+                    assert!(l > 0);
+                    got.extend((0..l).map(|i| [o[0] + i * s[0], o[1] + i * s[1]]));
+                });
+            }
+            assert_eq!(got, want, "{cuts:?}");
+        }
     }
 
     #[test]

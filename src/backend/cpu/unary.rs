@@ -420,6 +420,7 @@ struct Block1<'a, T: Flt, F> {
 
 impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Block1<'_, T, F> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         // SAFETY: the constructor (`map_float`) gives pointers whose
@@ -473,6 +474,7 @@ struct Dense1F<T, F> {
 
 impl<T: Flt, F: FloatFn<T::C>> simd::Kernel for Dense1F<T, F> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
@@ -543,6 +545,7 @@ struct Dense2F<T, F> {
 
 impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Dense2F<T, F> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
@@ -683,6 +686,7 @@ struct Block2<'a, T: Flt, F> {
 
 impl<T: Flt, F: FloatFn2<T::C>> simd::Kernel for Block2<'_, T, F> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         // SAFETY: as in `Block1::call`, for both inputs (`ba` and `bb`

@@ -122,6 +122,7 @@ struct Plain2x2<'a, T> {
 
 impl<T: Element> simd::Kernel for Plain2x2<'_, T> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const FMA: bool>(self) {
@@ -532,6 +533,7 @@ struct FlatTaps<'a, T> {
 
 impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const FMA: bool>(self) {
@@ -659,6 +661,7 @@ struct FlatAdd<'a, T> {
 
 impl<T: Element + std::ops::Add<Output = T>> simd::Kernel for FlatAdd<'_, T> {
     type Output = ();
+    const WIDE: bool = <T as simd::Hot>::HOT;
 
     #[inline(always)]
     fn call<const FMA: bool>(self) {

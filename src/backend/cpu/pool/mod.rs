@@ -153,11 +153,20 @@ pub(crate) fn install_on<R: Send>(
 /// waits only for helpers that joined. When another loop holds the team
 /// (a second user thread calling ops at the same time), the loop runs on
 /// rayon's scope instead: the caller and `threads - 1` helper jobs.
+#[inline]
 pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
+    par_for_dyn(n, &f)
+}
+
+/// [`par_for`]'s body, compiled once: each index is a chunk of work, so the
+/// indirect call per index costs nothing measurable, and one copy of the
+/// pool and scope code replaces one per kernel closure (Note [cold
+/// kernels] in ARCHITECTURE.md).
+fn par_for_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match if n > 1 { kernel_pool() } else { None } {
         Some(pool) => {
             let helpers = (pool.current_num_threads().saturating_sub(1)).min(n - 1);
-            if team::try_run(&pool, helpers, n, &f) {
+            if team::try_run(&pool, helpers, n, f) {
                 return;
             }
             // The scope waits for every job it spawns to *finish*, queued

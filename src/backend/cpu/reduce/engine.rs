@@ -115,6 +115,7 @@ struct Run<'a, 'w, R: Reducer> {
 
 impl<R: Reducer> simd::Kernel for Run<'_, '_, R> {
     type Output = ();
+    const WIDE: bool = R::WIDE;
     #[inline(always)]
     fn call<const F: bool>(self) {
         let Run { w, off, len, s, o } = self;
@@ -255,6 +256,7 @@ struct Part<'a, 'w, R: Reducer> {
 
 impl<R: Reducer> simd::Kernel for Part<'_, '_, R> {
     type Output = R::Acc;
+    const WIDE: bool = R::WIDE;
     #[inline(always)]
     fn call<const F: bool>(self) -> R::Acc {
         let (w, base, start, end) = (self.w, self.base, self.start, self.end);

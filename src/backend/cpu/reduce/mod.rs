@@ -97,6 +97,9 @@ trait Reducer: Sync {
     type Acc: Copy + Send;
     /// The widest SIMD level the reducer's loops run at.
     const CAP: simd::Cap = simd::Cap::Widest;
+    /// Whether the loops are compiled above the baseline at all
+    /// ([`simd::Kernel::WIDE`]).
+    const WIDE: bool;
     /// The identity of `merge`.
     fn init(&self) -> Self::Acc;
     /// Folds element `x` with index `i` (its linear position in the walk of
@@ -139,6 +142,7 @@ struct SumF<T> {
     mean: bool,
 }
 impl<T: DenseSum> Reducer for SumF<T> {
+    const WIDE: bool = <T as simd::Hot>::HOT;
     type In = T;
     type Acc = f64;
     fn init(&self) -> f64 {
@@ -184,6 +188,7 @@ impl<L: Load, const PROD: bool> Reducer for FoldI<L, PROD>
 where
     L::V: AsI64,
 {
+    const WIDE: bool = false;
     type In = L;
     type Acc = i64;
     fn init(&self) -> i64 {
@@ -213,6 +218,7 @@ struct ProdF<T> {
     out: SendPtr<T>,
 }
 impl<T: Element> Reducer for ProdF<T> {
+    const WIDE: bool = <T as simd::Hot>::HOT;
     type In = T;
     type Acc = f64;
     fn init(&self) -> f64 {
@@ -243,6 +249,7 @@ impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
     /// AVX-512's mask registers (`max` over the rows of a `[512, 1024]`
     /// f32 tensor, one thread of the AVX-512 EPYC: see ops-why, session 18).
     const CAP: simd::Cap = simd::Cap::NoAvx512;
+    const WIDE: bool = <L::V as simd::Hot>::HOT;
     type In = L;
     type Acc = L::V;
     fn init(&self) -> L::V {
@@ -369,6 +376,7 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
     /// gathers; `argmax` over the rows of a `[512, 1024]` f32 tensor on
     /// the AVX-512 EPYC took 74-86 us at two threads, 40 us at AVX2.
     const CAP: simd::Cap = simd::Cap::NoAvx512;
+    const WIDE: bool = <L::V as simd::Hot>::HOT;
     type In = L;
     /// `(value, index)`; index `usize::MAX` means nothing folded yet.
     type Acc = (L::V, usize);
@@ -449,6 +457,7 @@ struct Var<T> {
 /// `(count, mean, sum of squared deviations)`.
 type Welford = (f64, f64, f64);
 impl<T: DenseSum> Reducer for Var<T> {
+    const WIDE: bool = <T as simd::Hot>::HOT;
     type In = T;
     type Acc = Welford;
     fn init(&self) -> Welford {
@@ -523,6 +532,7 @@ impl<T: Flt> Reducer for Lse<T>
 where
     T::C: FastExp,
 {
+    const WIDE: bool = <T as simd::Hot>::HOT;
     type In = T;
     type Acc = (f64, f64);
     fn init(&self) -> (f64, f64) {

@@ -9,9 +9,8 @@
 # of CI.
 #
 # Left out under qemu, with the reason:
-# - tests/ui.rs: trybuild builds its own crate (compile-time checks, the
-#   same on every target), whose profile lacks Cargo.toml's opt-level for
-#   gemm-common, without which gemm-f16 does not build for aarch64;
+# - tests/ui.rs: trybuild runs the host's cargo on the compile-fail cases
+#   (compile-time checks, the same on every target);
 # - tests/thread_pool.rs: it re-executes its own binary as a child, which
 #   qemu-user runs only where binfmt_misc is set up, and it counts the
 #   process's threads, among which qemu has one of its own.

@@ -7,7 +7,7 @@
 #
 # allocator_may_return_null=1: ASan otherwise aborts on a request above its
 # 1 TiB limit, where the system allocator returns null and tensorscope
-# returns Err(OutOfMemory) (tests/errors.rs and tests/hostile.rs ask for
+# returns Err(OutOfMemory) (tests/tensor/errors.rs and tests/tensor/hostile.rs ask for
 # such sizes on purpose); its "failed to allocate" warnings are expected.
 # .ci/lsan.supp names the tests that leak on purpose (mem::forget).
 set -euo pipefail

@@ -4,7 +4,7 @@
 # compute_80 and compute_90 and checks every kernel the Rust side launches
 # exists with the parameter list (count, byte sizes) its launcher passes,
 # then assembles every PTX module with ptxas for sm_80 and sm_90 (inline asm
-# is only checked there) and requires no register spills (tests/nvrtc.rs).
+# is only checked there) and requires no register spills (tests/cuda/nvrtc.rs).
 # A kernel that does not compile or assemble fails it.
 #
 # NVRTC comes from the `nvidia-cuda-nvrtc` Python wheel (installed if
@@ -13,4 +13,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source "$(dirname "$0")/nvrtc-env.sh"
-exec cargo test --features cuda --test nvrtc "$@" -- --nocapture
+exec cargo test --features cuda --test cuda "$@" -- --nocapture nvrtc::

@@ -2,7 +2,7 @@
 # Sourced by .ci/run and .ci/nvrtc-check.sh: makes NVRTC 13.0 (the version
 # matching the lent devices' driver, CUDA 13.0) loadable, from the
 # `nvidia-cuda-nvrtc` Python wheel, names ptxas 13.0 from the
-# `nvidia-cuda-nvcc` wheel in TENSORSCOPE_PTXAS (tests/nvrtc.rs assembles
+# `nvidia-cuda-nvcc` wheel in TENSORSCOPE_PTXAS (tests/cuda/nvrtc.rs assembles
 # every kernel's PTX for sm_80 and sm_90), installs either wheel if it is
 # missing or not 13.0.x, and requires those checks to run rather than skip.
 PY=${PYTHON:-python3}

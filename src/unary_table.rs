@@ -19,7 +19,7 @@
 //! public methods `Tensor::NAME`, `Tensor::NAME_` and `Tensor::NAME_out`,
 //! the CPU dispatch, and
 //! the backward formula. A missing CPU kernel does not compile; a missing
-//! CUDA kernel fails `tests/nvrtc.rs` (every kernel the table implies must
+//! CUDA kernel fails `tests/cuda/nvrtc.rs` (every kernel the table implies must
 //! exist in the compiled PTX).
 //!
 //! Columns, in order:

@@ -309,3 +309,99 @@ fn every_unsafe_fn_states_its_contract() {
         "give each unsafe fn a `# Safety` doc section stating the caller's contract: {bad:#?}"
     );
 }
+
+/// The body of the function whose `fn` line is `lines[start]`: its lines up
+/// to the one that closes its first brace (braces in strings are rare
+/// enough in tests to ignore).
+fn fn_body(lines: &[&str], start: usize) -> String {
+    let (mut depth, mut opened) = (0i64, false);
+    let mut body = String::new();
+    for l in &lines[start..] {
+        let c = code(l);
+        body.push_str(c);
+        body.push('\n');
+        depth += c.matches('{').count() as i64 - c.matches('}').count() as i64;
+        opened |= c.contains('{');
+        if opened && depth <= 0 {
+            break;
+        }
+    }
+    body
+}
+
+/// Whether `body` calls a function named `name` (a word, then `(`).
+fn calls(body: &str, name: &str) -> bool {
+    let pat = format!("{name}(");
+    body.match_indices(&pat).any(|(i, _)| {
+        !body[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// Note [test binaries]: in the family binaries (`tests/<family>/`) every
+/// `#[test]` takes the binary's one lock, alone (`serial()`, or a helper
+/// that calls it, such as a module's `lock()`) or shared (`shared()`), so
+/// that a test counting the allocator's bytes never runs beside another
+/// test of its binary that allocates.
+#[test]
+fn every_family_test_takes_the_binary_lock() {
+    let files = files_under(&["tests"]);
+    let families: Vec<&(String, String)> = files
+        .iter()
+        .filter(|(p, _)| {
+            let parts: Vec<&str> = p.split('/').collect();
+            parts.len() >= 3 && parts[1] != "common" && parts[1] != "fixtures"
+        })
+        .collect();
+    assert!(families.len() > 40, "found {} family files", families.len());
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for (path, text) in families {
+        let lines: Vec<&str> = text.lines().collect();
+        // The functions of this file that take the lock, directly or
+        // through another such function.
+        let fns: Vec<(String, String)> = lines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let c = code(l).trim_start();
+                let c = c.strip_prefix("pub ").unwrap_or(c);
+                let name = c.strip_prefix("fn ")?.split(['(', '<']).next()?;
+                Some((name.to_string(), fn_body(&lines, i)))
+            })
+            .collect();
+        let mut lockers: Vec<String> = ["serial", "shared", "lock"].map(String::from).to_vec();
+        loop {
+            let more: Vec<String> = fns
+                .iter()
+                .filter(|(n, b)| !lockers.contains(n) && lockers.iter().any(|l| calls(b, l)))
+                .map(|(n, _)| n.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            lockers.extend(more);
+        }
+        for (i, l) in lines.iter().enumerate() {
+            if l.trim() != "#[test]" {
+                continue;
+            }
+            let Some(f) = (i + 1..lines.len()).find(|&j| code(lines[j]).contains("fn ")) else {
+                continue;
+            };
+            checked += 1;
+            let body = fn_body(&lines, f);
+            if !lockers.iter().any(|n| calls(&body, n)) {
+                bad.push(format!("{path}:{}", f + 1));
+            }
+        }
+    }
+    assert!(checked > 100, "checked only {checked} tests");
+    assert!(
+        bad.is_empty(),
+        "start these tests with `let _shared = crate::common::shared();` (or take \
+         `common::serial()` if they read global statistics): {bad:#?}"
+    );
+}

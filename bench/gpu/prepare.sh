@@ -7,7 +7,7 @@
 #
 #   bash bench/gpu/prepare.sh
 #
-# KEEP="test-cuda test-data example-tour ..." carries only the executables
+# KEEP="test-cuda test-memory example-tour ..." carries only the executables
 # named (the archive of all of them can exceed the 64 MiB the device tool
 # carries); DEST=/abs/path packs into another folder (a build in a copy of
 # the checkout, with CARGO_TARGET_DIR set, packing into the checkout the
@@ -22,8 +22,9 @@
 #     long_running, seeing_memory, double_buffering, triple_buffering, cnn, pruning and
 #     data_loader (`example-NAME`), which run on cuda:0 when a GPU is present.
 # The sanitizer step of run.sh runs over the `test-cuda` kind: the lib's
-# tests, tests/cuda*.rs and tests/cuda_ops/, and tests/data.rs and tests/profiler.rs (the
-# loader's copy stream and events, the profiler's events).
+# tests, tests/cuda/ (the CUDA backend's binary), and the `gpu::` tests of
+# tests/data/ (the loader's copy stream and events), tests/memory/ (the
+# profiler's events) and tests/nn/ (the convolutions and pooling).
 # Each executable is stripped of debug info (symbols stay, so panics still
 # name functions), and all of them go into one archive, carry/gpu/bin.tar.xz
 # (run.sh unpacks it): the device tool carries at most 64 MiB in all, this
@@ -31,18 +32,17 @@
 # important tests are left out (named in the manifest and printed).
 # carry/gpu/manifest.txt lists each executable with its size and sha256, the
 # commit, the toolchain and the absolute source path the tests were built at
-# (tests/nvrtc.rs and the tour read files through it; run.sh links it to the
+# (tests/cuda/nvrtc.rs and the tour read files through it; run.sh links it to the
 # checkout on the GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 DEST=${DEST:-carry/gpu}
 LIMIT=$((64 * 1024 * 1024))
-# Tests in the order they are dropped if even the compressed set does not
-# fit (the CUDA tests, nn, autograd, optim and memory are never dropped).
-DROP_ORDER="display shape borrowed threads scope sequential leak long_running state index reduce views_copies
-  elementwise matmul errors creation nn_options"
-KEEP_ALWAYS="lib cuda cuda_elementwise cuda_ops cuda_random cuda_autograd nvrtc nn autograd optim memory"
+# Test binaries in the order they are dropped if even the compressed set
+# does not fit (the lib's, cuda, nn, autograd, memory and data are never dropped).
+DROP_ORDER="architecture thread_pool lifetimes agreement tensor"
+KEEP_ALWAYS="lib cuda nn autograd memory data"
 
 export CARGO_TERM_COLOR=never
 json=$(mktemp)
@@ -154,7 +154,7 @@ fi
         case $name in
             bench-*) kind=bench ;;
             example-*) kind=example ;;
-            test-lib | test-cuda | test-cuda_elementwise | test-cuda_ops | test-cuda_random | test-cuda_autograd | test-data | test-profiler | test-conv | test-pool) kind=test-cuda ;;
+            test-lib | test-cuda | test-data | test-memory | test-nn) kind=test-cuda ;;
             *) kind=test ;;
         esac
         printf '%s\t%s\t%s\t%s\n' "$kind" "$name" "$(stat -c %s "$DEST/$name")" "$(sha256sum "$DEST/$name" | cut -d' ' -f1)"

@@ -170,11 +170,11 @@ if [ -n "$MDIR" ] && [ ! -e "$MDIR" ]; then
     if mkdir -p "$(dirname "$MDIR")" 2>/dev/null && ln -s "$ROOT" "$MDIR" 2>/dev/null; then
         echo "== linked $MDIR -> $ROOT (the build's CARGO_MANIFEST_DIR)" >>"$OUT/env.log"
     else
-        env_note="$env_note cannot link $MDIR to the checkout (tests/nvrtc.rs and the tour will not find their files);"
+        env_note="$env_note cannot link $MDIR to the checkout (tests/cuda/nvrtc.rs and the tour will not find their files);"
     fi
 fi
-[ -n "$FOUND_NVRTC" ] && export TENSORSCOPE_REQUIRE_NVRTC=1 # tests/nvrtc.rs must run, not skip
-# tests/nvrtc.rs assembles the PTX with ptxas: the toolkit's (CI uses the
+[ -n "$FOUND_NVRTC" ] && export TENSORSCOPE_REQUIRE_NVRTC=1 # tests/cuda/nvrtc.rs must run, not skip
+# tests/cuda/nvrtc.rs assembles the PTX with ptxas: the toolkit's (CI uses the
 # nvidia-cuda-nvcc wheel's; the first GPU run had none named and failed).
 if [ -z "${TENSORSCOPE_PTXAS:-}" ]; then
     TENSORSCOPE_PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
@@ -205,9 +205,9 @@ else
         ts=$SECONDS
         (cd "$ROOT" && TENSORSCOPE_HOSTILE_TRACE=1 timeout -k 5 "$c" "$BIN/$name" --nocapture) >"$WORK/t.log" 2>&1
         rc=$?
-        # tests/hostile.rs traces each of its 20,000 calls: keep the last
-        # ones (the call that crashed, if it did).
-        if [ "$name" = test-hostile ]; then
+        # tests/tensor/hostile.rs traces each of its 20,000 calls: keep the
+        # last ones (the call that crashed, if it did).
+        if [ "$name" = test-tensor ]; then
             grep -v '^hostile: ' "$WORK/t.log" >>"$OUT/tests.log"
             grep '^hostile: ' "$WORK/t.log" | tail -5 >>"$OUT/tests.log"
             [ $rc -ge 128 ] && { echo "== dmesg (tail)"; dmesg 2>&1 | tail -15; free -g; } >>"$OUT/tests.log" 2>&1
@@ -319,8 +319,9 @@ else
         # The lib's unit tests: only the CUDA backend's (allocator, kernels).
         filter=()
         [ "$name" = test-lib ] && filter=(backend::cuda)
-        # The loader's, the profiler's and the convolutions' tests: their CUDA variants.
-        case $name in test-data | test-profiler | test-conv | test-pool) filter=(gpu::) ;; esac
+        # The loader's (tests/data/), the profiler's (tests/memory/), the
+        # convolutions' and pooling's (tests/nn/): their CUDA variants.
+        case $name in test-data) filter=(gpu::) ;; test-memory) filter=(profiler::gpu::) ;; test-nn) filter=(conv::gpu:: pool::gpu::) ;; esac
         # racecheck and synccheck look only at kernels' shared memory and
         # barriers; initcheck also at every copy. Same tests for each.
         echo "=================== $tool: $name ${filter[*]} (timeout ${c}s)" >>"$OUT/sanitizer.log"

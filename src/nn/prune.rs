@@ -722,7 +722,7 @@ pub fn remove(module: &mut dyn Module, name: &str) -> Result<()> {
 /// name_mask` (recorded in the graph if grad mode is on), or the parameter
 /// itself if it is not pruned. PyTorch keeps this tensor as the module's
 /// attribute `name`; here the layer's field holds `name_orig` while it is
-/// pruned (deviation 18 in `tests/deviations.rs`).
+/// pruned (deviation 18 in `tests/agreement/deviations.rs`).
 pub fn masked(module: &dyn Module, name: &str) -> Result<Tensor> {
     const OP: &str = "prune::masked";
     let params = module.named_parameters();

@@ -52,7 +52,7 @@ pub fn clip_grad_norm_(model: &dyn Module, max_norm: f64) -> Result<f64> {
 ///
 /// An `Err` (and no gradient changed) for a negative or NaN `clip_value`
 /// (PyTorch clamps with `min > max` there, setting every gradient to the
-/// negative value: deviation 19 in `tests/deviations.rs`), a gradient that
+/// negative value: deviation 19 in `tests/agreement/deviations.rs`), a gradient that
 /// is not a float tensor, or one whose elements share memory.
 ///
 /// ```

@@ -1,5 +1,5 @@
-//! The direct f64 loop of a 2-d convolution, shared by `tests/conv.rs`
-//! and `tests/conv_winograd.rs`.
+//! The direct f64 loop of a 2-d convolution, shared by `tests/nn/conv.rs`
+//! and `tests/nn/conv_winograd.rs`.
 
 use tensorscope::{ConvOptions, Padding};
 

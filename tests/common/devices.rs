@@ -1,22 +1,18 @@
-//! What the CPU-and-CUDA test files (tests/cuda.rs, tests/cuda_elementwise.rs,
-//! tests/cuda_ops/) share: `on_both!`, which makes a `cpu::<name>` and a
+//! What the CPU-and-CUDA test files (tests/cuda/cuda.rs, tests/cuda/cuda_elementwise.rs,
+//! tests/cuda/cuda_ops/) share: `on_both!`, which makes a `cpu::<name>` and a
 //! `gpu::<name>` test of each body taking a `Device` (the CUDA one prints a
 //! skip line and returns when no GPU is usable), the per-binary `LOCK` every
 //! test takes (allocator statistics are global per device), and the test
 //! data and reference helpers the bodies use.
 
-use std::sync::Mutex;
 use tensorscope::backend::cuda;
 use tensorscope::{DType, Device, Tensor};
 
 use super::{assert_close, read};
 
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// Serialises the tests of one binary (a poisoned lock is taken anyway: the
-/// test that panicked already failed).
-pub fn lock() -> std::sync::MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The binary's one lock, alone ([`super::serial`]).
+pub fn lock() -> super::Guard {
+    super::serial()
 }
 
 /// CUDA device 0 when one is usable.

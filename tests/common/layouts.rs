@@ -1,4 +1,4 @@
-//! Layout helpers shared by tests/index/ and tests/shape.rs: tensors with
+//! Layout helpers shared by tests/tensor/index/ and tests/tensor/shape.rs: tensors with
 //! given row-major values laid out contiguously, transposed or stepped, and
 //! the index arithmetic of the naive references.
 

@@ -12,12 +12,58 @@ pub mod optim_steps;
 
 use tensorscope::nn::Module;
 
-/// One test at a time, for the bodies that read the allocator's global
-/// statistics or the global generator, in the build without the `cuda`
-/// feature (where `devices::lock` does not exist).
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The one lock of a test binary. A test that reads the allocator's global
+/// statistics, the global generator or a global setting holds it alone
+/// ([`serial`]: `on_both!`, `on_cpu!` and each module's `lock()` take it);
+/// every other test holds it shared ([`shared`]), so those still run in
+/// parallel with each other but never beside a test that counts. A
+/// poisoned lock is taken anyway: the test that panicked already failed.
+static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    /// How many [`Guard`]s (alone) and shared guards this thread holds: a
+    /// thread that holds the lock alone takes it again for free (`on_both!`
+    /// takes it, then the body calls its module's `lock()`).
+    static HELD: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// What [`serial`] returns: the lock held alone, released when the
+/// outermost guard of the thread is dropped.
+pub struct Guard(#[allow(dead_code)] Option<std::sync::RwLockWriteGuard<'static, ()>>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set((h.get().0 - 1, h.get().1)));
+    }
+}
+
+/// What [`shared`] returns.
+pub struct SharedGuard(#[allow(dead_code)] Option<std::sync::RwLockReadGuard<'static, ()>>);
+
+impl Drop for SharedGuard {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set((h.get().0, h.get().1 - 1)));
+    }
+}
+
+/// This test alone in its binary (see [`LOCK`]).
+pub fn serial() -> Guard {
+    let (alone, shared) = HELD.with(|h| h.get());
+    assert!(
+        shared == 0 || alone > 0,
+        "a test that holds the test lock shared asked for it alone: take `serial()` first"
+    );
+    let g = (alone == 0).then(|| LOCK.write().unwrap_or_else(|e| e.into_inner()));
+    HELD.with(|h| h.set((alone + 1, shared)));
+    Guard(g)
+}
+
+/// This test beside any other that holds the lock shared (see [`LOCK`]).
+pub fn shared() -> SharedGuard {
+    let (alone, shared) = HELD.with(|h| h.get());
+    let g = (alone == 0 && shared == 0).then(|| LOCK.read().unwrap_or_else(|e| e.into_inner()));
+    HELD.with(|h| h.set((alone, shared + 1)));
+    SharedGuard(g)
 }
 
 /// The CPU-only build's twin of `devices::on_both!`: `on_cpu!(a, b)` makes

@@ -2,7 +2,7 @@
 //! `_single_tensor_sgd`, `_single_tensor_rmsprop` and
 //! `_single_tensor_adagrad` update equations and of `lion-pytorch`'s, with
 //! the state rounded to the parameter's dtype as the optimizers store it;
-//! shared by tests/optim/, tests/optim_rules.rs and tests/cuda_ops/.
+//! shared by tests/autograd/optim/, tests/autograd/optim_rules.rs and tests/cuda/cuda_ops/.
 
 use super::store;
 use tensorscope::optim::{AdagradConfig, AdamConfig, LionConfig, RMSpropConfig, SgdConfig};

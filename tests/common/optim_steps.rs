@@ -1,5 +1,5 @@
-//! The optimizer steps the device tests run (tests/cuda_ops/,
-//! tests/optim_rules.rs): parameters and gradients laid out contiguous,
+//! The optimizer steps the device tests run (tests/cuda/cuda_ops/,
+//! tests/autograd/optim_rules.rs): parameters and gradients laid out contiguous,
 //! transposed, strided or expanded on a device, four steps of an optimizer
 //! on them, and the comparison with a naive reference (tests/common/
 //! optim_ref.rs) and, on CUDA, with the CPU.

@@ -494,7 +494,7 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
         }
         // gemm's f16 kernels accumulate in f16 where the CPU has f16
         // arithmetic (aarch64's FEAT_FP16): a 512-term sum was 0.04 off
-        // f64's there (the conv2d weight gradient of tests/conv.rs under
+        // f64's there (the conv2d weight gradient of tests/nn/conv.rs under
         // qemu). PyTorch accumulates f16 products in f32 on every CPU, as
         // gemm does on x86-64, so aarch64 multiplies f16 as f32.
         #[cfg(not(target_arch = "aarch64"))]

@@ -18,7 +18,7 @@
 //! family gives the name (from the same [`UnaryOp`], [`BinaryOp`] and
 //! [`ReduceOp`] names the CPU backend uses) and, as a tuple type, the Rust
 //! types of the parameters, which every launch must pass. [`expected_kernels`]
-//! lists every kernel with its parameter sizes, so `tests/nvrtc.rs` checks,
+//! lists every kernel with its parameter sizes, so `tests/cuda/nvrtc.rs` checks,
 //! without a GPU, that each exists in the compiled PTX with that parameter
 //! list, and that the PTX has no kernel the table lacks.
 
@@ -202,7 +202,7 @@ pub(crate) const INDEX_DTYPES: [DType; 2] = [DType::I64, DType::I32];
 // `Gpu::kernel(&Kernel<A>) -> Function<A>` and `Function<A>::launch(&A)`,
 // so the compiler holds every launcher to the types listed here;
 // [`expected_kernels`] lists every kernel of every file with the byte
-// sizes of those types, and `tests/nvrtc.rs` checks them against the
+// sizes of those types, and `tests/cuda/nvrtc.rs` checks them against the
 // parameter lists NVRTC compiles (and that no compiled kernel is missing
 // from the table).
 
@@ -558,7 +558,7 @@ fn bits_suffix(dt: DType) -> String {
 
 /// Every kernel of `file` (a `kernels/*.cu` file name) with the byte size
 /// of each parameter the Rust side passes it, or `None` for an unknown
-/// file: the kernel table, checked against the PTX by `tests/nvrtc.rs`.
+/// file: the kernel table, checked against the PTX by `tests/cuda/nvrtc.rs`.
 #[doc(hidden)]
 pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
     let m = Module::ALL.into_iter().find(|m| m.file() == file)?;

@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 /// Most dimensions a kernel walks (after merging), as `TS_MAX_RANK`:
 /// PyTorch's CUDA limit (`MAX_DIMS` of its `OffsetCalculator`). The geometry
 /// structs stay within the 4 KiB kernel-parameter limit (the largest, five
-/// operands, is 1,208 bytes), and `tests/nvrtc.rs` assembles every kernel
+/// operands, is 1,208 bytes), and `tests/cuda/nvrtc.rs` assembles every kernel
 /// with ptxas to check that walking them needs no local memory.
 pub(crate) const MAX_RANK: usize = 25;
 /// Threads per block of every launch (`TS_BLOCK`).
@@ -181,7 +181,7 @@ pub(crate) fn group_for(n: i64) -> i32 {
 
 /// A kernel's parameter list as a tuple of Rust types, in the kernel's
 /// order: what a launch pushes, and (through [`Args::sizes`]) what
-/// `tests/nvrtc.rs` compares with the parameter list of the compiled PTX.
+/// `tests/cuda/nvrtc.rs` compares with the parameter list of the compiled PTX.
 pub(crate) trait Args {
     /// The byte size of each parameter, in order.
     fn sizes() -> Vec<usize>;
@@ -233,7 +233,7 @@ impl<A: Args> Function<A> {
     /// # Safety
     /// Every pointer in `args` must be valid for what the kernel does with
     /// it (the parameter count and sizes are fixed by `A`, and
-    /// `tests/nvrtc.rs` checks them against the PTX).
+    /// `tests/cuda/nvrtc.rs` checks them against the PTX).
     pub(crate) unsafe fn launch(
         &self,
         op: &'static str,
@@ -244,7 +244,7 @@ impl<A: Args> Function<A> {
         let mut b = s.cu().launch_builder(&self.f);
         args.push(&mut b);
         // SAFETY: `args` has the kernel's parameter types (the `Kernel<A>`
-        // table, checked against the PTX by tests/nvrtc.rs), and the caller
+        // table, checked against the PTX by tests/cuda/nvrtc.rs), and the caller
         // guarantees every pointer in it is valid for the grid's accesses
         // (this function's contract).
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv(op))

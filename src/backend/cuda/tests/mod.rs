@@ -5,8 +5,8 @@
 //! op layer does not reach through the dispatch (fused softmax backward,
 //! random fills, layer norm, dropout) and the rank-2/3 cuBLAS entry point
 //! against naive references, and prints a skip line without a GPU. The ops
-//! behind the dispatch are tested on both devices in tests/cuda.rs,
-//! tests/cuda_elementwise.rs and tests/cuda_ops/.
+//! behind the dispatch are tested on both devices in tests/cuda/cuda.rs,
+//! tests/cuda/cuda_elementwise.rs and tests/cuda/cuda_ops/.
 
 use super::alloc::{Fence, StreamAwareAllocator, StreamUse};
 use super::blas::{plan, storage_order, GemmPlan, Mat};

@@ -1,0 +1,13 @@
+//! Autograd and the optimizers.
+//!
+//! One test binary of a family, one module per former test file (Note
+//! [test binaries] in ARCHITECTURE.md): the tests that read the allocator's
+//! statistics or global settings take `common::serial()`, every other test
+//! `common::shared()`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod autograd;
+mod optim;
+mod optim_rules;

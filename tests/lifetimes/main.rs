@@ -1,0 +1,14 @@
+//! Views, copies, borrowed views, scopes and leak accounting.
+//!
+//! One test binary of a family, one module per former test file (Note
+//! [test binaries] in ARCHITECTURE.md): the tests that read the allocator's
+//! statistics or global settings take `common::serial()`, every other test
+//! `common::shared()`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod borrowed;
+mod leak;
+mod scope;
+mod views_copies;

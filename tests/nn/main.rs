@@ -1,0 +1,23 @@
+//! Layers, losses, attention, convolutions, pooling, fused kernels, pruning, Sequential, state dicts.
+//!
+//! One test binary of a family, one module per former test file (Note
+//! [test binaries] in ARCHITECTURE.md): the tests that read the allocator's
+//! statistics or global settings take `common::serial()`, every other test
+//! `common::shared()`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod activations_losses;
+mod attention;
+mod conv;
+mod conv_winograd;
+mod fused;
+mod mha;
+mod nn;
+mod nn_options;
+mod norm2d;
+mod pool;
+mod prune;
+mod sequential;
+mod state;

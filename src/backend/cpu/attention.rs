@@ -41,6 +41,7 @@
 //! `>= p`, so the backward regenerates the forward's mask without storing
 //! it.
 
+use super::gemm::Parallelism;
 use super::num::{FastExp, Flt};
 use super::pool::par_for;
 use super::ptr;
@@ -49,7 +50,6 @@ use super::strided::SendPtr;
 use crate::backend::attention::{MaskKind, SdpaArgs, SdpaGrads};
 use crate::backend::Operand;
 use crate::with_float_dtype;
-use gemm::Parallelism;
 use num_traits::{Float, One, Zero};
 
 /// Query rows per block.
@@ -124,25 +124,19 @@ fn mm<C: 'static + Copy + Zero + One>(
     // `dst` is a `&mut` slice, so it overlaps neither `a` nor `b`; gemm
     // reads `dst` only when `acc` (then it is initialised: a slice of `C`).
     unsafe {
-        gemm::gemm(
+        super::gemm::gemm(
             m,
             n,
             k,
             dst.as_mut_ptr(),
-            1,
-            d_rs as isize,
+            (1, d_rs as isize),
             acc,
             a.as_ptr(),
-            a_st.1 as isize,
-            a_st.0 as isize,
+            (a_st.1 as isize, a_st.0 as isize),
             b.as_ptr(),
-            b_st.1 as isize,
-            b_st.0 as isize,
+            (b_st.1 as isize, b_st.0 as isize),
             alpha,
             beta,
-            false,
-            false,
-            false,
             Parallelism::None,
         )
     }

@@ -14,6 +14,7 @@
 //! the pool's helpers, as it does on every other op; only products of at
 //! least [`SPLIT_FLOPS`] use gemm's own threads).
 
+use super::gemm::Parallelism;
 use super::num::Num;
 use super::pool::{install, kernel_pool, par_for};
 use super::ptr;
@@ -21,7 +22,6 @@ use super::strided::{Plan, SendPtr};
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::layout::Layout;
-use gemm::Parallelism;
 use half::{bf16, f16};
 
 /// Total `m * n * k` of a batch at and above which its products are worth
@@ -69,7 +69,10 @@ impl Geom {
     /// matrix-vector or outer product (its `gemv`/`gevv` paths run on one
     /// thread) and at least gemm's own threshold of work.
     fn splits(&self) -> bool {
-        self.m > 1 && self.n > 1 && self.k > 2 && self.flops() >= gemm::get_threading_threshold()
+        self.m > 1
+            && self.n > 1
+            && self.k > 2
+            && self.flops() >= super::gemm::get_threading_threshold()
     }
 }
 
@@ -281,9 +284,20 @@ unsafe fn gemm_one<T: 'static + Copy>(
     // in elements), `d` does not overlap `a` or `b` (a fresh or exclusively
     // locked output), and `T` is the element type of all three.
     unsafe {
-        gemm::gemm(
-            g.m, g.n, g.k, d, g.d.1, g.d.0, acc, a, g.a.1, g.a.0, b, g.b.1, g.b.0, alpha, one,
-            false, false, false, par,
+        super::gemm::gemm(
+            g.m,
+            g.n,
+            g.k,
+            d,
+            (g.d.1, g.d.0),
+            acc,
+            a,
+            (g.a.1, g.a.0),
+            b,
+            (g.b.1, g.b.0),
+            alpha,
+            one,
+            par,
         )
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod attention;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
+pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod lanes;
 pub(crate) mod matmul;

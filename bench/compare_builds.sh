@@ -45,7 +45,7 @@ for r in $(seq 1 "$ROUNDS"); do
         for side in old new; do
             eval "path=\$EXE_${side}_$b"
             echo "== round $r: $side $b"
-            # The bench reads its fixtures relative to its checkout.
+            # Each executable runs in its own checkout.
             (cd "$([ "$side" = old ] && echo "$OLD" || pwd)" && "$path" --bench --json "$OLDPWD/$OUT/$side-$b-r$r.json" >/dev/null)
         done
         threads=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['threads'])" "$OUT/new-$b-r$r.json")

@@ -20,6 +20,20 @@ pub(crate) unsafe fn map1<A: Copy + simd::Hot, O: simd::Hot>(
     out: &Operand,
     f: impl Fn(A) -> O + Sync,
 ) {
+    // SAFETY: this function's contract.
+    unsafe { map1_at::<A, O, true>(a, out, f) }
+}
+
+/// [`map1`], its dense runs wide (`Dense1::WIDE`) only when `W` allows.
+///
+/// # Safety
+/// As for [`map1`].
+#[inline]
+unsafe fn map1_at<A: Copy + simd::Hot, O: simd::Hot, const W: bool>(
+    a: &Operand,
+    out: &Operand,
+    f: impl Fn(A) -> O + Sync,
+) {
     let pa = SendPtr(ptr::<A>(a.storage));
     let po = SendPtr(ptr::<O>(out.storage));
     // SAFETY: `par_runs` hands each call a disjoint run of the output: the
@@ -29,7 +43,7 @@ pub(crate) unsafe fn map1<A: Copy + simd::Hot, O: simd::Hot>(
     par_runs([&out.layout, &a.layout], |o, len, s| unsafe {
         let (po, pa) = (po.get().add(o[0]), pa.get().add(o[1]) as *const A);
         if s == [1, 1] {
-            simd::run_map(Dense1 { po, pa, len, f: &f }, len);
+            simd::run_map(Dense1::<_, _, _, W> { po, pa, len, f: &f }, len);
         } else if s == [1, 0] {
             // A broadcast input (a stride-0 column, as in `expand` of a
             // `[m, 1]` then `contiguous`): read once per run, not per element.
@@ -188,17 +202,20 @@ pub(crate) unsafe fn read_as<A, O>(o: &mut O, _like: *const A) -> A {
 }
 
 /// `po[i] = f(pa[i])` for `i < len`: the dense run of [`map1`], compiled
-/// for the CPU's SIMD level (`f` is small and inlined into `call`).
-struct Dense1<'a, A, O, F> {
+/// for the CPU's SIMD level (`f` is small and inlined into `call`) when an
+/// operand type is hot and `W` allows (false: the cold casts).
+struct Dense1<'a, A, O, F, const W: bool> {
     po: *mut O,
     pa: *const A,
     len: usize,
     f: &'a F,
 }
 
-impl<A: Copy + simd::Hot, O: simd::Hot, F: Fn(A) -> O> simd::Kernel for Dense1<'_, A, O, F> {
+impl<A: Copy + simd::Hot, O: simd::Hot, F: Fn(A) -> O, const W: bool> simd::Kernel
+    for Dense1<'_, A, O, F, W>
+{
     type Output = ();
-    const WIDE: bool = <A as simd::Hot>::HOT || <O as simd::Hot>::HOT;
+    const WIDE: bool = W && (<A as simd::Hot>::HOT || <O as simd::Hot>::HOT);
     #[inline(always)]
     fn call<const FMA: bool>(self) {
         let f = self.f;
@@ -272,12 +289,12 @@ pub(crate) unsafe fn map2<A: Copy + simd::Hot, B: Copy + simd::Hot, O: simd::Hot
             // alias the output), and the loop would stay scalar.
             let (fr, bv) = (&f, pb.read());
             let g = move |x| fr(x, bv);
-            simd::run_map(Dense1 { po, pa, len, f: &g }, len);
+            simd::run_map(Dense1::<_, _, _, true> { po, pa, len, f: &g }, len);
         } else if s == [1, 0, 1] {
             let (fr, av) = (&f, pa.read());
             let g = move |y| fr(av, y);
             simd::run_map(
-                Dense1 {
+                Dense1::<_, _, _, true> {
                     po,
                     pa: pb,
                     len,
@@ -311,10 +328,17 @@ pub(crate) unsafe fn map2<A: Copy + simd::Hot, B: Copy + simd::Hot, O: simd::Hot
 /// f64, so i64 beyond 2^53 keeps its low bits); float to integer truncates
 /// toward zero into i64, then wraps (300.7 to u8 is 44, NaN is 0); to a
 /// float rounds once; to bool is `!= 0`.
+///
+/// Only the casts among f32, f16 and bf16 (mixed precision's) get the wide
+/// SIMD levels; every other pair is one baseline copy (Note [cold
+/// kernels]): 9 wide pairs instead of the 39 with a hot side.
 trait CastTo<D> {
+    /// Tested alone in an `if`, so that rustc skips the other arm's copy.
+    const WIDE: bool;
     fn cast(self) -> D;
 }
 impl<S: Element, D: Element> CastTo<D> for S {
+    const WIDE: bool = <S as simd::Hot>::HOT && <D as simd::Hot>::HOT;
     #[inline(always)]
     fn cast(self) -> D {
         if !S::DTYPE.is_float() && !D::DTYPE.is_float() {
@@ -362,7 +386,13 @@ pub(crate) fn copy(src: &Operand, dst: &Operand) {
     }
     with_dtype!(src.dtype, S => with_dtype!(dst.dtype, D => {
         // SAFETY: dtypes match the operands; the caller holds the locks.
-        unsafe { map1::<S, D>(src, dst, CastTo::<D>::cast) }
+        unsafe {
+            if <S as CastTo<D>>::WIDE {
+                map1::<S, D>(src, dst, CastTo::<D>::cast)
+            } else {
+                map1_at::<S, D, false>(src, dst, CastTo::<D>::cast)
+            }
+        }
     }))
 }
 

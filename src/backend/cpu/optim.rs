@@ -224,7 +224,9 @@ macro_rules! multiversion {
                 /// wrapped function's own contract).
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2<$T: Flt, const $B: bool>($($a: $t),*) $body
-                // A cold dtype's update is one baseline copy (Note [cold kernels]).
+                // A cold dtype's update is one baseline copy (Note [cold
+                // kernels]); the constant is tested alone, so that rustc
+                // does not instantiate `avx2` for it.
                 if <$T as crate::backend::cpu::simd::Hot>::HOT {
                     if std::arch::is_x86_feature_detected!("avx2") {
                         // SAFETY: the CPU has AVX2.
@@ -245,7 +247,9 @@ macro_rules! multiversion {
                 /// wrapped function's own contract).
                 #[target_feature(enable = "avx2")]
                 unsafe fn avx2<$T: Flt, $R: $Rb>($($a: $t),*) $body
-                // A cold dtype's update is one baseline copy (Note [cold kernels]).
+                // A cold dtype's update is one baseline copy (Note [cold
+                // kernels]); the constant is tested alone, so that rustc
+                // does not instantiate `avx2` for it.
                 if <$T as crate::backend::cpu::simd::Hot>::HOT {
                     if std::arch::is_x86_feature_detected!("avx2") {
                         // SAFETY: the CPU has AVX2.

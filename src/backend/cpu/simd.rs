@@ -4,8 +4,10 @@
 //! aarch64 with NEON) and never asks for `-C target-cpu`. A kernel that
 //! wants wider vectors is written once, as a plain branch-free loop over a
 //! slice, and run through [`run`]: the loop is compiled once per instruction
-//! set level inside a `#[target_feature]` function, and the best level this
-//! CPU has (detected once, at the first call) runs it. LLVM vectorises each
+//! set level inside a `#[target_feature]` function (for a hot kernel; a
+//! cold one, over f64, an integer type or bool, only at the baseline: Note
+//! [cold kernels] in ARCHITECTURE.md), and the best level this CPU has
+//! (detected once, at the first call) runs it. LLVM vectorises each
 //! copy for its level: 16 f32 lanes with AVX-512, 8 with AVX2+FMA, 4 with
 //! SSE2 or NEON.
 //!
@@ -146,7 +148,7 @@ pub(crate) fn level() -> Level {
 pub(crate) trait Kernel {
     type Output;
     /// Whether [`run`] compiles the kernel for the levels above the
-    /// baseline; a cold kernel (over f64 or an integer type) is one
+    /// baseline; a cold kernel (over f64, an integer type or bool) is one
     /// baseline copy. See Note [cold kernels] in ARCHITECTURE.md.
     const WIDE: bool = true;
     fn call<const FMA: bool>(self) -> Self::Output;

@@ -9,8 +9,9 @@
 # of CI.
 #
 # Left out under qemu, with the reason:
-# - tests/ui.rs: trybuild runs the host's cargo on the compile-fail cases
-#   (compile-time checks, the same on every target);
+# - tests/ui/: trybuild runs the host's cargo on the compile-fail cases
+#   (compile-time checks, the same on every target), and the source rules
+#   of architecture.rs read files, the same on every target;
 # - tests/thread_pool.rs: it re-executes its own binary as a child, which
 #   qemu-user runs only where binfmt_misc is set up, and it counts the
 #   process's threads, among which qemu has one of its own.

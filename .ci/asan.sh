@@ -2,7 +2,8 @@
 # AddressSanitizer over the test suite (not part of .ci/run: it needs the
 # nightly toolchain and rebuilds everything instrumented, ~10 minutes on 2
 # cores). Every test binary (the single files and the folders with a
-# main.rs) but tests/ui.rs (trybuild runs cargo itself, uninstrumented);
+# main.rs) but tests/ui/ (trybuild runs cargo itself, uninstrumented, and
+# the source rules beside it read files);
 # the lib's unit tests included; doctests excluded.
 #
 # allocator_may_return_null=1: ASan otherwise aborts on a request above its

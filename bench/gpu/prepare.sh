@@ -16,7 +16,7 @@
 #
 # What it builds (release profile, --features cuda):
 #   * every test executable of `cargo test --release --features cuda --no-run`
-#     (the lib's unit tests as `test-lib`; tests/ui.rs is left out: trybuild
+#     (the lib's unit tests as `test-lib`; tests/ui/ is left out: trybuild
 #     runs cargo, which the GPU machine does not have);
 #   * benches/cuda.rs (`bench-cuda`) and the examples tour, digits,
 #     long_running, seeing_memory, double_buffering, triple_buffering, cnn, pruning and
@@ -41,7 +41,7 @@ DEST=${DEST:-carry/gpu}
 LIMIT=$((64 * 1024 * 1024))
 # Test binaries in the order they are dropped if even the compressed set
 # does not fit (the lib's, cuda, nn, autograd, memory and data are never dropped).
-DROP_ORDER="architecture thread_pool lifetimes agreement tensor"
+DROP_ORDER="thread_pool lifetimes agreement tensor"
 KEEP_ALWAYS="lib cuda nn autograd memory data"
 
 export CARGO_TERM_COLOR=never

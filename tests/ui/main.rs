@@ -7,7 +7,11 @@
 //!
 //! With no pass case, trybuild runs `cargo check`, not `cargo build`, so it
 //! never compiles the crate's code a second time (Note [ui checks] in
-//! ARCHITECTURE.md).
+//! ARCHITECTURE.md). The structural rules of the source tree are checked
+//! here too ([`architecture`]): they compile nothing, so they need no binary
+//! of their own.
+
+mod architecture;
 
 #[test]
 fn ui() {
@@ -15,13 +19,13 @@ fn ui() {
     t.compile_fail("ui-tests/fail/*.rs");
 }
 
-#[path = "../ui-tests/pass/optim.rs"]
+#[path = "../../ui-tests/pass/optim.rs"]
 mod pass_optim;
-#[path = "../ui-tests/pass/scopes.rs"]
+#[path = "../../ui-tests/pass/scopes.rs"]
 mod pass_scopes;
-#[path = "../ui-tests/pass/threads.rs"]
+#[path = "../../ui-tests/pass/threads.rs"]
 mod pass_threads;
-#[path = "../ui-tests/pass/views.rs"]
+#[path = "../../ui-tests/pass/views.rs"]
 mod pass_views;
 
 #[test]

@@ -265,7 +265,7 @@ fn threads() -> Result<()> {
     let busy: Vec<String> = hist
         .iter()
         .enumerate()
-        .filter(|(_, &c)| c > 0)
+        .filter(|&(_, &c)| c > 0)
         .map(|(k, &c)| format!("{k}: {:.1}%", 100.0 * c as f64 / samples as f64))
         .collect();
     println!(

@@ -228,12 +228,12 @@ impl Tensor {
         shape: &[usize],
         dtype: DType,
         device: Device,
-        gen: &mut Generator,
+        generator: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("rand_with"))?;
         t.random_fill(
             "rand",
-            gen,
+            generator,
             Dist::Uniform {
                 low: 0.0,
                 high: 1.0,
@@ -247,12 +247,12 @@ impl Tensor {
         shape: &[usize],
         dtype: DType,
         device: Device,
-        gen: &mut Generator,
+        generator: &mut Generator,
     ) -> Result<Tensor> {
         let mut t = Tensor::alloc(shape, dtype, device).map_err(|e| e.in_op("randn_with"))?;
         t.random_fill(
             "randn",
-            gen,
+            generator,
             Dist::Normal {
                 mean: 0.0,
                 std: 1.0,
@@ -262,15 +262,15 @@ impl Tensor {
     }
 
     /// Fills in place from `dist`. On the CPU the values are drawn on the
-    /// host from `gen`'s stream, in row-major order of this tensor's shape
+    /// host from `generator`'s stream, in row-major order of this tensor's shape
     /// (so they do not depend on strides). On CUDA they are generated on the
-    /// device at `gen`'s Philox offset, which advances by the counters used:
+    /// device at `generator`'s Philox offset, which advances by the counters used:
     /// in place when this tensor is dense, else into a dense temporary that
     /// is then copied in (element `i` in row-major order either way).
     fn random_fill(
         &mut self,
         op: &'static str,
-        gen: &mut Generator,
+        generator: &mut Generator,
         dist: Dist,
     ) -> Result<&mut Tensor> {
         self.check_writable(op)?;
@@ -280,7 +280,7 @@ impl Tensor {
         if let Device::Cuda(ordinal) = self.device() {
             if self.is_contiguous() {
                 let dst = Operand::of(self);
-                gen.philox(ordinal, |seed, offset| {
+                generator.philox(ordinal, |seed, offset| {
                     backend::philox_fill(&dst, dist, seed, offset)
                 })?;
                 drop(dst);
@@ -289,7 +289,7 @@ impl Tensor {
             }
             let tmp = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
             let dst = Operand::of(&tmp);
-            gen.philox(ordinal, |seed, offset| {
+            generator.philox(ordinal, |seed, offset| {
                 backend::philox_fill(&dst, dist, seed, offset)
             })?;
             return self.copy_(&tmp);
@@ -300,13 +300,13 @@ impl Tensor {
         let dst = Operand::of(self);
         match dist {
             Dist::Uniform { low, high } => {
-                backend::host_fill(op, &dst, || low + (high - low) * unit(gen, p))?
+                backend::host_fill(op, &dst, || low + (high - low) * unit(generator, p))?
             }
             Dist::Normal { mean, std } => {
-                backend::host_fill(op, &dst, || mean + std * gen.next_normal())?
+                backend::host_fill(op, &dst, || mean + std * generator.next_normal())?
             }
             Dist::Bernoulli { p } => {
-                backend::host_fill(op, &dst, || f64::from(u8::from(gen.next_f64() < p)))?
+                backend::host_fill(op, &dst, || f64::from(u8::from(generator.next_f64() < p)))?
             }
         };
         drop(dst);
@@ -367,14 +367,14 @@ impl Tensor {
     }
 
     /// [`bernoulli_`](Tensor::bernoulli_) from an explicit generator.
-    pub fn bernoulli_with(&mut self, p: f64, gen: &mut Generator) -> Result<&mut Tensor> {
+    pub fn bernoulli_with(&mut self, p: f64, generator: &mut Generator) -> Result<&mut Tensor> {
         if !(0.0..=1.0).contains(&p) {
             bail!(Error::arg(
                 "bernoulli_",
                 format!("p must be in [0, 1], got {p}")
             ));
         }
-        self.random_fill("bernoulli_", gen, Dist::Bernoulli { p })
+        self.random_fill("bernoulli_", generator, Dist::Bernoulli { p })
     }
 
     /// Zeros with this tensor's shape, dtype and device.

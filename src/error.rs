@@ -247,10 +247,10 @@ impl Error {
     }
 
     pub(crate) fn in_op(mut self, op: &'static str) -> Error {
-        if let Some(o) = self.op_mut() {
-            if INTERNAL_OPS.contains(o) {
-                *o = op;
-            }
+        if let Some(o) = self.op_mut()
+            && INTERNAL_OPS.contains(o)
+        {
+            *o = op;
         }
         self
     }

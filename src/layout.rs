@@ -490,7 +490,7 @@ impl Layout {
             .shape
             .iter()
             .zip(&self.strides)
-            .filter(|(&d, _)| d != 1)
+            .filter(|&(&d, _)| d != 1)
             .map(|(&d, &s)| (d, s))
             .unzip();
         Layout {

@@ -159,14 +159,14 @@ pub fn manual_seed(seed: u64) {
 /// Runs `f` with the global generator (seeded from the clock if never seeded).
 pub(crate) fn with_global<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
     let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
-    let gen = g.get_or_insert_with(|| {
+    let generator = g.get_or_insert_with(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         Generator::new(t)
     });
-    f(gen)
+    f(generator)
 }
 
 #[cfg(test)]

@@ -139,10 +139,10 @@ fn spare_put(p: NonNull<MaybeUninit<StorageInner>>) {
     // During thread exit (no thread-local any more) or when full, `s` is
     // dropped here: the memory is freed.
     let _ = SPARE.try_with(move |v| {
-        if let Ok(mut v) = v.try_borrow_mut() {
-            if v.len() < SPARE_MAX {
-                v.push(s);
-            }
+        if let Ok(mut v) = v.try_borrow_mut()
+            && v.len() < SPARE_MAX
+        {
+            v.push(s);
         }
     });
 }

@@ -95,10 +95,10 @@ mod impl_pool {
         // When full, or during thread exit, `spare` is dropped: freed (a
         // `MaybeUninit` drops nothing).
         let _ = SPARE.try_with(move |s| {
-            if let Ok(mut v) = s.try_borrow_mut() {
-                if v.len() < MAX {
-                    v.push(spare);
-                }
+            if let Ok(mut v) = s.try_borrow_mut()
+                && v.len() < MAX
+            {
+                v.push(spare);
             }
         });
     }

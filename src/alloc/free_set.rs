@@ -210,13 +210,13 @@ impl FreeSet {
     /// The first key at or above `(stream, size)` on `stream`.
     #[cfg(test)]
     pub(crate) fn first_fit(&self, stream: u64, size: usize) -> Option<Key> {
-        if size <= CLASS_MAX {
-            if let Some(sc) = self.stream(stream) {
-                let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
-                if let Some(c) = sc.first_class_from(c0) {
-                    let (addr, id) = sc.lists[c].best().expect("marked classes are not empty");
-                    return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
-                }
+        if size <= CLASS_MAX
+            && let Some(sc) = self.stream(stream)
+        {
+            let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
+            if let Some(c) = sc.first_class_from(c0) {
+                let (addr, id) = sc.lists[c].best().expect("marked classes are not empty");
+                return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
             }
         }
         let key = self.big.range((stream, size, 0, 0)..).next().copied()?;
@@ -226,17 +226,17 @@ impl FreeSet {
     /// Removes and returns the first key at or above `(stream, size)` on `stream`.
     #[inline]
     pub(crate) fn take_first_fit(&mut self, stream: u64, size: usize) -> Option<Key> {
-        if size <= CLASS_MAX {
-            if let Some((_, sc)) = self.classes.iter_mut().find(|(s, _)| *s == stream) {
-                let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
-                if let Some(c) = sc.first_class_from(c0) {
-                    let list = &mut sc.lists[c];
-                    let (addr, id) = list.pop_best().expect("marked classes are not empty");
-                    if list.is_empty() {
-                        sc.mark(c, false);
-                    }
-                    return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
+        if size <= CLASS_MAX
+            && let Some((_, sc)) = self.classes.iter_mut().find(|(s, _)| *s == stream)
+        {
+            let c0 = size.max(1).div_ceil(MIN_BLOCK) - 1;
+            if let Some(c) = sc.first_class_from(c0) {
+                let list = &mut sc.lists[c];
+                let (addr, id) = list.pop_best().expect("marked classes are not empty");
+                if list.is_empty() {
+                    sc.mark(c, false);
                 }
+                return Some((stream, (c + 1) * MIN_BLOCK, addr, id));
             }
         }
         let key = self.big.range((stream, size, 0, 0)..).next().copied()?;

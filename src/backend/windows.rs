@@ -99,10 +99,10 @@ pub(crate) fn max_pool2d(
     let all: Vec<&Operand> = [Some(x), Some(y), idx].into_iter().flatten().collect();
     let d = device_of(op, &all)?;
     same_float(op, x, y)?;
-    if let Some(i) = idx {
-        if i.dtype != DType::I64 {
-            return Err(Error::dtype(op, "int64 indices", i.dtype));
-        }
+    if let Some(i) = idx
+        && i.dtype != DType::I64
+    {
+        return Err(Error::dtype(op, "int64 indices", i.dtype));
     }
     let n_out = g.planes * g.out[0] * g.out[1];
     for (o, n, shape) in [

@@ -197,7 +197,7 @@ impl Sampler for WeightedRandomSampler {
                 .weights
                 .iter()
                 .enumerate()
-                .filter(|(_, &w)| w > 0.0)
+                .filter(|&(_, &w)| w > 0.0)
                 .map(|(i, &w)| (-(1.0 - g.next_f64()).ln() / w, i))
                 .collect();
             keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));

@@ -121,10 +121,10 @@ fn replay(snap: &Snapshot) -> Replay {
         if Some(i) == peak_at {
             at_peak = live.values().map(|l| (l.size, l.entry)).collect();
         }
-        if (i + 1) % bucket == 0 || i + 1 == trace.len() {
-            if let Some((_, t, p)) = best.take() {
-                points.push((t, p));
-            }
+        if ((i + 1) % bucket == 0 || i + 1 == trace.len())
+            && let Some((_, t, p)) = best.take()
+        {
+            points.push((t, p));
         }
     }
     if peak_at.is_none() {

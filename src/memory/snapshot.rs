@@ -259,10 +259,10 @@ fn backtrace_frames(bt: &str) -> Vec<Value> {
                 last.1 = parts.next().unwrap_or(rest).to_string();
                 last.2 = ln;
             }
-        } else if let Some((n, name)) = t.split_once(": ") {
-            if n.chars().all(|c| c.is_ascii_digit()) {
-                out.push((name.to_string(), String::new(), 0));
-            }
+        } else if let Some((n, name)) = t.split_once(": ")
+            && n.chars().all(|c| c.is_ascii_digit())
+        {
+            out.push((name.to_string(), String::new(), 0));
         }
     }
     out.iter().map(|(n, f, l)| frame(n, f, *l)).collect()

@@ -117,8 +117,8 @@ impl Embedding {
                 size: num_embeddings,
             }),
         };
-        if let Some(m) = opts.max_norm {
-            if !(m.is_finite() && m > 0.0 && opts.norm_type > 0.0) {
+        if let Some(m) = opts.max_norm
+            && !(m.is_finite() && m > 0.0 && opts.norm_type > 0.0) {
                 bail!(Error::arg(
                     op,
                     format!(
@@ -127,7 +127,6 @@ impl Embedding {
                     )
                 ));
             }
-        }
         let mut w = Tensor::empty(&[num_embeddings, embedding_dim], dtype, device)?;
         init::normal_(&mut w, 0.0, 1.0)?;
         if let Some(p) = padding_idx {

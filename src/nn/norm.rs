@@ -625,14 +625,14 @@ impl Module for GroupNorm {
                 "the input must be [N, C, ...] with C = num_channels"
             ));
         }
-        if let Some(w) = &self.weight {
-            if x.dtype() != w.dtype() {
-                bail!(Error::dtype(
-                    OP,
-                    format!("{} (the layer's dtype) for the input", w.dtype()),
-                    x.dtype()
-                ));
-            }
+        if let Some(w) = &self.weight
+            && x.dtype() != w.dtype()
+        {
+            bail!(Error::dtype(
+                OP,
+                format!("{} (the layer's dtype) for the input", w.dtype()),
+                x.dtype()
+            ));
         }
         if !x.dtype().is_float() {
             bail!(Error::dtype(OP, "a float dtype", x.dtype()));

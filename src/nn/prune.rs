@@ -343,15 +343,15 @@ fn target<'m>(op: &'static str, module: &'m mut dyn Module, name: &str) -> Resul
 /// ones if unpruned), on the host in f64 (exact for every float dtype). An
 /// `Err` if the field was given a tensor of another shape than its mask's.
 fn host_state(op: &'static str, t: &PruneTarget<'_>) -> Result<(Vec<f64>, Vec<f64>)> {
-    if let Some(m) = t.masks.get(t.name) {
-        if m.shape() != t.param.shape() {
-            bail!(Error::shape(
-                op,
-                t.param.shape(),
-                m.shape(),
-                format!("parameter '{}' no longer has its mask's shape", t.name)
-            ));
-        }
+    if let Some(m) = t.masks.get(t.name)
+        && m.shape() != t.param.shape()
+    {
+        bail!(Error::shape(
+            op,
+            t.param.shape(),
+            m.shape(),
+            format!("parameter '{}' no longer has its mask's shape", t.name)
+        ));
     }
     no_grad(|| {
         let w = t.param.detach().to_vec::<f64>()?;

@@ -29,13 +29,13 @@ pub fn rms_norm_default_eps(dtype: DType) -> f64 {
 }
 
 fn check_eps(op: &'static str, eps: Option<f64>) -> Result<()> {
-    if let Some(e) = eps {
-        if !(e.is_finite() && e >= 0.0) {
-            bail!(Error::arg(
-                op,
-                format!("eps must be finite and non-negative, got {e}")
-            ));
-        }
+    if let Some(e) = eps
+        && !(e.is_finite() && e >= 0.0)
+    {
+        bail!(Error::arg(
+            op,
+            format!("eps must be finite and non-negative, got {e}")
+        ));
     }
     Ok(())
 }

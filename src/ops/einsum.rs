@@ -300,7 +300,7 @@ fn einsum_impl(eq: &str, operands: &[&Tensor]) -> Result<Tensor> {
                 }
             }
             let mut v: Vec<Label> = (0..ell).map(|j| ELLIPSIS_BASE + j as Label).collect();
-            v.extend(count.iter().filter(|(_, &c)| c == 1).map(|(&l, _)| l));
+            v.extend(count.iter().filter(|&(_, &c)| c == 1).map(|(&l, _)| l));
             v
         }
     };

@@ -70,10 +70,10 @@ impl Tensor {
         shape: &[usize],
         dtype: DType,
         device: Device,
-        gen: &mut Generator,
+        generator: &mut Generator,
     ) -> Result<Tensor> {
         let span = randint_check(low, high, shape, dtype)?;
-        let u = Tensor::rand_with(shape, DType::F64, device, gen)
+        let u = Tensor::rand_with(shape, DType::F64, device, generator)
             .map_err(|e| e.reported_as("randint"))?;
         randint_from(u, low, span, dtype)
     }
@@ -95,9 +95,9 @@ impl Tensor {
     }
 
     /// [`randperm`](Tensor::randperm) from an explicit generator.
-    pub fn randperm_with(n: usize, device: Device, gen: &mut Generator) -> Result<Tensor> {
+    pub fn randperm_with(n: usize, device: Device, generator: &mut Generator) -> Result<Tensor> {
         const OP: &str = "randperm";
-        Tensor::rand_with(&[n], DType::F64, device, gen)
+        Tensor::rand_with(&[n], DType::F64, device, generator)
             .and_then(|u| u.argsort(0, false))
             .map_err(|e| e.reported_as(OP))
     }
@@ -123,9 +123,9 @@ impl Tensor {
     }
 
     /// [`bernoulli`](Tensor::bernoulli) from an explicit generator.
-    pub fn bernoulli_with_gen(&self, gen: &mut Generator) -> Result<Tensor> {
+    pub fn bernoulli_with_gen(&self, generator: &mut Generator) -> Result<Tensor> {
         let cmp = bernoulli_check(self)?;
-        let u = Tensor::rand_with(self.shape(), cmp, self.device(), gen)
+        let u = Tensor::rand_with(self.shape(), cmp, self.device(), generator)
             .map_err(|e| e.reported_as("bernoulli"))?;
         self.bernoulli_from(u)
     }
@@ -173,14 +173,14 @@ impl Tensor {
         &self,
         num_samples: usize,
         replacement: bool,
-        gen: &mut Generator,
+        generator: &mut Generator,
     ) -> Result<Tensor> {
         let (p, rows, cats) = self.multinomial_check(num_samples, replacement)?;
         let u = Tensor::rand_with(
             &uniforms(rows, cats, num_samples, replacement),
             DType::F64,
             p.device(),
-            gen,
+            generator,
         )
         .map_err(|e| e.reported_as("multinomial"))?;
         self.multinomial_from(p, u, num_samples, replacement)

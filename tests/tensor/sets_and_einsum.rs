@@ -226,7 +226,7 @@ fn mode_is_the_smallest_most_frequent(dev: Device) {
                 *count.entry(at(o, i) as i64).or_insert(0) += 1;
             }
             let best = *count.values().max().unwrap();
-            let val = *count.iter().find(|(_, &c)| c == best).unwrap().0;
+            let val = *count.iter().find(|&(_, &c)| c == best).unwrap().0;
             let last = (0..len).rev().find(|&i| at(o, i) as i64 == val).unwrap();
             wv.push(val as f64);
             wi.push(last as i64);

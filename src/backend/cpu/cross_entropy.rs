@@ -327,11 +327,9 @@ where
                     wt * nll
                 }
             };
-            if ignored {
-                if let Some(p) = pse {
-                    // SAFETY: as above.
-                    unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
-                }
+            if ignored && let Some(p) = pse {
+                // SAFETY: as above.
+                unsafe { p.get().add(r).write(<T::C as Zero>::zero()) };
             }
             if let Some(p) = pl {
                 // SAFETY: the per-row losses are dense `[rows]`, write-locked;

@@ -217,27 +217,27 @@ unsafe fn gemm_product<T: 'static + Copy + Send + Sync>(
     acc: bool,
     threads: usize,
 ) {
-    if threads > 1 {
-        if let Some(blocks) = Blocks::of(g, threads) {
-            par_for(blocks.count, |i| {
-                let (bg, o) = blocks.block(g, i);
-                // SAFETY: the block lies inside the product (its rows or
-                // columns are a sub-range), so the caller's contract holds
-                // for it; blocks write disjoint parts of dst.
-                unsafe {
-                    gemm_one(
-                        &bg,
-                        d.get().offset(o[0]),
-                        a.get().offset(o[1]),
-                        b.get().offset(o[2]),
-                        units,
-                        acc,
-                        Parallelism::None,
-                    )
-                }
-            });
-            return;
-        }
+    if threads > 1
+        && let Some(blocks) = Blocks::of(g, threads)
+    {
+        par_for(blocks.count, |i| {
+            let (bg, o) = blocks.block(g, i);
+            // SAFETY: the block lies inside the product (its rows or
+            // columns are a sub-range), so the caller's contract holds
+            // for it; blocks write disjoint parts of dst.
+            unsafe {
+                gemm_one(
+                    &bg,
+                    d.get().offset(o[0]),
+                    a.get().offset(o[1]),
+                    b.get().offset(o[2]),
+                    units,
+                    acc,
+                    Parallelism::None,
+                )
+            }
+        });
+        return;
     }
     install(threads > 1, |threads| {
         // SAFETY: the caller's contract.

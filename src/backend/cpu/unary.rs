@@ -911,15 +911,15 @@ unsafe fn clamp<T: Num>(src: &Operand, dst: &Operand, lo: f64, hi: f64) {
     unsafe {
         map1::<T, T>(src, dst, move |x| {
             let mut x = x;
-            if let Some(l) = lo {
-                if x < l {
-                    x = l;
-                }
+            if let Some(l) = lo
+                && x < l
+            {
+                x = l;
             }
-            if let Some(h) = hi {
-                if x > h {
-                    x = h;
-                }
+            if let Some(h) = hi
+                && x > h
+            {
+                x = h;
             }
             x
         })

@@ -308,10 +308,10 @@ pub(crate) fn arg_reduce(
             ),
         ));
     }
-    if let Some(values) = values {
-        if values.dtype != src.dtype {
-            return Err(Error::dtype(name, src.dtype.name(), values.dtype));
-        }
+    if let Some(values) = values
+        && values.dtype != src.dtype
+    {
+        return Err(Error::dtype(name, src.dtype.name(), values.dtype));
     }
     // values = src[.., indices, ..]: a gather along `dim` with the indices
     // just computed (all valid), every operand seen with `dim` as size 1.

@@ -197,17 +197,18 @@ pub(crate) unsafe fn device_to_host(
     let mut k = 0;
     while result.is_ok() && k < nchunks {
         // Queue the next chunk into the other buffer before reading this one.
-        if nbuf == 2 && k + 1 < nchunks {
-            if let Err(e) = issue(k + 1, &mut bufs, &mut events) {
-                result = Err(e);
-                break;
-            }
+        if nbuf == 2
+            && k + 1 < nchunks
+            && let Err(e) = issue(k + 1, &mut bufs, &mut events)
+        {
+            result = Err(e);
+            break;
         }
-        if let Some(e) = events[k % nbuf].take() {
-            if let Err(e) = e.synchronize().map_err(drv(OP)) {
-                result = Err(e);
-                break;
-            }
+        if let Some(e) = events[k % nbuf].take()
+            && let Err(e) = e.synchronize().map_err(drv(OP))
+        {
+            result = Err(e);
+            break;
         }
         let off = k * chunk;
         let n = chunk.min(bytes - off);

@@ -144,7 +144,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 /// The samples `n0 .. n0 + nb` of each chunk of `g` (one at least): as
 /// many as keep `[16, max(C, O), nb tiles]` within [`CHUNK_BYTES`].
-fn chunks(g: &Geometry) -> impl Iterator<Item = (usize, usize)> {
+fn chunks(g: &Geometry) -> impl Iterator<Item = (usize, usize)> + use<> {
     let per_sample = 16 * 4 * g.c.max(g.o) * g.oh.div_ceil(2) * (g.ow.div_ceil(2) + 1);
     let per = (CHUNK_BYTES / per_sample.max(1)).clamp(1, g.n.max(1));
     let n = g.n;

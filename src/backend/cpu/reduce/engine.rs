@@ -20,12 +20,12 @@ pub(in crate::backend::cpu) fn inner(l: &Layout) -> (usize, usize, usize) {
         if d == 1 {
             continue;
         }
-        if let (Some(ls), Some(lst)) = (shape.last_mut(), strides.last_mut()) {
-            if *lst == s * d {
-                *ls *= d;
-                *lst = s;
-                continue;
-            }
+        if let (Some(ls), Some(lst)) = (shape.last_mut(), strides.last_mut())
+            && *lst == s * d
+        {
+            *ls *= d;
+            *lst = s;
+            continue;
         }
         shape.push(d);
         strides.push(s);

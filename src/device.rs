@@ -25,14 +25,6 @@ impl Device {
     pub fn is_cuda(self) -> bool {
         matches!(self, Device::Cuda(_))
     }
-    /// CUDA device 0 if one is usable, otherwise the CPU. Never panics.
-    pub fn cuda_if_available() -> Device {
-        if crate::backend::cuda::is_available() {
-            Device::Cuda(0)
-        } else {
-            Device::Cpu
-        }
-    }
 }
 
 impl fmt::Display for Device {

@@ -106,8 +106,8 @@ pub enum Error {
     },
     /// The allocator could not serve a request, even after releasing its cache.
     #[error("{device}: out of memory: tried to allocate {} ({requested} bytes); {} allocated, {} reserved, limit {}{}",
-        crate::alloc::fmt_bytes(*.requested), crate::alloc::fmt_bytes(*.allocated),
-        crate::alloc::fmt_bytes(*.reserved), fmt_limit(.limit), fmt_free_total(.device_free, .device_total))]
+        crate::bytes::fmt_bytes(*.requested), crate::bytes::fmt_bytes(*.allocated),
+        crate::bytes::fmt_bytes(*.reserved), fmt_limit(.limit), fmt_free_total(.device_free, .device_total))]
     OutOfMemory {
         /// The device.
         device: Device,
@@ -191,7 +191,7 @@ fn fmt_note(note: &str) -> String {
 
 fn fmt_limit(limit: &Option<usize>) -> String {
     match limit {
-        Some(l) => format!("{} allowed", crate::alloc::fmt_bytes(*l)),
+        Some(l) => format!("{} allowed", crate::bytes::fmt_bytes(*l)),
         None => "none set".to_string(),
     }
 }
@@ -200,8 +200,8 @@ fn fmt_free_total(free: &Option<usize>, total: &Option<usize>) -> String {
     match (free, total) {
         (Some(f), Some(t)) => format!(
             "; the device has {} total, of which {} is free",
-            crate::alloc::fmt_bytes(*t),
-            crate::alloc::fmt_bytes(*f)
+            crate::bytes::fmt_bytes(*t),
+            crate::bytes::fmt_bytes(*f)
         ),
         _ => String::new(),
     }

@@ -30,12 +30,15 @@ mod alloc;
 pub mod autograd;
 pub mod backend;
 mod borrowed;
+mod bytes;
 mod creation;
 pub mod data;
 mod device;
 mod display;
 mod dtype;
 mod error;
+#[cfg(test)]
+mod internal_tests;
 pub mod layout;
 pub mod leak;
 pub mod memory;

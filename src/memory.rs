@@ -18,9 +18,10 @@
 //! started. (Other threads allocate too: measure in one thread at a time.)
 
 pub use crate::alloc::{
-    fmt_bytes, round_size, segment_size, MemoryStats, Pool, Stat, StatTriple, MIN_BLOCK, SMALL_SIZE,
+    round_size, segment_size, MemoryStats, Pool, Stat, StatTriple, MIN_BLOCK, SMALL_SIZE,
 };
 pub use crate::alloc::{Action, BlockSnapshot, BlockState, SegmentSnapshot, TraceEntry};
+pub use crate::bytes::fmt_bytes;
 pub use measure::{measure, Measurement};
 pub use snapshot::{record_history, record_history_with, snapshot, Snapshot};
 

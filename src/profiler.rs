@@ -32,16 +32,16 @@
 //! ([`OpEvent::device_us`]). While the stream has work queued, that span
 //! is the op's kernels alone; on an idle stream it also holds the gap in
 //! which the GPU waited for the host to launch them (PyTorch's CUPTI-based
-//! profiler times kernels only: deviation 16 in docs/deviations.md).
+//! profiler times kernels only: GUIDE 10, deviation 16).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::alloc::fmt_bytes;
 use crate::alloc::history::{self, now_us, ContextGuard};
 use crate::alloc::ops_trace::{self, DeviceClock, RawOp};
 use crate::backend::cuda;
+use crate::bytes::fmt_bytes;
 use crate::device::Device;
 use crate::error::{Error, Result};
 

@@ -62,7 +62,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use typed_arena::Arena;
 
 /// The scope's brand: invariant in `'s`, `Send`, `Sync`, no drop glue.
@@ -269,7 +268,7 @@ impl<'s> Scope<'s> {
     fn put(&'s self, t: Tensor, created: bool) -> Scoped<'s> {
         let (key, bytes) = (t.storage().id(), t.storage().block_bytes());
         // The only handle to its storage: no slot can hold that storage yet.
-        let exclusive = t.storage().ref_count() == 1 && Arc::strong_count(&t.inner) == 1;
+        let exclusive = t.is_exclusive();
         let (new_storage, pending) = {
             let mut ix = self.inner.storages.borrow_mut();
             if exclusive {

@@ -221,13 +221,17 @@ impl Tensor {
 
     /// `true` when this handle is provably the only way to reach its
     /// storage: no other handle to this tensor (no alias, no autograd edge,
-    /// no weak reference) and no other tensor over its storage (no view).
-    /// Through `&mut self` no other borrow of this handle exists either, so
-    /// nothing else, on any thread, can read or write the storage until this
-    /// borrow ends: a kernel may write it without taking the storage's lock.
-    /// A fresh op result is always exclusive.
+    /// no weak reference) and no other tensor over its storage (no view, no
+    /// tensor saved for backward). The one test of uniqueness: a kernel
+    /// writing without the storage's lock, a layer donating its input, a
+    /// scope indexing its storages.
+    ///
+    /// The answer holds while the caller keeps this handle by value or by
+    /// `&mut`: then no other borrow of it exists, so nothing else, on any
+    /// thread, can make a second handle or reach the storage until that
+    /// borrow ends. A fresh op result is always exclusive.
     #[inline]
-    pub(crate) fn is_exclusive(&mut self) -> bool {
+    pub(crate) fn is_exclusive(&self) -> bool {
         // Counts can only grow through a handle, and every handle is counted.
         // The acquire fence orders the uses through handles dropped before
         // these loads (their release decrements) before our writes.

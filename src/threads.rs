@@ -22,7 +22,7 @@
 //! thread alone, like an op inside PyTorch's `parallel_for`: no nested
 //! parallelism, and no deadlock on a storage that another task holds.
 
-use crate::backend::cpu::pool;
+use crate::backend::cpu::thread_pool;
 use crate::error::{bail, Error, Result};
 
 /// The number of threads CPU kernels use (PyTorch's `torch.get_num_threads`).
@@ -31,7 +31,7 @@ use crate::error::{bail, Error, Result};
 /// assert!(tensorscope::num_threads() >= 1);
 /// ```
 pub fn num_threads() -> usize {
-    pool::num_threads()
+    thread_pool::num_threads()
 }
 
 /// Sets the number of threads CPU kernels use from now on (PyTorch's
@@ -54,6 +54,6 @@ pub fn set_num_threads(n: usize) -> Result<()> {
             "the number of threads must be at least 1, got 0"
         ));
     }
-    pool::set_num_threads(n);
+    thread_pool::set_num_threads(n);
     Ok(())
 }

@@ -33,7 +33,8 @@
 //!   is an error); `numeric` ops also on integers, in the integer type;
 //!   `exact` ops (a sign flip or a compare: no rounding anywhere) run in the
 //!   storage type for every dtype, f16 and bf16 included, with no
-//!   conversion (4-9x faster there than through f32);
+//!   conversion (several times faster there than through f32:
+//!   Note [exact ops in storage type] in `bench/results/ops-why.md`);
 //! * the doc line of the method;
 //! * `"NodeBackward"`: the autograd node's name;
 //! * the derivative: the gradient of the input given the output's gradient

@@ -1,6 +1,6 @@
 //! The statistics kept by each allocator, and the summary table.
 
-use super::fmt_bytes;
+use crate::bytes::fmt_bytes;
 use crate::device::Device;
 
 /// Which pool a block belongs to.

@@ -27,8 +27,10 @@
 mod checkpoint;
 mod engine;
 pub(crate) mod formulas;
+pub(crate) mod formulas_copy;
 pub(crate) mod formulas_index;
-pub(crate) mod formulas_more;
+pub(crate) mod formulas_matmul;
+pub(crate) mod formulas_reduce;
 pub(crate) mod formulas_unary;
 pub mod mode;
 

@@ -230,7 +230,7 @@ pub(crate) fn max_pool2d(
     x: &Operand,
     _y: &Operand,
     _idx: Option<&Operand>,
-    _g: &crate::backend::windows::Windows,
+    _g: &crate::backend::pool_im2col::Windows,
 ) -> Result<()> {
     err(op, ordinal(x))
 }
@@ -239,7 +239,7 @@ pub(crate) fn col2im(
     cols: &Operand,
     _dx: &Operand,
     _n: usize,
-    _g: &crate::backend::windows::Windows,
+    _g: &crate::backend::pool_im2col::Windows,
 ) -> Result<()> {
     err(op, ordinal(cols))
 }
@@ -248,7 +248,7 @@ pub(crate) fn im2col(
     x: &Operand,
     _cols: &Operand,
     _n: usize,
-    _g: &crate::backend::windows::Windows,
+    _g: &crate::backend::pool_im2col::Windows,
 ) -> Result<()> {
     err(op, ordinal(x))
 }

@@ -19,10 +19,23 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::{lock, Storage};
-use crate::tensor::Tensor;
 use std::borrow::Cow;
 
-/// One operand of a kernel: a storage seen through a layout.
+impl Device {
+    /// CUDA device 0 if one is usable, otherwise the CPU. Never panics.
+    /// (Here, not in `device.rs`: asking needs the backend, and the device
+    /// type sits below it.)
+    pub fn cuda_if_available() -> Device {
+        if cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        }
+    }
+}
+
+/// One operand of a kernel: a storage seen through a layout. (The op layer
+/// makes them from tensors: `src/ops/operand.rs`.)
 ///
 /// The layout is borrowed when it is the tensor's own (the common case: an
 /// operand of the output's shape), and owned when it was made for the call
@@ -31,36 +44,6 @@ pub(crate) struct Operand<'a> {
     pub storage: &'a Storage,
     pub layout: Cow<'a, Layout>,
     pub dtype: DType,
-}
-
-impl<'a> Operand<'a> {
-    #[inline]
-    pub(crate) fn of(t: &'a Tensor) -> Self {
-        Operand {
-            storage: t.storage(),
-            layout: Cow::Borrowed(t.layout()),
-            dtype: t.dtype(),
-        }
-    }
-    /// The tensor seen through another layout (e.g. broadcast).
-    #[inline]
-    pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {
-        Operand {
-            storage: t.storage(),
-            layout: Cow::Owned(layout),
-            dtype: t.dtype(),
-        }
-    }
-    /// The tensor broadcast to `shape`: its own layout, borrowed, when it
-    /// already has that shape (no layout is built).
-    #[inline]
-    pub(crate) fn broadcast(t: &'a Tensor, shape: &[usize]) -> Result<Self> {
-        if crate::layout::dims_eq(t.shape(), shape) {
-            Ok(Operand::of(t))
-        } else {
-            Ok(Operand::with(t, t.layout().broadcast_to(shape)?))
-        }
-    }
 }
 
 macro_rules! define_unary_op {
@@ -248,11 +231,10 @@ pub(crate) fn unary(op: UnaryOp, src: &Operand, dst: &Operand) -> Result<()> {
     unary_locking(op, src, dst, true)
 }
 
-/// [`unary`] into `out`, written without its storage lock when the caller
-/// holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
-pub(crate) fn unary_into(op: UnaryOp, src: &Operand, out: &mut Tensor) -> Result<()> {
-    let lock_dst = !out.is_exclusive();
-    unary_locking(op, src, &Operand::of(out), lock_dst)
+/// [`unary`], `dst` written without its storage lock when `exclusive`: the
+/// caller holds the only handle to it (a fresh op result).
+pub(crate) fn unary_into(op: UnaryOp, src: &Operand, dst: &Operand, exclusive: bool) -> Result<()> {
+    unary_locking(op, src, dst, !exclusive)
 }
 
 fn unary_locking(op: UnaryOp, src: &Operand, dst: &Operand, lock_dst: bool) -> Result<()> {
@@ -273,11 +255,16 @@ pub(crate) fn binary(op: BinaryOp, a: &Operand, b: &Operand, dst: &Operand) -> R
     binary_locking(op, a, b, dst, true)
 }
 
-/// [`binary`] into `out`, written without its storage lock when the caller
-/// holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
-pub(crate) fn binary_into(op: BinaryOp, a: &Operand, b: &Operand, out: &mut Tensor) -> Result<()> {
-    let lock_dst = !out.is_exclusive();
-    binary_locking(op, a, b, &Operand::of(out), lock_dst)
+/// [`binary`], `dst` written without its storage lock when `exclusive`
+/// (as [`unary_into`]).
+pub(crate) fn binary_into(
+    op: BinaryOp,
+    a: &Operand,
+    b: &Operand,
+    dst: &Operand,
+    exclusive: bool,
+) -> Result<()> {
+    binary_locking(op, a, b, dst, !exclusive)
 }
 
 fn binary_locking(
@@ -304,16 +291,16 @@ pub(crate) fn binary_scalar(op: BinaryOp, a: &Operand, scalar: f64, dst: &Operan
     binary_scalar_locking(op, a, scalar, dst, true)
 }
 
-/// [`binary_scalar`] into `out`, written without its storage lock when the
-/// caller holds it exclusively ([`Tensor::is_exclusive`]: a fresh op result).
+/// [`binary_scalar`], `dst` written without its storage lock when
+/// `exclusive` (as [`unary_into`]).
 pub(crate) fn binary_scalar_into(
     op: BinaryOp,
     a: &Operand,
     scalar: f64,
-    out: &mut Tensor,
+    dst: &Operand,
+    exclusive: bool,
 ) -> Result<()> {
-    let lock_dst = !out.is_exclusive();
-    binary_scalar_locking(op, a, scalar, &Operand::of(out), lock_dst)
+    binary_scalar_locking(op, a, scalar, dst, !exclusive)
 }
 
 fn binary_scalar_locking(
@@ -439,11 +426,11 @@ pub(crate) mod attention;
 mod index;
 pub(crate) mod nn;
 pub(crate) mod optim;
+pub(crate) mod pool_im2col;
 mod random;
 mod reduce;
 pub(crate) mod scan;
 pub(crate) mod sort;
-pub(crate) mod windows;
 pub(crate) mod winograd;
 #[allow(unused_imports)]
 pub(crate) use index::*;

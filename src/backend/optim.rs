@@ -45,12 +45,17 @@ pub(crate) struct AdamHyper {
 }
 
 /// Everything one SGD update of one parameter needs (PyTorch's
-/// `_single_tensor_sgd`): the optimizer's options and whether this is the
-/// momentum buffer's first step.
+/// `_single_tensor_sgd`): the optimizer's options (`SgdConfig`'s) and
+/// whether this is the momentum buffer's first step.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct SgdHyper {
-    /// The options (a momentum buffer is passed when `momentum` is not 0).
-    pub config: crate::optim::SgdConfig,
+    pub lr: f64,
+    /// A momentum buffer is passed when this is not 0.
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    pub maximize: bool,
     /// The buffer's first step: `buf = g` rather than the momentum update.
     pub first: bool,
 }

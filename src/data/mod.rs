@@ -1,5 +1,5 @@
-//! Feeding the model (issue 15): datasets that write samples where the
-//! caller says, and the samplers that order them.
+//! Feeding the model: datasets that write samples where the caller says, and
+//! the samplers that order them.
 //!
 //! The design follows from the loader this module is building towards: a
 //! `DataLoader` whose batches live in a fixed ring of buffers allocated

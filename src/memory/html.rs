@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::snapshot::Snapshot;
-use crate::alloc::{fmt_bytes, Action, BlockState, TraceEntry};
+use crate::alloc::{Action, BlockState, TraceEntry};
+use crate::bytes::fmt_bytes;
 use crate::error::{Error, Result};
 
 /// Points drawn at most on the timeline (the history is sampled in

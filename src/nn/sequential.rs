@@ -7,16 +7,6 @@ use crate::autograd::needs_grad;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-impl Tensor {
-    /// `true` if this handle is the only one to its tensor (no `alias`) and
-    /// its tensor is the only one over its storage (no view, no tensor saved
-    /// for backward): writing into it cannot be observed by anyone else.
-    pub(crate) fn is_unique(&self) -> bool {
-        Arc::strong_count(&self.inner) == 1 && self.storage_use_count() == 1
-    }
-}
 
 /// What a layer that can work in place may do with an owned input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +25,7 @@ pub(crate) enum Verdict {
 /// The donation rule shared by every in-place-capable layer and by
 /// [`Sequential`]'s statistics.
 pub(crate) fn donation_verdict(x: &Tensor) -> Verdict {
-    if !x.is_unique() {
+    if !x.is_exclusive() {
         Verdict::Shared
     } else if needs_grad(&[x]) {
         Verdict::Autograd

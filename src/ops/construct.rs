@@ -1,6 +1,6 @@
-//! Tensors built from others' values (issue 17, item 5), composed of the
-//! core ops so that they run on every device and autograd differentiates
-//! them: `one_hot` and `diag`.
+//! Tensors built from others' values, composed of the core ops so that they
+//! run on every device and autograd differentiates them: `one_hot` and
+//! `diag`.
 
 use crate::alloc::history::op_context;
 use crate::dtype::DType;

@@ -7,7 +7,7 @@
 //! CPU tensors with at least 32 channels in and out and outputs at least 16
 //! wide (`conv/winograd.rs`);
 //! everywhere else im2col plus a matrix product. The im2col kernel
-//! (`backend::windows::im2col`, on both devices) lays out the input's
+//! (`backend::pool_im2col::im2col`, on both devices) lays out the input's
 //! patches, zeros where a tap lands in the padding, as the columns
 //! `[groups, C/groups * kh * kw, N * OH * OW]`; the
 //! weight `[groups, O/groups, C/groups * kh * kw]` times them is the output
@@ -19,7 +19,7 @@
 //! weight, not the columns: the backward pass rebuilds them for the
 //! weight's gradient (as PyTorch's does) and sums the columns' gradient
 //! back into the input's shape with the col2im kernel
-//! (`backend::windows::col2im`, on both devices), so no graph holds a
+//! (`backend::pool_im2col::col2im`, on both devices), so no graph holds a
 //! `kh * kw` times larger buffer between the passes.
 //!
 //! `conv_transpose2d` is the adjoint of `conv2d` in its input: its forward
@@ -29,7 +29,7 @@
 
 use crate::alloc::history::op_context_with;
 use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
-use crate::backend::windows::{self, Windows};
+use crate::backend::pool_im2col::{self, Windows};
 use crate::backend::Operand;
 use crate::error::{bail, Error, Result};
 use crate::layout::checked_mul;
@@ -301,13 +301,10 @@ pub(super) fn pad2d(x: &Tensor, lo: [usize; 2], hi: [usize; 2], value: f64) -> R
 ///
 /// gemm reads the columns (and `dy`'s matrix) in place, one column of its
 /// transposed frame per step of `k`; rows a power-of-two number of bytes
-/// apart then fall into the same few L1/L2 sets and evict each other. The
-/// forward product of the bench's ResNet-stage convolution
-/// (`[64, 576] x [576, 8192]`, rows 32 KiB apart) took 18.1 ms through
-/// gemm 0.19 on the 2-core EPYC and 8.9 ms with the rows 64 bytes further
-/// apart; a 3x3 convolution of the CNN example (`[32, 144] x [144, 4096]`)
-/// 0.65 against 0.40 ms (a standalone gemm run, the layouts back to back
-/// in one process, best of 5: `bench/results/raw-models/gemm-layouts-s12.*`).
+/// apart then fall into the same few L1/L2 sets and evict each other: the
+/// bench's ResNet-stage product ran twice as long with rows 32 KiB apart as
+/// with rows 64 bytes further apart (Note [conv workspace rows] in
+/// `bench/results/ops-why.md`).
 fn padded_row(len: usize, esize: usize) -> usize {
     let bytes = len.saturating_mul(esize);
     if bytes >= 4096 && bytes.is_multiple_of(1024) {
@@ -334,12 +331,11 @@ fn workspace(g: usize, rows: usize, cols: usize, like: &Tensor) -> Result<Option
 /// The columns of `x`, `[G, K, N L]`: for each group, its `C/G kh kw`
 /// taps (rows) at every output position of every sample (columns), the
 /// rows [`padded_row`] apart, laid out by the im2col kernel
-/// (`backend::windows::im2col`) straight from `x`: no padded copy of the
-/// input. (The first version copied a 7-d strided view of a padded copy;
-/// its runs of `OW` elements made that copy a fifth of the CNN example's
-/// training step, 2-core EPYC, `perf`.) A pointwise convolution of one
-/// sample whose rows need no padding needs no columns: they are `x`
-/// itself.
+/// (`backend::pool_im2col::im2col`) straight from `x`: no padded copy of the
+/// input. (A copy of a 7-d strided view of a padded copy moves runs of only
+/// `OW` elements: Note [CNN window kernels] in `bench/results/ops-why.md`.) A
+/// pointwise convolution of one sample whose rows need no padding needs no
+/// columns: they are `x` itself.
 fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
     // An input of zero height may have any batch size: the columns'
     // size is then checked here (`empty` checks the product of the rest).
@@ -359,7 +355,7 @@ fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
     let rows = g.g * g.k();
     let cols = Tensor::empty(&[rows, rs], x.dtype(), x.device())?.narrow(1, 0, nl)?;
     let win = windows_of(g);
-    windows::im2col("conv2d", &Operand::of(&x), &Operand::of(&cols), g.n, &win)?;
+    pool_im2col::im2col("conv2d", &Operand::of(&x), &Operand::of(&cols), g.n, &win)?;
     cols.as_strided(
         &[g.g, g.k(), nl],
         &[g.k() * rs, rs, 1],
@@ -367,7 +363,7 @@ fn columns(x: &Tensor, g: &Geometry) -> Result<Tensor> {
     )
 }
 
-/// The geometry as the window kernels' (`backend::windows`) over the
+/// The geometry as the window kernels' (`backend::pool_im2col`) over the
 /// input's `N C` planes.
 fn windows_of(g: &Geometry) -> Windows {
     Windows {
@@ -432,12 +428,11 @@ fn forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, g: &Geometry) -> Result<T
 
 /// The input's gradient: the columns' gradient `W^T dy` (one product per
 /// group over every sample, as the forward pass), summed into the input's
-/// shape by the col2im kernel (`backend::windows::col2im`: each input
-/// element adds up its taps once; no padded buffer). The first version
-/// summed the columns back one tap at a time (`kh kw` strided adds into a
-/// padded buffer, then a copy out of it); the profiler put 4.0 ms of a
-/// 12.5 ms CNN training step (2-core EPYC) in the backward pass outside
-/// any recorded op, where those adds ran.
+/// shape by the col2im kernel (`backend::pool_im2col::col2im`: each input
+/// element adds up its taps once; no padded buffer), not `kh kw` strided adds
+/// into a padded buffer and a copy out of it: where those ran, the profiler
+/// found a third of the CNN training step outside any recorded op
+/// (Note [CNN window kernels] in `bench/results/ops-why.md`).
 fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     if winograd::applies(g, dy) {
         return winograd::input_grad(dy, w, g);
@@ -451,7 +446,7 @@ fn input_grad(dy: &Tensor, w: &Tensor, g: &Geometry) -> Result<Tensor> {
     let dcols = wm.transpose(1, 2)?.matmul(&dyt)?.contiguous()?;
     drop(dyt);
     let dx = Tensor::empty(&[g.n, g.c, g.h, g.w], dy.dtype(), dy.device())?;
-    windows::col2im(
+    pool_im2col::col2im(
         "conv2d",
         &Operand::of(&dcols),
         &Operand::of(&dx),
@@ -478,11 +473,9 @@ fn dy_rows(dy: &Tensor, g: &Geometry) -> Result<Tensor> {
 /// O/G]`, with `dy^T` copied row-major ([`dy_rows`]): both operands then
 /// have unit column stride, which gemm reads without packing either
 /// transposed. The direct `dy [O/G, N L] x cols^T` has a column-major right
-/// operand; for the CNN example's second convolution (`[32, 4096] x [4096,
-/// 144]`) that took 246-254 us against 102-106 us for the transposed
-/// product with contiguous operands (AVX-512 EPYC, two threads, session
-/// 19: `bench/results/ops-why.md`). CUDA keeps the direct form: cuBLAS
-/// takes either layout without a copy.
+/// operand, which took more than twice as long for the CNN example's second
+/// convolution (Note [conv weight gradient] in `bench/results/ops-why.md`).
+/// CUDA keeps the direct form: cuBLAS takes either layout without a copy.
 fn weight_grad(dy: &Tensor, x: &Tensor, g: &Geometry, wshape: &[usize]) -> Result<Tensor> {
     if winograd::applies(g, x) {
         return winograd::weight_grad(dy, x, g);

@@ -1,9 +1,8 @@
-//! `einsum` (issue 17, item 5): PyTorch's `torch.einsum(equation,
-//! *operands)` with letters `a-z A-Z`, one `...` per term, an explicit
-//! (`->`) or implicit output (the labels that appear once, in ASCII
-//! order, after the broadcast `...` dimensions), repeated labels within a
-//! term (diagonals) and size-1 dimensions broadcast against their label's
-//! size, as PyTorch does.
+//! `einsum`: PyTorch's `torch.einsum(equation, *operands)` with letters `a-z
+//! A-Z`, one `...` per term, an explicit (`->`) or implicit output (the
+//! labels that appear once, in ASCII order, after the broadcast `...`
+//! dimensions), repeated labels within a term (diagonals) and size-1
+//! dimensions broadcast against their label's size, as PyTorch does.
 //!
 //! How: each operand first loses its diagonals (a product with an
 //! equality mask, summed: differentiable) and the labels no other term

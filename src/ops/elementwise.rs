@@ -201,8 +201,15 @@ impl Tensor {
             && compute_dtype(op, dt, dt)? == dt
         {
             let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-            let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
-            backend::binary_into(op, &Operand::of(self), &Operand::of(other), &mut out)?;
+            let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+            let fresh = out.is_exclusive();
+            backend::binary_into(
+                op,
+                &Operand::of(self),
+                &Operand::of(other),
+                &Operand::of(&out),
+                fresh,
+            )?;
             return crate::autograd::formulas::binary(op, self, other, out);
         }
         self.binary_op_general(op, other)
@@ -234,12 +241,14 @@ impl Tensor {
             &cb
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let mut out = Tensor::alloc(shape, out_dt, self.device())?;
+        let out = Tensor::alloc(shape, out_dt, self.device())?;
+        let fresh = out.is_exclusive();
         backend::binary_into(
             op,
             &Operand::broadcast(a, shape)?,
             &Operand::broadcast(b, shape)?,
-            &mut out,
+            &Operand::of(&out),
+            fresh,
         )?;
         crate::autograd::formulas::binary(op, a, b, out)
     }
@@ -256,8 +265,9 @@ impl Tensor {
             &ca
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
-        backend::binary_scalar_into(op, &Operand::of(a), s, &mut out)?;
+        let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+        let fresh = out.is_exclusive();
+        backend::binary_scalar_into(op, &Operand::of(a), s, &Operand::of(&out), fresh)?;
         crate::autograd::formulas::binary_scalar(op, a, s, out)
     }
 
@@ -345,8 +355,9 @@ impl Tensor {
         // Borrow the input when it already has the compute dtype (no new handle).
         let converted = self.unary_input(op)?;
         let src = converted.as_ref().unwrap_or(self);
-        let mut out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
-        backend::unary_into(op, &Operand::of(src), &mut out)?;
+        let out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
+        let fresh = out.is_exclusive();
+        backend::unary_into(op, &Operand::of(src), &Operand::of(&out), fresh)?;
         crate::autograd::formulas_unary::unary(op, src, out)
     }
 
@@ -474,8 +485,8 @@ impl Tensor {
             let v = Tensor::full_wrapped(&[], value, self.dtype(), self.device())?;
             return Tensor::where_cond(mask, &v, self);
         }
-        // One pass into a fresh tensor (a deep copy and then `masked_fill_`
-        // were two: 1.5x PyTorch's time at [512, 1024]).
+        // One pass into a fresh tensor: a deep copy and then `masked_fill_`
+        // were two (Note [one pass, not two] in bench/results/ops-why.md).
         let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
         self.masked_fill_into("masked_fill", mask, value, &out)?;
         Ok(out)

@@ -149,7 +149,7 @@ impl Tensor {
         let (d, shape) = self.index_select_check(op, dim, index)?;
         let out = Tensor::alloc(&shape, self.dtype(), self.device())?;
         self.index_select_into(op, d, index, &out)?;
-        crate::autograd::formulas_more::index_select(self, dim, index, out)
+        crate::autograd::formulas_copy::index_select(self, dim, index, out)
     }
 
     /// [`index_select`](Tensor::index_select) written into `out`, which must
@@ -263,7 +263,7 @@ impl Tensor {
             &self.indexed_dim(op, d, false),
             &Operand::of(&out),
         )?;
-        crate::autograd::formulas_more::gather(self, dim, index, out)
+        crate::autograd::formulas_copy::gather(self, dim, index, out)
     }
 
     /// The elements where the bool `mask` is true, in row-major order, as a
@@ -289,7 +289,7 @@ impl Tensor {
         let count = backend::masked_count(&m)?;
         let out = Tensor::alloc(&[count.total], self.dtype(), self.device())?;
         backend::masked_select(&src, &m, &count, &Operand::of(&out))?;
-        crate::autograd::formulas_more::masked_select(self, mask, out)
+        crate::autograd::formulas_copy::masked_select(self, mask, out)
     }
 
     /// Fancy indexing along dimension 0, PyTorch's `x[index]`; always a copy.

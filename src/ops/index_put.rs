@@ -1,6 +1,6 @@
-//! `index_put_` and `index_put` (issue 17, item 5): PyTorch's
-//! `x[i0, i1, ...] = v` (and `+= v` with `accumulate`) for a tuple of index
-//! tensors over the leading dimensions.
+//! `index_put_` and `index_put`: PyTorch's `x[i0, i1, ...] = v` (and `+= v`
+//! with `accumulate`) for a tuple of index tensors over the leading
+//! dimensions.
 //!
 //! The indices (int64 or int32, or bool masks, which stand for their
 //! `nonzero` coordinates and consume as many dimensions as they have)

@@ -142,7 +142,7 @@ impl Tensor {
         let plan = Plan::new(self, other)?;
         let out = Tensor::alloc(&plan.out_shape, self.dtype(), self.device())?;
         plan.run(self, other, &out)?;
-        crate::autograd::formulas_more::matmul(self, other, out)
+        crate::autograd::formulas_matmul::matmul(self, other, out)
     }
 
     /// `self @ weight^T + bias`, PyTorch's `torch.nn.functional.linear`:
@@ -227,7 +227,7 @@ impl Tensor {
             None => None,
         };
         backend::linear(&Operand::of(self), &wt, bb.as_ref(), &Operand::of(&out))?;
-        crate::autograd::formulas_more::linear(self, weight, bias, out)
+        crate::autograd::formulas_matmul::linear(self, weight, bias, out)
     }
 
     /// [`matmul`](Tensor::matmul) written into `out`, which must have exactly

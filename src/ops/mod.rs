@@ -2,19 +2,23 @@
 //! call into [`crate::backend`]. One file per family.
 
 mod activations;
-mod breadth;
 mod construct;
 pub(crate) mod conv;
 mod einsum;
 mod elementwise;
+mod elementwise_composed;
 mod index;
 mod index_put;
 mod matmul;
-mod norms;
+mod matmul_forms;
+mod operand;
 mod operators;
 pub(crate) mod pinned;
 pub(crate) mod pool;
+mod reductions_composed;
 pub use pinned::PendingHost;
+#[cfg(feature = "cuda")]
+mod record_stream;
 mod reduce;
 mod sampling;
 mod scan;
@@ -23,6 +27,7 @@ pub(crate) use scatter_reduce::mean_counts;
 pub use scatter_reduce::ScatterReduce;
 mod shape;
 mod sort;
+mod triangles_and_flips;
 pub use sort::Interpolation;
 mod unique;
 pub use unique::UniqueParts;

@@ -2,13 +2,13 @@
 //! `adaptive_avg_pool2d` (PyTorch's `F.*` of the same names), forward and
 //! backward on every device.
 //!
-//! `max_pool2d` is one kernel on each device (`backend::windows`): every
+//! `max_pool2d` is one kernel on each device (`backend::pool_im2col`): every
 //! output visits its window's in-bounds taps and keeps the maximum and,
 //! when a graph or the caller wants it, its flat index; nothing else is
-//! allocated (the first version copied the windows, reduced them and
-//! gathered the index: 2.3 ms of a 22 ms CNN training step on the 2-core
-//! EPYC). It saves only its indices for the backward pass (a scatter-add
-//! into the input's shape).
+//! allocated (a copy of the windows, a reduction and a gather cost a tenth of
+//! the CNN training step: Note [CNN window kernels] in
+//! `bench/results/ops-why.md`). It saves only its indices for the backward
+//! pass (a scatter-add into the input's shape).
 //!
 //! For `avg_pool2d` the windows of the padded input are a strided view of
 //! it (as for the convolutions' columns); one copy lays them out `[N, C,
@@ -22,7 +22,7 @@
 use super::conv::pad2d;
 use crate::alloc::history::op_context_with;
 use crate::autograd::{self, attach, needs_grad, BackwardFn, Saved};
-use crate::backend::windows::{self, Windows};
+use crate::backend::pool_im2col::{self, Windows};
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
@@ -390,7 +390,7 @@ impl Tensor {
 
 /// The window maxima, and with `with_idx` the flat in-plane index of
 /// each (`row * W + col`, int64), in one pass of the pooling kernel
-/// (`backend::windows`: PyTorch's rule, the last NaN of a window wins).
+/// (`backend::pool_im2col`: PyTorch's rule, the last NaN of a window wins).
 fn pool_kernel(x: &Tensor, g: &Pool, with_idx: bool) -> Result<(Tensor, Option<Tensor>)> {
     const OP: &str = "max_pool2d";
     let [n, c, h, w] = g.nchw;
@@ -413,7 +413,7 @@ fn pool_kernel(x: &Tensor, g: &Pool, with_idx: bool) -> Result<(Tensor, Option<T
         dilation: g.d,
     };
     let io = idx.as_ref().map(Operand::of);
-    windows::max_pool2d(OP, &Operand::of(&x), &Operand::of(&y), io.as_ref(), &geom)?;
+    pool_im2col::max_pool2d(OP, &Operand::of(&x), &Operand::of(&y), io.as_ref(), &geom)?;
     Ok((y, idx))
 }
 

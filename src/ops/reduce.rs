@@ -105,7 +105,7 @@ impl Tensor {
             self.device(),
         )?;
         backend::reduce(op, &Operand::of(self), &dims, &Operand::of(&out))?;
-        crate::autograd::formulas_more::reduce(op, self, requested, keepdim, out)
+        crate::autograd::formulas_reduce::reduce(op, self, requested, keepdim, out)
     }
 
     fn arg_reduction(
@@ -201,7 +201,7 @@ impl Tensor {
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let _op = crate::alloc::history::op_context("max_dim");
         let (v, i) = self.arg_reduction("max_dim", true, dim, keepdim, true)?;
-        let v = crate::autograd::formulas_more::select_dim(
+        let v = crate::autograd::formulas_reduce::select_dim(
             self,
             dim,
             keepdim,
@@ -214,7 +214,7 @@ impl Tensor {
     /// Smallest values along `dim` and their indices (i64), like `torch.min(x, dim)`.
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let (v, i) = self.arg_reduction("min_dim", false, dim, keepdim, true)?;
-        let v = crate::autograd::formulas_more::select_dim(
+        let v = crate::autograd::formulas_reduce::select_dim(
             self,
             dim,
             keepdim,
@@ -337,12 +337,12 @@ impl Tensor {
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context_with("softmax", || vec![self.shape().to_vec()]);
-        crate::autograd::formulas_more::softmax(self, dim, false, self.softmax_impl(dim, false)?)
+        crate::autograd::formulas_reduce::softmax(self, dim, false, self.softmax_impl(dim, false)?)
     }
 
     /// `x - logsumexp(x)` along `dim`, computed stably. Float tensors only.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context("log_softmax");
-        crate::autograd::formulas_more::softmax(self, dim, true, self.softmax_impl(dim, true)?)
+        crate::autograd::formulas_reduce::softmax(self, dim, true, self.softmax_impl(dim, true)?)
     }
 }

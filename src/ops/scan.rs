@@ -1,9 +1,8 @@
-//! Cumulative sums and products (issue 17, item 5): `cumsum` and
-//! `cumprod`, with one scan kernel on both devices (`backend::scan`) and
-//! PyTorch's gradients: a reversed cumulative sum for `cumsum`; for
-//! `cumprod` the exclusive products times the reversed recurrence
-//! `s_i = g_i + x_{i+1} s_{i+1}`, which needs no division, so zeros in the
-//! input give the exact gradient.
+//! Cumulative sums and products: `cumsum` and `cumprod`, with one scan kernel
+//! on both devices (`backend::scan`) and PyTorch's gradients: a reversed
+//! cumulative sum for `cumsum`; for `cumprod` the exclusive products times
+//! the reversed recurrence `s_i = g_i + x_{i+1} s_{i+1}`, which needs no
+//! division, so zeros in the input give the exact gradient.
 
 use crate::alloc::history::op_context;
 use crate::autograd::{attach, needs_grad, no_grad, BackwardFn, Saved};

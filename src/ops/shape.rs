@@ -119,7 +119,7 @@ impl Tensor {
         let out =
             Tensor::alloc(&out_shape, self.dtype(), self.device()).map_err(|e| e.in_op(op))?;
         if out.numel() == 0 {
-            return crate::autograd::formulas_more::repeat(self, reps, out);
+            return crate::autograd::formulas_copy::repeat(self, reps, out);
         }
         // Output dimension i, of size n * s, seen as [n, s]; the input is
         // expanded over the n (stride 0).
@@ -137,7 +137,7 @@ impl Tensor {
             ),
             &Operand::with(&out, Layout::from_parts(shape2, dst2, 0)),
         )?;
-        crate::autograd::formulas_more::repeat(self, reps, out)
+        crate::autograd::formulas_copy::repeat(self, reps, out)
     }
 }
 
@@ -203,5 +203,5 @@ fn cat_impl(op: &'static str, tensors: &[&Tensor], dim: isize) -> Result<Tensor>
         }
         start += len;
     }
-    crate::autograd::formulas_more::cat(&parts, d, out)
+    crate::autograd::formulas_copy::cat(&parts, d, out)
 }

@@ -1,4 +1,4 @@
-//! Sorting (issue 17, item 5): `sort`, `argsort`, `topk`, `median` and
+//! Sorting: `sort`, `argsort`, `topk`, `median` and
 //! `quantile`.
 //! One kernel computes the stable sorting permutation of the rows of a
 //! contiguous tensor (`backend::sort`, on both devices); the values are

@@ -1,6 +1,6 @@
-//! Counting and set ops (issue 17, item 5): `nonzero` (and `argwhere`),
-//! `count_nonzero`, `unique`, `unique_consecutive` (and their `_dim` forms
-//! over slices) and `mode`.
+//! Counting and set ops: `nonzero` (and `argwhere`), `count_nonzero`,
+//! `unique`, `unique_consecutive` (and their `_dim` forms over slices) and
+//! `mode`.
 //!
 //! Each is a composition of ops that run on both devices (comparisons,
 //! the stable sort, `cumsum`, `masked_select`, `scatter_add`, `gather`), so

@@ -138,7 +138,12 @@ impl Optimizer for Sgd {
                 check_state("Sgd::step", &name, p, buf)?;
             }
             let h = SgdHyper {
-                config: c,
+                lr: c.lr,
+                momentum: c.momentum,
+                dampening: c.dampening,
+                weight_decay: c.weight_decay,
+                nesterov: c.nesterov,
+                maximize: c.maximize,
                 first: !st.started,
             };
             let buf = st.buf.as_ref().map(Operand::of);

@@ -551,7 +551,7 @@ fn blocks_are_pooled_per_stream_and_record_stream_defers_reuse() {
     let base = memory::memory_allocated(dev);
     let d0 = pending();
     let x = Tensor::zeros(&[1000], DType::F32, dev).unwrap();
-    cuda::record_stream(&x, &side).unwrap();
+    x.record_stream(&side).unwrap();
     drop(x);
     assert_eq!(
         memory::memory_allocated(dev),
@@ -567,11 +567,10 @@ fn blocks_are_pooled_per_stream_and_record_stream_defers_reuse() {
     let y = Tensor::zeros(&[1000], DType::F32, dev).unwrap();
     assert_eq!(pending(), d0, "released once the event completed");
     drop(y);
-    let e = cuda::record_stream(
-        &Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap(),
-        &side,
-    )
-    .unwrap_err();
+    let e = Tensor::zeros(&[1], DType::F32, Device::Cpu)
+        .unwrap()
+        .record_stream(&side)
+        .unwrap_err();
     assert!(
         matches!(
             e,

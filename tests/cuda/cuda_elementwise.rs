@@ -188,7 +188,7 @@ fn unary_ops(dev: Device) {
                 .iter()
                 .map(|&e| cast_ref(unary_ref(name, e), out_dt))
                 .collect();
-            // The CPU's gelu uses an erf accurate to about 1e-7 (src/backend/cpu/num.rs).
+            // The CPU's gelu uses an erf accurate to about 1e-7 (src/backend/cpu/numeric_traits.rs).
             let t = tol(out_dt).max(if name == "gelu" { 1e-6 } else { 0.0 });
             assert_close(&read(&y), &want, t, &format!("{name} {dt}"));
             also_cpu(

@@ -18,7 +18,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn src_files() -> Vec<(String, String)> {
+pub(crate) fn src_files() -> Vec<(String, String)> {
     let files = files_under(&["src"]);
     assert!(
         files.len() > 50,
@@ -49,7 +49,7 @@ fn files_under(dirs: &[&str]) -> Vec<(String, String)> {
 /// The line without a trailing `//` comment, or "" for a comment line
 /// (strings containing `//` are rare enough in `use` lines and paths to
 /// ignore).
-fn code(line: &str) -> &str {
+pub(crate) fn code(line: &str) -> &str {
     let t = line.trim_start();
     if t.starts_with("//") {
         return "";

@@ -12,6 +12,7 @@
 //! of their own.
 
 mod architecture;
+mod layers;
 
 #[test]
 fn ui() {

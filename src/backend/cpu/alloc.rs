@@ -6,9 +6,8 @@
 //! huge pages only to memory that asks). Segments are reused by the caching
 //! allocator for the life of the process, so the page faults (one per
 //! 2 MiB instead of one per 4 KiB) and the TLB misses of every later
-//! kernel shrink together. Measured on the 2-core EPYC development VM
-//! (issue 14): a sum over a 64 MiB f32 tensor with two threads, 2.57-2.90 ms
-//! on 4 KiB pages and 2.03-2.40 ms on huge pages, in a standalone loop.
+//! kernel shrink together: a large sum runs faster on huge pages
+//! (Note [huge pages] in `bench/results/ops-why.md`).
 //! `TENSORSCOPE_HUGEPAGES=0` (read once) leaves the advice out; where the
 //! kernel has transparent huge pages off, the advice is a no-op. Elsewhere
 //! segments come from the system allocator (64-byte aligned).

@@ -42,11 +42,11 @@
 //! it.
 
 use super::gemm::Parallelism;
-use super::num::{FastExp, Flt};
-use super::pool::par_for;
+use super::numeric_traits::{FastExp, Flt};
 use super::ptr;
 use super::simd;
 use super::strided::SendPtr;
+use super::thread_pool::par_for;
 use crate::backend::attention::{MaskKind, SdpaArgs, SdpaGrads};
 use crate::backend::Operand;
 use crate::with_float_dtype;

@@ -19,12 +19,12 @@
 //! fixed order of fixed row blocks, so the sum does not depend on the
 //! thread count.
 
-use super::num::{FastExp, Flt};
-use super::pool::par_map;
+use super::numeric_traits::{FastExp, Flt};
 use super::ptr;
 use super::row_max::row_max;
 use super::simd;
 use super::strided::{SendPtr, PAR_CHUNK};
+use super::thread_pool::par_map;
 use crate::backend::nn::{BadTarget, CeConfig, CeGrad, CeSums};
 use crate::backend::Operand;
 use crate::with_float_dtype;

@@ -1,7 +1,7 @@
 //! Elementwise CPU kernels: copy/cast, fill, binary, where (unary ops are
 //! in `unary.rs`).
 
-use super::num::Num;
+use super::numeric_traits::Num;
 use super::ptr;
 use super::simd;
 use super::strided::{par_runs, Plan, SendPtr};
@@ -440,10 +440,10 @@ const TBLOCK: usize = 16;
 /// and writes `TBLOCK` destination rows, so every cache line is read and
 /// written whole once. (The row-wise walk read `TILE` elements a page
 /// apart per run: with a 4 KiB row pitch they all fall in one L1 set of 8
-/// ways and evicted each other; `[512, 1024].t().contiguous()` took 1.8 ms
-/// on one thread of the 2-core EPYC, PyTorch 0.53 ms.) Returns `false`,
-/// having done nothing, for any other plan, or when the operands share a
-/// storage (the order of a blocked copy would differ from the element
+/// ways and evict each other, which made it several times slower than
+/// PyTorch: Note [transposing copy] in `bench/results/ops-why.md`.) Returns
+/// `false`, having done nothing, for any other plan, or when the operands
+/// share a storage (the order of a blocked copy would differ from the element
 /// order an overlapping copy depends on).
 ///
 /// # Safety
@@ -524,7 +524,7 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
     if rows * cols < 2 * super::strided::PAR_CHUNK {
         (0..bands).for_each(band);
     } else {
-        super::pool::par_for(bands, band);
+        super::thread_pool::par_for(bands, band);
     }
     true
 }

@@ -1,9 +1,9 @@
 //! The matrix products of the CPU backend: the `gemm-f32`, `gemm-f64` and
 //! `gemm-f16` kernels (the gemm project's, which candle uses), called
 //! directly. The `gemm` facade crate would add its complex kernels
-//! (`gemm-c32`, `gemm-c64`: about 19 s of a fresh build's CPU time on the
-//! critical path before this crate starts) for a type dispatch this file
-//! does in a few lines (Note [cold kernels] in ARCHITECTURE.md).
+//! (`gemm-c32`, `gemm-c64`: seconds of a fresh build's critical path
+//! before this crate starts, `bench/results/build.md`) for a type dispatch
+//! this file does in a few lines (Note [cold kernels] in ARCHITECTURE.md).
 
 use half::f16;
 use std::any::TypeId;

@@ -13,7 +13,7 @@
 //! Every index is checked before anything is written, so a bad index leaves
 //! the destination untouched.
 
-use super::num::Num;
+use super::numeric_traits::Num;
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use crate::backend::index::{IndexedDim, ScatterMode, ScatterSrc};

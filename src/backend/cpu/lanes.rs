@@ -19,12 +19,10 @@ pub(crate) fn fold_lanes<T: Copy + std::ops::Add<Output = T>, const L: usize>(l:
 /// and the last eight lanes go to [`fold_tail`], out of line on purpose.
 /// Inlined after such a loop, the tree down to one value made LLVM's SLP
 /// vectoriser build the loop itself from pairs (`vmovsd` loads, two floats
-/// per add: seen in `perf annotate` of LayerNorm's statistics). A
-/// standalone copy of LayerNorm's forward rows (256 rows of 1024, one
-/// thread, AVX2) took 117 us with the whole fold inline, 81 us with it out
-/// of line and 79 us split this way. Loops of intrinsics keep
-/// [`fold_lanes`]: the call costs about 10% of a 1024-long f32 sum
-/// (`sum_dim1` [512, 1024]: 28 -> 32 us).
+/// per add: seen in `perf annotate` of LayerNorm's statistics), which took
+/// half as long again as with the fold split this way. Loops of intrinsics
+/// keep [`fold_lanes`]: the call costs about 10% of a 1024-long f32 sum
+/// (Note [lane folds] in `bench/results/ops-why.md`).
 #[inline(always)]
 pub(crate) fn fold_lanes_split<T: Copy + std::ops::Add<Output = T>, const L: usize>(
     l: &mut [T; L],

@@ -8,17 +8,17 @@
 //! gemm and rounded back. Integer dtypes use a plain wrapping loop.
 //!
 //! Batches walk the (broadcast) batch dimensions with a [`Plan`]. Parallel
-//! work runs on the CPU backend's one pool ([`super::pool`]), gemm's threads
+//! work runs on the CPU backend's one pool ([`super::thread_pool`]), gemm's threads
 //! included: see [`batches_in_parallel`] for how a batch is split, and
 //! [`Blocks`] for how one product is (the calling thread works on it with
 //! the pool's helpers, as it does on every other op; only products of at
 //! least [`SPLIT_FLOPS`] use gemm's own threads).
 
 use super::gemm::Parallelism;
-use super::num::Num;
-use super::pool::{install, kernel_pool, par_for};
+use super::numeric_traits::Num;
 use super::ptr;
 use super::strided::{Plan, SendPtr};
+use super::thread_pool::{install, kernel_pool, par_for};
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::layout::Layout;
@@ -97,13 +97,14 @@ fn batch(l: &Layout) -> Layout {
 /// pool and a shared packing of the right operand for every step, and a
 /// left operand of at most two cache blocks is packed on one thread first.
 /// For a small product that synchronisation is most of the time
-/// (`[64,128,64] @ [64,64,128]`, 1M flops a product, ran 5.4x PyTorch's time
-/// batch after batch). A batch split by products needs one fork-join in all
-/// and no sharing, so it is preferred whenever one product cannot split, or
-/// is small (`< BATCH_PAR_FLOPS`, e.g. 256^3) and the batch has a product
-/// for every thread. Large products are spread over the threads one at a
-/// time: each thread then streams its own packed panels through the shared
-/// cache, and a batch shorter than the pool would leave threads idle.
+/// (`[64,128,64] @ [64,64,128]`, 1M flops a product, ran several times
+/// PyTorch's time batch after batch: Note [small batched products] in
+/// `bench/results/ops-why.md`). A batch split by products needs one fork-join
+/// in all and no sharing, so it is preferred whenever one product cannot
+/// split, or is small (`< BATCH_PAR_FLOPS`, e.g. 256^3) and the batch has a
+/// product for every thread. Large products are spread over the threads one
+/// at a time: each thread then streams its own packed panels through the
+/// shared cache, and a batch shorter than the pool would leave threads idle.
 fn batches_in_parallel(nb: usize, flops: usize, splits: bool, threads: usize) -> bool {
     threads > 1 && nb > 1 && (!splits || (nb >= threads && flops < BATCH_PAR_FLOPS))
 }
@@ -166,11 +167,11 @@ impl Blocks {
     /// Why cut at all: gemm splits one product with a fork-join of the pool
     /// per `kc`-deep step of `k`, and its caller sleeps in `install` until
     /// the pool's threads are done, so each step waits for a thread to wake.
-    /// Between the ops of a training step those threads have gone to sleep:
-    /// `linear` of x[1024,128] by W[384,128] took 0.9-0.97 ms back to back
-    /// but 1.5-1.8 ms after 1 ms of other work (2-core EPYC, medians of 200
-    /// calls; PyTorch 0.75 and 0.96 ms). Blocks start at once on the calling
-    /// thread, and a helper that wakes late takes whatever blocks are left.
+    /// Between the ops of a training step those threads have gone to sleep,
+    /// and a `linear` after other work took much longer than back to back
+    /// (Note [matmul blocks] in `bench/results/ops-why.md`). Blocks start at
+    /// once on the calling thread, and a helper that wakes late takes
+    /// whatever blocks are left.
     ///
     /// The longer of `m` and `n` is cut, so the operand every block reads
     /// whole (and packs again) is the smaller one.
@@ -427,18 +428,18 @@ fn int_batched<T: Num>(
 /// Batched `dst = a @ b` (see the dispatch function for the layouts).
 pub(crate) fn matmul(a: &Operand, b: &Operand, dst: &Operand) {
     if dst.layout.rank() == 2 {
-        // One product: the layout rule of `linear` (a transposed weight
-        // view, `x.matmul(&w.t())`, is then as fast as `linear`: 957 against
-        // 409 us at m = 8 on the 2-core EPYC before, when gemm packed the
-        // 1024 x 784 weight on one thread).
+        // One product: the layout rule of `linear`, so that a transposed
+        // weight view, `x.matmul(&w.t())`, is as fast as `linear` (gemm
+        // packed the weight on one thread otherwise:
+        // Note [matmul layout rule] in bench/results/ops-why.md).
         return linear(a, b, None, dst);
     }
     if batch(&dst.layout).numel() == 1 {
         // A batch of one product (a convolution's single group, a `[1, m,
         // k]` view): the same rule, on the matrices. Through the batched
-        // path a transposed right operand went to gemm as it was: the
-        // weight gradient `dy [32, 4096] x cols^T [4096, 144]` of a 3x3
-        // convolution took 1.85 ms there and 0.49 ms here (2-core EPYC).
+        // path a transposed right operand went to gemm as it was, several
+        // times slower for a convolution's weight gradient
+        // (Note [matmul layout rule] in bench/results/ops-why.md).
         return linear(&matrix(a), &matrix(b), None, &matrix(dst));
     }
     matmul_impl(a, b, dst, false)
@@ -574,22 +575,17 @@ thread_local! {
 /// in serial packing does not repay. A skinny weight
 /// (`x[512,1024] w[16,1024]^T`) is thus written directly (only `w`'s 16
 /// rows are packed serially; the old choice, tuned on one machine, packed
-/// all 512 of `x`'s and ran 12x PyTorch's time on a 2-core Xeon); a skinny
+/// all 512 of `x`'s and ran many times PyTorch's time on another); a skinny
 /// batch (`x[64,1024] w[1024,1024]^T`) or a transposed input goes
-/// column-major; a square pair is written directly. A product with one row
-/// or one column is a matrix-vector product (gemm's `gemv`, nothing packed)
-/// and is written directly.
+/// column-major; a square pair is written directly. A product with one row or
+/// one column is a matrix-vector product (gemm's `gemv`, nothing packed) and
+/// is written directly.
 ///
-/// Measured on a 2-core AMD EPYC (AVX2), both layouts forced, medians of 3
-/// to 5 runs on a machine busy with other builds: `x[512,1024] w[16,1024]^T`
-/// 304 us direct vs 669 us column-major; `x[64,1024] w[1024,1024]^T` 3645
-/// vs 1652 us; `[1024,1024]` pair 40.8 vs 48.9 ms. (The column-major
-/// square case was once 2.4x faster on an AVX-512 EPYC; not reproduced
-/// here.) Issue 14, session 5, the same machine idle, both layouts forced
-/// and interleaved, 4 runs each: `x[512,1024] w[1024,1024]^T + b`
-/// 9.27-9.65 ms direct vs 9.99-17.1 ms column-major (the old rule's
-/// choice: 512 < 1024 rows), its forward+backward 24.3-37.5 vs 32.6-59.6
-/// ms; hence the factor: 64 against 1024 rows still goes column-major.
+/// With both layouts forced, each of these choices measured faster than the
+/// other layout, and so did `x[512,1024] w[1024,1024]^T` written directly
+/// (the old rule's choice was column-major: 512 < 1024 rows); hence the
+/// factor: 64 against 1024 rows still goes column-major
+/// (Note [matmul layout rule] in `bench/results/ops-why.md`).
 fn column_major_product(m: usize, n: usize, x_rs: isize, w_rs: isize) -> bool {
     if m <= 1 || n <= 1 {
         return false;
@@ -725,7 +721,7 @@ unsafe fn transpose_into<T: Num>(
     };
     let bands = m.div_ceil(TILE);
     if m * n >= 2 * super::strided::PAR_CHUNK {
-        super::pool::par_for(bands, |b| rows(b * TILE, ((b + 1) * TILE).min(m)));
+        super::thread_pool::par_for(bands, |b| rows(b * TILE, ((b + 1) * TILE).min(m)));
     } else {
         (0..bands).for_each(|b| rows(b * TILE, ((b + 1) * TILE).min(m)));
     }

@@ -25,11 +25,11 @@
 
 use super::lanes::fold_lanes_split;
 use super::norm_sums::{self, LaneSum, RowSums, Term};
-use super::num::Flt;
-use super::pool::par_for;
+use super::numeric_traits::Flt;
 use super::ptr;
 use super::simd;
 use super::strided::{SendPtr, PAR_CHUNK};
+use super::thread_pool::par_for;
 use crate::backend::nn::{NormGrads, NormKind};
 use crate::backend::Operand;
 use crate::with_float_dtype;
@@ -37,9 +37,8 @@ use num_traits::{Float, One, Zero};
 
 /// Independent accumulators per sum (vector lanes): four AVX2 vectors of
 /// f32, eight of f64. With the fold fixed (`fold_lanes_split`), 16 lanes
-/// measured about the same in a standalone copy of the forward rows (81
-/// against 79 us for 256 rows of 1024, one thread, AVX2): the lane count is
-/// not what made the difference, the fold was.
+/// measured about the same (Note [lane folds] in `bench/results/ops-why.md`):
+/// the lane count is not what made the difference, the fold was.
 const LANES: usize = 32;
 
 /// Lanes of each of the backward pass's two sums (sixteen: two sums of 32
@@ -268,11 +267,9 @@ fn forward_typed<T: Flt>(
         );
         // SAFETY: as above.
         let br = pb.map(|p| unsafe { row(p, 0, cols) });
-        // The rows' loops compiled for this CPU's SIMD level. (Capped at
-        // AVX2 until session 22: the AVX-512 build of the statistics'
-        // lane loops was slower, 60-61 against 50 us for `[512, 1024]`;
-        // with `norm_sums`' kernels the forward-only probe took 32-35 us
-        // at AVX-512 and 38-40 capped, interleaved.)
+        // The rows' loops compiled for this CPU's SIMD level, not capped at
+        // AVX2: with `norm_sums`' kernels the AVX-512 build is the faster
+        // (Note [AVX2 cap] in bench/results/ops-why.md).
         simd::run(ForwardRows::<T> {
             x: px,
             y: py,
@@ -504,10 +501,10 @@ impl<T: Flt> simd::Kernel for BackwardRows<'_, T> {
                 // All three (a LayerNorm with affine parameters in
                 // training): one pass after the sums, reading `dy` and `x`
                 // once for `dx` and both partials (the same operations in
-                // the same order as the separate loops below). Against the
-                // separate loops, in the fwd+bwd probe of session 22 during
-                // a slow stretch of the VM: 163-221 against 171-240 us, not
-                // separable from noise; kept for the single read.
+                // the same order as the separate loops below). Not measurably
+                // faster than the separate loops; kept for the single read
+                // (Note [LayerNorm sums by intrinsics] in
+                // bench/results/ops-why.md).
                 let (s1, s2) = row_sums(sums, dyr, xr, w, mean, rstd);
                 let (m1, m2) = (if pm.is_none() { zero } else { s1 / n }, s2 / n);
                 // SAFETY: as for `dx` below.

@@ -6,11 +6,11 @@
 //! Why: LLVM's SLP vectoriser builds the generic loop (16 accumulators per
 //! sum, written as plain Rust over arrays) from scalar and 128-bit pieces
 //! with `vpermt2pd` shuffles, and stores the accumulators to the stack
-//! every iteration (`perf annotate` of `layer_norm_fwd_bwd` at AVX-512,
-//! session 22); an index-based rewrite vectorised cleanly in a standalone
-//! copy (42 against 60 us for 512 rows of 1024 on one thread) but not once
-//! inlined into the backward kernel. Here each sum is one AVX-512 register
-//! (two AVX2 registers), whatever the surrounding code.
+//! every iteration (`perf annotate` of `layer_norm_fwd_bwd` at AVX-512); an
+//! index-based rewrite vectorised cleanly in a standalone copy but not once
+//! inlined into the backward kernel (Note [LayerNorm sums by intrinsics] in
+//! `bench/results/ops-why.md`). Here each sum is one AVX-512 register (two
+//! AVX2 registers), whatever the surrounding code.
 
 #[cfg(target_arch = "x86_64")]
 use super::lanes::fold_lanes;

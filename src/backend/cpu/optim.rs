@@ -13,10 +13,10 @@
 
 use num_traits::Float;
 
-use super::num::Flt;
-use super::pool::par_map;
+use super::numeric_traits::Flt;
 use super::ptr;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
+use super::thread_pool::par_map;
 use crate::backend::optim::{AdamHyper, SgdHyper, UpdateRule};
 use crate::backend::Operand;
 use crate::with_float_dtype;
@@ -325,7 +325,7 @@ struct SgdK<C> {
 
 impl<C: Float> SgdK<C> {
     fn new(h: &SgdHyper) -> Self {
-        let o = &h.config;
+        let o = h;
         SgdK {
             sign: c(if o.maximize { -1.0 } else { 1.0 }),
             wd: c(o.weight_decay),

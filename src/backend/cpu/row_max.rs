@@ -10,18 +10,16 @@
 //!
 //! Why: LLVM's SLP vectoriser built the plain 16-lane loop from 128 and
 //! 256-bit pieces with `vextract`/`vshufpd` (`perf annotate` of softmax at
-//! AVX-512, session 23). Measured in session 24 on the 2-core AVX-512
-//! EPYC, `[512, 1024]` f32, two threads, six interleaved process pairs,
-//! medians: `cross_entropy` 67.8 -> 65.0, 66.9 -> 63.5 and 68.1 -> 65.6 us
-//! in three builds (its loop had gone through `chunks_exact`).
+//! AVX-512); with the intrinsics `cross_entropy` is a few per cent faster
+//! (Note [row max by intrinsics] in `bench/results/ops-why.md`).
 //!
-//! Softmax keeps its own inline loop: with these intrinsics it went 80.2
-//! -> 83.9 us, and with its plain loop moved here unchanged
-//! ([`row_max_with`] with a reader closure) 78.5 -> 95.2 us. Its maximum
-//! is the row's first read from memory, bounded by that, and the rest of
-//! its kernel compiled worse around the call.
+//! Softmax keeps its own inline loop: it was slower both with these
+//! intrinsics and with its plain loop moved here unchanged ([`row_max_with`]
+//! with a reader closure). Its maximum is the row's first read from memory,
+//! bounded by that, and the rest of its kernel compiled worse around the call
+//! (the same Note).
 
-use super::num::Flt;
+use super::numeric_traits::Flt;
 use super::simd::{self, Level};
 use num_traits::Float;
 

@@ -5,10 +5,10 @@
 //! does); int64 wraps. Rows are split over the
 //! kernel pool.
 
-use super::num::Flt;
-use super::pool::par_for;
+use super::numeric_traits::Flt;
 use super::ptr;
 use super::strided::SendPtr;
+use super::thread_pool::par_for;
 use crate::backend::scan::ScanKind;
 use crate::backend::Operand;
 use crate::dtype::Element;

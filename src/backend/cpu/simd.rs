@@ -208,14 +208,12 @@ pub(crate) enum Cap {
     /// The CPU's best level ([`run`]).
     Widest,
     /// x86-64-v3 (AVX2+FMA) where the CPU has AVX-512: for the kernels
-    /// whose AVX-512 build measured slower than their AVX2 build on the
-    /// AVX-512 machine we had (a 2-core AMD EPYC, Zen 5: family 26), each
-    /// named at its call and in `bench/results/ops-why.md`, session 18.
-    /// For `max` and `argmax` LLVM builds the NaN-aware compares with mask
-    /// registers there, and `argmax`'s search for the found value with
-    /// gathers. (LayerNorm's forward was capped too until session 22: its
-    /// statistics' lane loops were built by LLVM's SLP vectoriser from
-    /// pieces; `norm_sums` writes them with intrinsics now.)
+    /// whose AVX-512 build measured slower than their AVX2 build, each named
+    /// at its call (Note [AVX2 cap] in `bench/results/ops-why.md`). For `max`
+    /// and `argmax` LLVM builds the NaN-aware compares with mask registers
+    /// there, and `argmax`'s search for the found value with gathers.
+    /// (LayerNorm's forward is not capped: its statistics' lane loops, which
+    /// LLVM's SLP vectoriser built from pieces, are `norm_sums`' intrinsics.)
     NoAvx512,
 }
 

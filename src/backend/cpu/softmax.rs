@@ -11,13 +11,13 @@
 //! dimension that is not the innermost does up to 256 neighbouring rows at
 //! once, so its loops read adjacent memory.
 
-use super::num::{FastExp, Flt};
-use super::pool::par_for;
+use super::numeric_traits::{FastExp, Flt};
 use super::ptr;
 use super::reduce::inner;
 use super::row_max::max_nan;
 use super::simd;
 use super::strided::{Plan, SendPtr, PAR_CHUNK};
+use super::thread_pool::par_for;
 use crate::backend::Operand;
 use crate::with_float_dtype;
 

@@ -5,9 +5,9 @@
 
 use std::cmp::Ordering;
 
-use super::pool::par_for;
 use super::ptr;
 use super::strided::SendPtr;
+use super::thread_pool::par_for;
 use crate::backend::Operand;
 use crate::dtype::Element;
 use crate::with_dtype;

@@ -6,12 +6,12 @@
 //! with plain pointer arithmetic; the caller never sees multi-indices.
 //!
 //! Large plans are split into chunks of linear index ranges and run on the
-//! CPU backend's thread pool ([`super::pool`]).
+//! CPU backend's thread pool ([`super::thread_pool`]).
 //! Plans whose inner dimension is strided in one operand but not in another
 //! (a transposed input) walk 2-D tiles instead, so both operands stay in cache
 //! and in the TLB.
 
-use super::pool::par_for;
+use super::thread_pool::par_for;
 use crate::layout::{Dims, Layout};
 
 /// Elements per parallel chunk; below twice this a plan runs on the caller's thread.

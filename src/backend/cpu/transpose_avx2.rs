@@ -4,13 +4,12 @@
 //! The generic block (16 source columns read into a stack array, the
 //! array transposed by `std::array::from_fn`, 16 destination rows written)
 //! is left to LLVM at the x86-64 baseline, and its speed moved with the
-//! binary, not the source: `[512, 1024].t().contiguous()` at two threads
-//! on the AVX-512 EPYC ran 111-135 us in one build and 188-267 us in a
-//! build of the next commit (which changed no code on this path), and the
-//! other way round in a small probe (session 22). Here each 8 x 8 quarter
-//! is eight loads, the classic unpack / shuffle / lane-permute network and
-//! eight stores: no stack buffer. The elements move as bits (`ps` moves
-//! and shuffles do no arithmetic), so NaN payloads and integers survive.
+//! binary, not the source: builds that changed no code on this path ran it at
+//! up to twice the time of others (Note [transposing copy] in
+//! `bench/results/ops-why.md`). Here each 8 x 8 quarter is eight loads, the
+//! classic unpack / shuffle / lane-permute network and eight stores: no stack
+//! buffer. The elements move as bits (`ps` moves and shuffles do no
+//! arithmetic), so NaN payloads and integers survive.
 
 #[cfg(target_arch = "x86_64")]
 use super::simd::{level, Level};

@@ -14,7 +14,7 @@
 //! `clamp` (which takes bounds) is written out below the dispatch.
 
 use super::elementwise::{dense_map1, dense_map2, map1};
-use super::num::{Flt, Num};
+use super::numeric_traits::{Flt, Num};
 use super::simd;
 use super::strided::{par_runs, SendPtr};
 use super::vmath::VMath;
@@ -162,7 +162,7 @@ pub(crate) mod float {
 /// Kernels in the storage type: the `numeric` ops on integers (wrapping
 /// arithmetic) and the `exact` ops on every numeric dtype.
 pub(crate) mod typed {
-    use crate::backend::cpu::num::Num;
+    use crate::backend::cpu::numeric_traits::Num;
 
     #[inline(always)]
     pub(crate) fn neg<T: Num>(x: T) -> T {
@@ -331,8 +331,9 @@ pub(crate) trait FloatFn<C>: Copy + Sync {
 
 /// GELU, exact form: `vmath`'s kernel, and at AVX-512 the table of
 /// [`gelu_avx512`](super::vmath::gelu_avx512) for dense f32 runs (2.5
-/// ulps; `[512, 1024]` at two threads 46 against 110-116 us with the
-/// vector kernel, `bench/results/ops-why.md`, session 22). Strided runs, f16, bf16 and f64 take the vector kernel.
+/// ulps; less than half the vector kernel's time: Note [gelu table] in
+/// `bench/results/ops-why.md`). Strided runs, f16, bf16 and f64 take the
+/// vector kernel.
 #[derive(Clone, Copy)]
 struct GeluExact;
 
@@ -614,9 +615,9 @@ impl<T: Flt, F: FloatFn2<T::C>> Dense2F<T, F> {
 /// run is one pass ([`Dense1F`]); a strided run (a transposed operand) or
 /// a kernel with a fix-up goes through a stack block in the compute type,
 /// so that the kernel loop sees one dense, unaliased slice and vectorises
-/// at the level `simd::run` picks. (Every run took the block before: three
-/// passes of stores where one does, 2x the time of `neg` for `floor` of a
-/// `[512, 1024]` f32 tensor on one thread, 125 against 60 us.)
+/// at the level `simd::run` picks. (A dense run through the block would store
+/// three times where one pass stores once: Note [one pass, not two] in
+/// `bench/results/ops-why.md`.)
 ///
 /// # Safety
 /// As for [`map1`] with `A = O = T`.
@@ -805,9 +806,9 @@ pub(crate) fn unary_grad(which: UnaryGrad, g: &Operand, saved: &Operand, dst: &O
 /// [`pow_core`](super::vmath::float32::pow_core), `fix` is
 /// [`pow_fix`](super::vmath::float32::pow_fix) (C's special cases). In one
 /// loop, their compare masks outnumbered AVX-512's eight mask registers and
-/// one was spilled to the stack every iteration; that loop ran at 0.87 or
-/// 1.22 ms per `[512, 1024]` at one thread, by the process, and the two
-/// loops run at 0.71-0.74 ms (`bench/results/ops-why.md`, session 21).
+/// one was spilled to the stack every iteration, and that loop ran slower, at
+/// one of two speeds by the process (Note [pow in two loops] in
+/// `bench/results/ops-why.md`).
 #[derive(Clone, Copy)]
 struct Pow;
 

@@ -15,12 +15,13 @@
 //! tile, with the 16 values of a tile gathered into an array, the
 //! transforms took as long as the 16 products; row of tiles by row of
 //! tiles, the runs were 16-17 values at 32x32 maps and the transforms
-//! ran at SSE2: 41% of `conv2d`'s forward pass, `perf`, session 20.)
+//! ran at SSE2, two fifths of `conv2d`'s forward pass: Note [Winograd] in
+//! `bench/results/ops-why.md`.)
 
-use super::pool::par_for;
 use super::ptr;
 use super::simd;
 use super::strided::SendPtr;
+use super::thread_pool::par_for;
 use crate::backend::winograd::{Step, TileGrid};
 use crate::backend::Operand;
 

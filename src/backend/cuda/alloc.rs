@@ -23,7 +23,6 @@ use crate::alloc::SegmentSnapshot;
 use crate::alloc::{Block, BlockSink, DeviceAllocator, MemoryStats};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
 use cudarc::driver::{result, CudaContext, CudaEvent};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -303,18 +302,10 @@ impl<S: SegmentSource> DeviceAllocator for StreamAwareAllocator<S> {
     }
 }
 
-/// Marks `tensor`'s memory as used by work queued on `stream`
-/// (`Tensor.record_stream` in PyTorch).
-///
-/// Without this, when the last handle to the tensor is dropped its block goes
-/// straight back to the pool of the stream it was allocated on, and the next
-/// allocation there may overwrite it while `stream` is still reading it.
-/// With it, the block is kept out of the pool until the work queued on
-/// `stream` at the time of the drop has finished. The bytes stop counting in
-/// [`memory_allocated`](crate::memory::memory_allocated) at the drop, as in
-/// PyTorch; they stay in `active_bytes` until then.
-pub fn record_stream(tensor: &Tensor, stream: &Stream) -> Result<()> {
-    let d = tensor.device();
+/// Marks the block at `ptr` (a storage of `nbytes` on `d`) as used by work
+/// queued on `stream`: the backend half of `Tensor::record_stream`
+/// (`src/ops/record_stream.rs`, which says what it is for).
+pub(crate) fn record_stream(d: Device, ptr: usize, nbytes: usize, stream: &Stream) -> Result<()> {
     if d != stream.device() {
         return Err(Error::DeviceMismatch {
             op: "record_stream",
@@ -323,11 +314,10 @@ pub fn record_stream(tensor: &Tensor, stream: &Stream) -> Result<()> {
         });
     }
     let g = gpu_of("record_stream", d)?;
-    if tensor.storage_nbytes() == 0 {
+    if nbytes == 0 {
         return Ok(()); // no block behind an empty storage
     }
     g.bind("record_stream")?;
-    g.alloc
-        .record_use(tensor.storage_ptr(), Box::new(stream.clone()));
+    g.alloc.record_use(ptr, Box::new(stream.clone()));
     Ok(())
 }

@@ -47,18 +47,15 @@ pub(crate) mod nn;
 pub(crate) mod optim;
 mod pinned;
 pub(crate) mod pinned_tensor;
+mod pool_im2col;
 mod probe;
 pub(crate) mod reduce;
 mod scan;
 mod sort;
 mod stream;
 mod transfer;
-mod windows;
 
-#[cfg(test)]
-mod tests;
-
-pub use alloc::record_stream;
+pub(crate) use alloc::record_stream;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use device::{compute_capability, device_name, synchronize};
 pub(crate) use event::clock as event_clock;
@@ -69,6 +66,9 @@ pub use pinned::{
 pub use probe::{device_count, is_available, libraries, Libraries};
 pub use stream::{current_stream, set_current_stream, with_stream, Stream, StreamGuard};
 
+#[cfg(test)]
+mod tests;
+
 pub(crate) use blas::{batched_matmul as matmul, linear};
 pub(crate) use elementwise::{binary, binary_scalar, copy, fill, unary, where_cond};
 pub(crate) use index::{gather, masked_count, masked_select, scatter};
@@ -77,10 +77,10 @@ pub(crate) use nn::{
     rand_uniform, rms_norm, rms_norm_backward,
 };
 pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
+pub(crate) use pool_im2col::{col2im, im2col, max_pool2d};
 pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
 pub(crate) use scan::scan;
 pub(crate) use sort::argsort;
-pub(crate) use windows::{col2im, im2col, max_pool2d};
 
 use crate::alloc::DeviceAllocator;
 use crate::error::Result;

@@ -104,7 +104,7 @@ impl AdamK {
 impl SgdK {
     /// The constants of `cpu::optim::SgdK::new`.
     pub(crate) fn new(h: &SgdHyper, has_buf: bool) -> Self {
-        let o = &h.config;
+        let o = h;
         SgdK {
             sign: if o.maximize { -1.0 } else { 1.0 },
             wd: o.weight_decay,

@@ -20,9 +20,9 @@
 //! stays within a few ulps of the sum's magnitude: the conv tests and the
 //! differential suite hold it to the tolerance im2col had).
 //!
-//! Measured on the 2-core EPYCs: bench/results/ops-why.md, sessions 13
-//! (the choice of Winograd) and 21 (chunks of samples, one transform of
-//! `dy` for both gradients, the transforms over whole planes).
+//! The measurements behind the choice, the thresholds, the chunks of samples,
+//! the one transform of `dy` for both gradients and the transforms over whole
+//! planes: Note [Winograd] in `bench/results/ops-why.md`.
 
 use super::{workspace, Geometry};
 use crate::backend::winograd::{self as wino, Step, TileGrid};
@@ -40,12 +40,9 @@ pub(super) const MIN_CHANNELS: usize = 32;
 
 /// The narrowest output for which Winograd runs: the transforms work on
 /// rows of `ceil(OW / 2)` tiles, and below 8 a row is too short to
-/// vectorise. Measured in a standalone copy of the kernels (2-core EPYC,
-/// session 13): the CNN example's 8x8 and 4x4 layers (16 and 32 channels)
-/// took 1.19 and 0.65 ms per forward pass in Winograd's transforms and
-/// products, while im2col's product alone took 0.39 and 0.27 ms (gemm
-/// 0.19, the same machine; its column copy not timed there); the
-/// example's training step ran 20.2 ms with Winograd and 9.8 without.
+/// vectorise. On the CNN example's 8x8 and 4x4 layers Winograd's transforms
+/// and products took longer than im2col's product, and the training step
+/// twice as long (Note [Winograd] in `bench/results/ops-why.md`).
 pub(super) const MIN_WIDTH: usize = 16;
 
 /// Whether Winograd may run at all: unless `TENSORSCOPE_CONV=im2col`

@@ -14,20 +14,17 @@ use crate::dtype::Element;
 use half::{bf16, f16};
 
 /// How far ahead of a dense reduction's step [`prefetch_ahead`] asks for
-/// the data: 4 KiB. The full-tensor sums of `[4096, 4096]` f32 read 64 MB
-/// from memory and were 1.00-1.07x PyTorch's time on the 2-core AVX-512
-/// EPYC, both sides at the VM's bandwidth (0.9-1.1 ms). In a standalone
-/// two-thread sum of 64 MB, interleaved, the best of 30 took 979-1008 us
-/// without a prefetch and 915-941 us with the step's lines prefetched
-/// 4 KiB ahead (2 KiB: 933-948, 8 KiB: 947-958).
+/// the data: 4 KiB. The full-tensor sums of a large tensor run at the
+/// memory's bandwidth, and a software prefetch this far ahead made a
+/// standalone sum of 64 MB faster than none, 2 KiB or 8 KiB
+/// (Note [reduction prefetch] in `bench/results/ops-why.md`).
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 4096;
 
 /// Lanes of the f32 total ([`DenseSum::dense_total`] for f32): eight AVX2
 /// accumulators of four f64, or four AVX-512 accumulators of eight. With
-/// sixteen lanes (the AVX2 loop it replaced, run at every level) `sum`
-/// over the rows of a `[512, 1024]` f32 tensor was 1.5x PyTorch's time
-/// on the AVX-512 EPYC (see [`total32_avx512`]).
+/// sixteen lanes (the AVX2 loop it replaced, run at every level) `sum` over
+/// rows was slower than PyTorch's at AVX-512 (see [`total32_avx512`]).
 const TOTAL_LANES: usize = 32;
 
 /// Dense f64 accumulation of `f(p[k])` in `L` independent lanes, folded
@@ -106,9 +103,9 @@ impl DenseSum for f32 {
 /// [`sum_lanes`] of f32 elements widened to f64 in 32 lanes, with the
 /// widening written as `vcvtps2pd` of four elements: LLVM's own
 /// vectorisation of the plain loop widened two at a time (xmm, seen in
-/// `perf annotate`), and the widening bounded the loop (`sum` of a
-/// `[512, 1024]` f32 tensor took 87 us on one thread of the AVX2 EPYC,
-/// PyTorch 44 us). Accumulator `a` holds lanes `4a..4a + 4`.
+/// `perf annotate`), and the widening bounded the loop, at twice PyTorch's
+/// time (Note [f32 sum lanes] in `bench/results/ops-why.md`). Accumulator `a`
+/// holds lanes `4a..4a + 4`.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; `p[0..len]` is in bounds and initialised.
@@ -140,10 +137,9 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
 }
 
 /// [`total32_avx2`] with AVX-512: accumulator `a` holds lanes
-/// `8a..8a + 8`, each step widens eight elements (`vcvtps2pd` to a zmm).
-/// On the AVX-512 EPYC (2 cores), `sum` over the rows of a `[512, 1024]`
-/// f32 tensor on one thread: 32.5-33.3 us with the 16-lane AVX2 loop this
-/// replaced, 21.0-21.9 us with this one, PyTorch 21.5 us.
+/// `8a..8a + 8`, each step widens eight elements (`vcvtps2pd` to a zmm):
+/// about two thirds of the time of the 16-lane AVX2 loop this replaced, level
+/// with PyTorch (Note [f32 sum lanes] in `bench/results/ops-why.md`).
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `p[0..len]` is in bounds and initialised.

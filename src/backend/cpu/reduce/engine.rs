@@ -3,9 +3,9 @@
 //! compiled for the CPU's SIMD level.
 
 use super::{Reducer, LANES};
-use crate::backend::cpu::pool::{num_threads, par_for, par_map};
 use crate::backend::cpu::simd;
 use crate::backend::cpu::strided::{Plan, SendPtr, PAR_CHUNK};
+use crate::backend::cpu::thread_pool::{num_threads, par_for, par_map};
 use crate::layout::{Dims, Layout};
 
 /// The fewest outputs of one parallel chunk in the lane schedule.
@@ -343,10 +343,10 @@ pub(super) unsafe fn run_reduction<R: Reducer>(
 
     // Outputs per parallel chunk: about PAR_CHUNK inputs; in the lane
     // schedule one share per thread (a whole number of LANE_CHUNK vectors,
-    // at most a block of LANES). A whole block each made a sum over dim 0
-    // of `[512, 1024]` one chunk on one thread (70 us on the 2-core EPYC,
-    // 57 us after); shares of LANE_CHUNK made it 1.6x slower on one thread
-    // (rows read 256 bytes at a time).
+    // at most a block of LANES). A whole block each made a sum over dim 0 of
+    // `[512, 1024]` one chunk on one thread; shares of one LANE_CHUNK read
+    // its rows 256 bytes at a time, also slower (Note [lane schedule shares]
+    // in bench/results/ops-why.md).
     let lanes_per = n_out
         .div_ceil(num_threads())
         .next_multiple_of(LANE_CHUNK)

@@ -17,7 +17,7 @@
 //! 16M f32 values keeps its accuracy: every element is widened to f64 before
 //! it is added); integer sums and products wrap in i64.
 
-use super::num::{FastExp, Flt, Num};
+use super::numeric_traits::{FastExp, Flt, Num};
 use super::ptr;
 use super::simd;
 use super::strided::SendPtr;
@@ -246,8 +246,8 @@ struct Extreme<L: Load, const MAX: bool> {
 }
 impl<L: Load, const MAX: bool> Reducer for Extreme<L, MAX> {
     /// AVX2: the NaN-aware compares measured faster there than with
-    /// AVX-512's mask registers (`max` over the rows of a `[512, 1024]`
-    /// f32 tensor, one thread of the AVX-512 EPYC: see ops-why, session 18).
+    /// AVX-512's mask registers (Note [AVX2 cap] in
+    /// `bench/results/ops-why.md`).
     const CAP: simd::Cap = simd::Cap::NoAvx512;
     const WIDE: bool = <L::V as simd::Hot>::HOT;
     type In = L;
@@ -339,14 +339,12 @@ impl<L: Load, const MAX: bool> Extreme<L, MAX> {
             // SAFETY: `k < len`: in bounds (the contract).
             a = Self::pick(a, unsafe { p.add(k * s).read() }.load());
         }
-        // Pairwise, lane `j` with `j + w` (whole vectors first). The chain
-        // through the 32 lanes one by one held about a fifth of the
-        // samples of `max` over the rows of a `[512, 1024]` f32 tensor
-        // (`perf annotate`, AVX-512 EPYC, one thread); pairwise, that row
-        // went from 39-40 us to 34 us. The order is
-        // fixed, so the result does not depend on the level; it differs
-        // from an element-by-element fold only in which zero a tie of `0`
-        // and `-0` returns.
+        // Pairwise, lane `j` with `j + w` (whole vectors first): a chain
+        // through the 32 lanes one by one held about a fifth of the samples
+        // of `max` over a row (Note [max lanes folded pairwise] in
+        // bench/results/ops-why.md). The order is fixed, so the result does
+        // not depend on the level; it differs from an element-by-element fold
+        // only in which zero a tie of `0` and `-0` returns.
         let mut w = L;
         while w > 1 {
             w /= 2;
@@ -373,8 +371,8 @@ impl<L: Load, const MAX: bool> Arg<L, MAX> {
 }
 impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
     /// AVX2: at AVX-512 LLVM built the search for the found value from
-    /// gathers; `argmax` over the rows of a `[512, 1024]` f32 tensor on
-    /// the AVX-512 EPYC took 74-86 us at two threads, 40 us at AVX2.
+    /// gathers, about twice as slow (Note [AVX2 cap] in
+    /// `bench/results/ops-why.md`).
     const CAP: simd::Cap = simd::Cap::NoAvx512;
     const WIDE: bool = <L::V as simd::Hot>::HOT;
     type In = L;
@@ -398,8 +396,9 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
     /// elements at a time. The index is the same as the element-wise
     /// fold's: the first of the extreme values, ties (`-0` and `0`
     /// included) going to the earlier element; the value returned is that
-    /// element's. `argmax` over the rows of a `[4096, 4096]` f32 tensor on
-    /// the 2-core EPYC: 15.5 ms element-wise, PyTorch 12.2 ms.
+    /// element's. Element-wise it was slower than PyTorch; this is several
+    /// times faster (Note [argmax in two passes] in
+    /// `bench/results/ops-why.md`).
     #[inline(always)]
     unsafe fn run(&self, a: Self::Acc, p: *const L, len: usize, s: usize, i0: usize) -> Self::Acc {
         if len == 0 {

@@ -45,8 +45,9 @@ fn two_prod<const F: bool>(a: f32, b: f32) -> (f32, f32) {
 /// (exact) then `2^-64`, so that results down to the subnormals round
 /// once; from 0 up, `y 2^(n - 1)` (exact) then `2`, so that `n = 128`
 /// (beyond f32's exponents) overflows to infinity exactly where the
-/// result does. Two selects where the two halves `2^(n/2) 2^(n - n/2)`
-/// it replaced took five integer steps and a product more (session 20).
+/// result does. Two selects where the two halves `2^(n/2) 2^(n - n/2)` it
+/// replaced took five integer steps and a product more (Note [exp_neg] in
+/// `bench/results/ops-why.md`).
 #[inline(always)]
 fn times_pow2(y: f32, t: f32) -> f32 {
     let bits = t.to_bits() as i32;
@@ -107,9 +108,9 @@ pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
 /// lifts a little above 0 is still right; above that the result is
 /// meaningless. NaN propagates; `-inf` gives 0.
 ///
-/// Measured (a standalone loop, one thread of the 2-core AVX-512 EPYC,
-/// 2^18 elements, session 20): `sigmoid` 69-70 us with the `exp` of
-/// that time (two halves and special-value selects), 51 us with this.
+/// `sigmoid` took about a quarter less time with this than with the `exp` of
+/// that time, two halves and special-value selects (Note [exp_neg] in
+/// `bench/results/ops-why.md`).
 #[inline(always)]
 pub(crate) fn exp_neg<const F: bool>(x: f32) -> f32 {
     const LO: f32 = -104.0; // below: 0
@@ -264,9 +265,9 @@ pub(crate) fn log<const F: bool>(x: f32) -> f32 {
 /// serves both quotients: `1 / (m (2 + f))` gives `s = f / (2 + f)` and
 /// `c / m` (each two roundings more, on terms that enter at 2^-8 and
 /// 2^-24 of the result). The atanh series is fdlibm `logf`'s 4 terms
-/// (f32's own fit, where `log` keeps 6). A standalone loop over `[512,
-/// 1024]` at one thread of the AVX-512 EPYC: 222 against 187 us for the
-/// `log(u) + c / u` this replaces (two divisions).
+/// (f32's own fit, where `log` keeps 6). One division is faster than the two
+/// of the `log(u) + c / u` this replaces (Note [log1p one division] in
+/// `bench/results/ops-why.md`).
 #[inline(always)]
 pub(crate) fn log1p<const F: bool>(x: f32) -> f32 {
     const LG: [f32; 4] = [

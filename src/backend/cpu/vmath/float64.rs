@@ -166,19 +166,19 @@ super::derived_kernels!(f64);
 /// The error function (scalar: see the module docs).
 #[inline(always)]
 pub(crate) fn erf<const F: bool>(x: f64) -> f64 {
-    crate::backend::cpu::num::erf_precise(x)
+    crate::backend::cpu::numeric_traits::erf_precise(x)
 }
 
 /// GELU, exact form (scalar: see the module docs).
 #[inline(always)]
 pub(crate) fn gelu<const F: bool>(x: f64) -> f64 {
-    crate::backend::cpu::num::gelu_f64(x)
+    crate::backend::cpu::numeric_traits::gelu_f64(x)
 }
 
 /// gelu'(x) = `Phi(x) + x phi(x)` (scalar erf: see the module docs).
 #[inline(always)]
 pub(crate) fn gelu_grad<const F: bool>(x: f64) -> f64 {
-    use crate::backend::cpu::num::{erf_precise, erfc_precise};
+    use crate::backend::cpu::numeric_traits::{erf_precise, erfc_precise};
     let z = x * std::f64::consts::FRAC_1_SQRT_2;
     let cdf = if x >= 0.0 {
         0.5 * (1.0 + erf_precise(z))

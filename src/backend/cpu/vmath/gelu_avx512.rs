@@ -1,10 +1,10 @@
 //! GELU (exact form) on dense f32 runs at AVX-512, by table.
 //!
 //! The generic kernel (`float32::gelu`: one exponential, a division and a
-//! 12-term polynomial, about 45 vector operations per 16 lanes) ran
-//! `gelu/medium` at 1.85x PyTorch's time, whose CPU `gelu` is a short
-//! piecewise polynomial without a relative bound in the negative tail.
-//! This one keeps a relative bound and needs no exponential:
+//! 12-term polynomial, about 45 vector operations per 16 lanes) could not
+//! reach the time of PyTorch's CPU `gelu`, a short piecewise polynomial
+//! without a relative bound in the negative tail. This one keeps a relative
+//! bound and needs no exponential:
 //!
 //! * `q(a) = Phi(-a)` (the normal CDF, `a = |x|`) on `[0, 6]` is one
 //!   polynomial of degree 6 per interval of width 3/16 (32 intervals). Its
@@ -31,14 +31,12 @@
 //! f64 reference (2.5 asserted by the tests below over their sweep);
 //! blocks that fall back give `float32::gelu`'s results bit for bit.
 //!
-//! Measured (the 2-core AVX-512 EPYC, one thread, a `[512, 1024]` input
-//! of standard normal values, a scratch copy of this loop): 88-90 us
-//! against 200-207 us for `float32::gelu` (PyTorch 2.15's `gelu` at one
-//! thread: 104.7 us). Inputs of scale 2: 99 us; scale 3: 160-180 us (most
-//! blocks fall back: a block of 64 holds an input below -6 with
-//! probability 1 - (1 - Phi(-2))^64 = 0.77, computed, not counted); scale 10, where nearly every block falls
-//! back and the generic kernel meets subnormal results: 600 against 490 us.
-//! `bench/results/ops-why.md`, session 22.
+//! Speed: less than half `float32::gelu`'s time on standard normal inputs,
+//! and below PyTorch's; inputs of a larger scale fall back more often (a
+//! block of 64 holds an input below -6 with probability 1 - (1 - Phi(-2))^64
+//! = 0.77 at scale 3), and where nearly every block falls back the scan makes
+//! it slower than the generic kernel alone (Note [gelu table] in
+//! `bench/results/ops-why.md`).
 
 use std::arch::x86_64::{
     __m512, _mm512_abs_ps, _mm512_add_ps, _mm512_castps_si512, _mm512_cmp_ps_mask, _mm512_fmadd_ps,

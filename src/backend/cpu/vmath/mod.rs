@@ -34,13 +34,13 @@
 //! | `atan`, `asin`, `acos` | 1 | libm | in f64 lanes: Cephes' reduction, a 14-term series; `asin`, `acos` through `atan` (see `wide`) |
 //!
 //! The bounds are the tests' thresholds; the tests print the measured
-//! worst cases (`cargo test --release --lib vmath -- --nocapture`). On
-//! this project's 2-core AMD EPYC, at the x86-64 baseline (products and
-//! sums apart) and at AVX2+FMA (polynomial steps fused, see [`Madd`]):
-//! f32 `exp` 0.95 / 0.995 ulp, `erf` 2.4 / 2.2, `gelu` 5.1 / 3.5; 0.501 for
-//! `sin` and `cos` over every f32 up to 2^20 (see `trig`). Ulps are counted
-//! at the result's own spacing, so a subnormal result is held to a few
-//! multiples of the smallest subnormal.
+//! worst cases (`cargo test --release --lib vmath -- --nocapture`). At the
+//! x86-64 baseline (products and sums apart) and at AVX2+FMA (polynomial
+//! steps fused, see [`Madd`]): f32 `exp` 0.95 / 0.995 ulp, `erf` 2.4 / 2.2,
+//! `gelu` 5.1 / 3.5; 0.501 for `sin` and `cos` over every f32 up to 2^20 (see
+//! `trig`; the machine: Note [vmath ulps] in `bench/results/ops-why.md`).
+//! Ulps are counted at the result's own spacing, so a subnormal result is
+//! held to a few multiples of the smallest subnormal.
 //!
 //! For the compositions `silu`, `gelu` and `gelu_tanh` the bound grows by
 //! twice the function's condition number `|x f'(x) / f(x)|`: their inner

@@ -5,7 +5,7 @@
 //! level. Levels the CPU lacks print a skip line.
 
 use super::{float32 as k32, float64 as k64, VMath};
-use crate::backend::cpu::num::{erf_precise, gelu_f64};
+use crate::backend::cpu::numeric_traits::{erf_precise, gelu_f64};
 use crate::backend::cpu::simd::{run_at, Level, MapSlice};
 
 /// Inputs for f32: a stride through every bit pattern (so every binade,
@@ -237,7 +237,7 @@ fn softplus_grad_ref(x: f64) -> f64 {
     }
 }
 fn gelu_grad_ref(x: f64) -> f64 {
-    use crate::backend::cpu::num::erfc_precise;
+    use crate::backend::cpu::numeric_traits::erfc_precise;
     let z = x * std::f64::consts::FRAC_1_SQRT_2;
     let cdf = if x >= 0.0 {
         0.5 * (1.0 + erf_precise(z))
@@ -801,44 +801,6 @@ fn the_avx512_gelu_table_leaves_the_far_tail_to_the_vector_kernel() {
                 .zip(&want)
                 .all(|(g, w)| g.to_bits() == w.to_bits()),
             "in place differs at length {len}"
-        );
-    }
-}
-
-/// `Tensor::gelu` runs the table for a contiguous f32 tensor when the
-/// process runs at AVX-512, and the vector kernel for a strided one.
-#[cfg(target_arch = "x86_64")]
-#[test]
-fn tensor_gelu_takes_the_table_at_avx512_only_for_dense_f32() {
-    use crate::device::Device;
-    use crate::tensor::Tensor;
-    let xs: Vec<f32> = (0..512 * 130)
-        .map(|i| ((i * 7919) % 2003) as f32 / 128.0 - 9.0)
-        .collect();
-    let x = Tensor::from_slice(&xs, &[512, 130], Device::Cpu).unwrap();
-    let got = x.gelu().unwrap().to_vec::<f32>().unwrap();
-    if crate::backend::cpu::simd::level() == Level::V4 {
-        assert_eq!(got, gelu_table(&xs));
-    } else {
-        println!(
-            "the process runs at {}: no table",
-            crate::backend::cpu::simd::level().name()
-        );
-    }
-    // Through the transpose: strided runs, the vector kernel at every level.
-    let t = x.t().unwrap().gelu().unwrap().t().unwrap();
-    let got = t.contiguous().unwrap().to_vec::<f32>().unwrap();
-    let fma = crate::backend::cpu::simd::level() != Level::Scalar
-        || crate::backend::cpu::simd::BASELINE_FMA;
-    for (&x, &y) in xs.iter().zip(&got) {
-        let want = if fma {
-            k32::gelu::<true>(x)
-        } else {
-            k32::gelu::<false>(x)
-        };
-        assert!(
-            y.to_bits() == want.to_bits(),
-            "gelu({x:e}) = {y:e}, want {want:e}"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! `sin`, `cos` and `tan` of f32 (and of f16 and bf16, which compute in f32).
 //!
-//! Decision (issue 14): the f32 kernels compute in f64 lanes. The input is
+//! Decision: the f32 kernels compute in f64 lanes. The input is
 //! widened, `n = round(x 2/pi)` (the 1.5 * 2^52 trick, which also leaves
 //! `n mod 4` in the low bits), `r = (x - n P1) - n P1T` (Cody-Waite, with
 //! fdlibm's `P1`, the first 33 bits of pi/2, and `P1T = pi/2 - P1` to 53
@@ -20,8 +20,8 @@
 //! thousandths. `super::tests` asserts 2 ulps at every level over its
 //! sweeps, and its ignored `trig_exhaustive` runs every f32 in
 //! `[0, 2^20]` (the kernels are exactly odd and even, every step being
-//! sign-symmetric): worst 0.5009 ulp for both at AVX2+FMA on this
-//! project's 2-core AMD EPYC.
+//! sign-symmetric): worst 0.5009 ulp for both at AVX2+FMA (the machine:
+//! Note [vmath ulps] in `bench/results/ops-why.md`).
 //!
 //! Above 2^20, at infinities and at NaN the result of these functions is
 //! meaningless (finite garbage or NaN): [`trig_outside`] names those inputs

@@ -1,18 +1,17 @@
 //! f32 kernels computed in f64 lanes: `sinh`, `cosh`, `atan`, `asin` and
 //! `acos` (`tan` is in `trig`, beside `sin` and `cos`, whose reduction it
 //! shares; `exp2`, `log2` and `expm1` are f32 polynomials in `float32`,
-//! since f64 lanes left them 1.3x to 4x PyTorch's time).
+//! since f64 lanes left them slower than PyTorch's).
 //!
-//! Decision (issue 14): these ops were libm calls per element, 2.8x to
-//! 7.2x PyTorch's time on a `[512, 1024]` f32 tensor (the session-12 op
-//! matrix). Each kernel here widens its f32 argument (exactly), evaluates
-//! the function in f64 with [`float64::exp`] (1 ulp of f64) or the
-//! arctangent polynomial below, and rounds once to f32: the
-//! f64 errors are below 2^-40 relative, so the result is the correctly
-//! rounded one except within 2^-40 of a midpoint between two f32s, half an
-//! ulp and a hair (the tests' bound is 1 ulp). The f64 lanes halve the
-//! vector width, which still leaves the loop several times faster than a
-//! libm call per element, and the f64 range covers every intermediate
+//! Decision: these ops were libm calls per element, several times PyTorch's
+//! time (Note [wide f32 kernels] in `bench/results/ops-why.md`). Each kernel
+//! here widens its f32 argument (exactly), evaluates the function in f64 with
+//! [`float64::exp`] (1 ulp of f64) or the arctangent polynomial below, and
+//! rounds once to f32: the f64 errors are below 2^-40 relative, so the result
+//! is the correctly rounded one except within 2^-40 of a midpoint between two
+//! f32s, half an ulp and a hair (the tests' bound is 1 ulp). The f64 lanes
+//! halve the vector width, which still leaves the loop several times faster
+//! than a libm call per element, and the f64 range covers every intermediate
 //! (`e^89` for `sinh`, `1 / 0` for `asin(1)`) without special branches.
 //!
 //! f64 tensors keep libm for these functions (`float64`'s wrappers): a

@@ -179,19 +179,6 @@ fn no_gpu_means_no_panic() {
     if n == 0 {
         assert!(!cuda::is_available());
         assert_eq!(Device::cuda_if_available(), Device::Cpu);
-        let e = Tensor::zeros(&[3], DType::F32, Device::Cuda(0)).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::DeviceUnavailable {
-                    op: "zeros",
-                    device: Device::Cuda(0),
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert_eq!(crate::memory::memory_allocated(Device::Cuda(0)), 0);
         assert!(cuda::Stream::new(Device::Cuda(0)).is_err());
         assert!(cuda::Event::new(Device::Cuda(0), true).is_err());
     }

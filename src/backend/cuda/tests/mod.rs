@@ -16,17 +16,15 @@ use super::launch::{coalesce, Geom, MAX_RANK};
 use crate::alloc::caching::SegmentSource;
 use crate::alloc::{BlockSink, DeviceAllocator};
 use crate::backend::cuda;
-use crate::backend::{Operand, ReduceOp, Reduction};
+use crate::backend::{ReduceOp, Reduction};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::tensor::Tensor;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod alloc;
 mod gemm;
-mod gpu;
 mod host;

@@ -4,11 +4,11 @@
 //! **Why.** With rayon's `in_place_scope` every kernel waited until each
 //! helper job it had spawned had *run*: a pool thread asleep in the kernel
 //! must be woken first (a futex wake, tens of microseconds on a VM), so a
-//! kernel whose caller had already done all the work still paid the wake-up.
-//! Measured on the 2-core AMD EPYC VM, `neg` of a `[512, 1024]` f32 tensor:
-//! 66 us on one thread, 80 us on two (the helper cost more than it gave),
-//! where PyTorch's OpenMP team, whose threads spin between parallel regions,
-//! took 82 us on one and 36 us on two. With this module: 31-34 us on two.
+//! kernel whose caller had already done all the work still paid the wake-up:
+//! a cheap op ran slower on two threads than on one, where PyTorch's OpenMP
+//! team, whose threads spin between parallel regions, ran it in half the
+//! time; this module does as well (Note [spinning helpers] in
+//! `bench/results/ops-why.md`).
 //!
 //! **How.** A caller publishes its job in one global slot ([`CURRENT`]) and
 //! takes indices from the job's counter itself. Helpers are jobs on the
@@ -37,25 +37,20 @@
 //! "cache hot". So once a spinning helper and its caller came to share a
 //! CPU (the helper woke while the other CPU was still busy), they stayed
 //! there, taking turns: every op ran at one thread's speed, the other CPU
-//! idle. Seen on the 2-vCPU EPYC VM: `neg` of `[512, 1024]` ran at
-//! 39-47 us in 3 and 4 of 10 processes of the op matrix (two runs) and
-//! 19-29 in the others
-//! (one thread alone: 39-41 us), and `perf sched` showed, in a slow one,
-//! the caller and the spinning helper on CPU 0 for the whole run. Sleeping did not fix
-//! it: a helper that slept 50 us was woken on CPU 0 again each time
-//! (`sched_waking ... target_cpu=000`, CPU 1 idle). So the caller notes its
-//! CPU in the job ([`current_cpu`]: Linux's `sched_getcpu`, a read of the
-//! thread's rseq area or the vDSO), and a helper that finds itself there
-//! takes no indices and moves: it narrows its own affinity to its other
-//! CPUs, which migrates it before the call returns, and restores the mask
-//! at once ([`move_off`]). Where it cannot (one CPU allowed, or not Linux)
-//! it sleeps [`STEP_OFF`], so that at least the caller has the CPU.
-//! Processes at about twice the time still occur (1 in 24 afterwards), but
-//! with the work split evenly: a counting build found the helper in 1329 of
-//! 1331 jobs, with 5536 indices against the caller's 5608, each index at
-//! half its usual speed. That is the VM (its two vCPUs sharing one core's
-//! bandwidth, as far as one can tell without hardware counters), not this
-//! module.
+//! idle, in a few processes in ten (`perf sched` showed the caller and the
+//! spinning helper on one CPU for the whole run). Sleeping did not fix it: a
+//! sleeping helper was woken on the caller's CPU again each time.
+//! (Note [helper on the caller's CPU] in `bench/results/ops-why.md`.) So the
+//! caller notes its CPU in the job ([`current_cpu`]: Linux's `sched_getcpu`,
+//! a read of the thread's rseq area or the vDSO), and a helper that finds
+//! itself there takes no indices and moves: it narrows its own affinity to
+//! its other CPUs, which migrates it before the call returns, and restores
+//! the mask at once ([`move_off`]). Where it cannot (one CPU allowed, or not
+//! Linux) it sleeps [`STEP_OFF`], so that at least the caller has the CPU.
+//! Processes at about twice the time still occur, rarely, but with the work
+//! split evenly and each index at half its usual speed: that is the VM (its
+//! two vCPUs sharing one core's bandwidth, as far as one can tell without
+//! hardware counters), not this module (the same Note).
 //!
 //! `TENSORSCOPE_SPIN_US` sets the window in microseconds; the default is
 //! [`DEFAULT_SPIN_US`] (500). With 0 a helper returns its thread after its
@@ -63,15 +58,12 @@
 //! products of a training step run here too (`matmul`'s blocks): between
 //! two parallel ops the caller does a little serial work (dispatch,
 //! autograd bookkeeping, small ops), and a helper asleep by then joins the
-//! next op late. Measured on the 2-core EPYC (the e2e bench, one binary,
-//! interleaved runs of 0, 300, 500, 1000 and 3000 us; the VM's spread is
-//! 20-30%): gpt_train_step 81-102 ms at 0 against 62-87 at 300-1000,
-//! cnn_train_step 6.8-13.2 against 5.6-9.4 ms, transformer_train_step
-//! 36-48 against 33-44 ms. A spinning helper takes a core from whatever
+//! next op late: the training steps of the e2e bench ran faster with a window
+//! of a few hundred microseconds than with none (Note [spin window] in
+//! `bench/results/ops-why.md`). A spinning helper takes a core from whatever
 //! else the process runs for at most the window after an op, as OpenMP's
-//! threads do (libgomp's default `GOMP_SPINCOUNT`, Intel's 200 ms
-//! `KMP_BLOCKTIME`); a service that wants its idle cores back at once sets
-//! 0.
+//! threads do (libgomp's `GOMP_SPINCOUNT`, Intel's `KMP_BLOCKTIME`); a
+//! service that wants its idle cores back at once sets 0.
 
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

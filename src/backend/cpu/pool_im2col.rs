@@ -1,15 +1,15 @@
-//! The window kernels on the CPU (see `crate::backend::windows` for what
+//! The window kernels on the CPU (see `crate::backend::pool_im2col` for what
 //! they compute): max pooling over contiguous `[planes, H, W]` planes, one
 //! pass, with the argmax; col2im, a convolution's input gradient summed
 //! from its columns' gradient; and im2col, the columns themselves. The
 //! work (output rows; one channel, or one tap row, of a block of samples)
 //! is split over the kernel pool in units of about [`CHUNK_TAPS`] taps.
 
-use super::pool::par_for;
 use super::ptr;
 use super::simd;
 use super::strided::SendPtr;
-use crate::backend::windows::Windows;
+use super::thread_pool::par_for;
+use crate::backend::pool_im2col::Windows;
 use crate::backend::Operand;
 use crate::dtype::{DType, Element};
 use crate::with_float_dtype;
@@ -108,9 +108,9 @@ fn pick<T: Element>(a: (T, i64), b: (T, i64)) -> (T, i64) {
 /// maps), over the output rows `rows` (plane-major) of contiguous planes:
 /// each output is the tree of [`pick`]s over its two rows' pairs. A unit
 /// for [`simd::run`]: at the x86-64 baseline (SSE2, no blend instruction)
-/// LLVM compiled the selects to branches, which random data mispredicted
-/// (10 ns per output, `perf` of the CNN training step, in the general
-/// loop of [`row`]); at AVX2 they are blends.
+/// LLVM compiled the selects to branches, which random data mispredicted (in
+/// the general loop of [`row`]: Note [CNN window kernels] in
+/// `bench/results/ops-why.md`); at AVX2 they are blends.
 struct Plain2x2<'a, T> {
     /// The first plane; `y` and `idx` the first plane's outputs.
     x: *const T,
@@ -575,10 +575,10 @@ impl<T: Element> simd::Kernel for FlatTaps<'_, T> {
 /// are [`tap_ranges`]): each unit (a channel of a block of samples) adds
 /// every tap's outputs into one zeroed buffer for its planes, then copies
 /// the planes into `dx` ([`FlatAdd`]), in the tensor's own dtype and in
-/// tap order, as PyTorch's col2im does (it sums in `scalar_t`). The general path's f64 buffer, a
-/// conversion per element and a copy per tap and sample made col2im a
-/// seventh of the CNN example's training step (AVX-512 EPYC, `perf`,
-/// session 19).
+/// tap order, as PyTorch's col2im does (it sums in `scalar_t`). The general
+/// path's f64 buffer, a conversion per element and a copy per tap and sample
+/// made col2im a seventh of the CNN example's training step
+/// (Note [CNN window kernels] in `bench/results/ops-why.md`).
 fn col2im_flat<T: Element + std::ops::Add<Output = T>>(
     cols: &Operand,
     dx: &Operand,

@@ -1,4 +1,4 @@
-//! Dispatch of the kernels over sliding windows (`cpu::windows`,
+//! Dispatch of the kernels over sliding windows (`cpu::pool_im2col`,
 //! `cuda::{max_pool2d, col2im, im2col}`), one [`Windows`] geometry for both.
 //!
 //! **Max pooling**: each output is the maximum of its window of a
@@ -132,7 +132,7 @@ pub(crate) fn max_pool2d(
     }
     match d {
         Device::Cpu => {
-            cpu::windows::max_pool2d(x, y, idx, g);
+            cpu::pool_im2col::max_pool2d(x, y, idx, g);
             Ok(())
         }
         Device::Cuda(_) => cuda::max_pool2d(op, x, y, idx, g),
@@ -178,7 +178,7 @@ pub(crate) fn col2im(
     }
     match d {
         Device::Cpu => {
-            cpu::windows::col2im(cols, dx, n, g);
+            cpu::pool_im2col::col2im(cols, dx, n, g);
             Ok(())
         }
         Device::Cuda(_) => cuda::col2im(op, cols, dx, n, g),
@@ -226,7 +226,7 @@ pub(crate) fn im2col(
     }
     match d {
         Device::Cpu => {
-            cpu::windows::im2col(x, cols, n, g);
+            cpu::pool_im2col::im2col(x, cols, n, g);
             Ok(())
         }
         Device::Cuda(_) => cuda::im2col(op, x, cols, n, g),

@@ -1,8 +1,8 @@
-//! Reductions a PyTorch user reaches for (issue 17, item 5), composed of
-//! the core reductions so that they run on every device: `any`, `all`,
-//! `var_mean`, `std_mean`, and `vector_norm` / `norm`, whose backward is
-//! PyTorch's `norm_backward` (its own node: at a zero norm the gradient is
-//! 0, where differentiating the composition would give NaN).
+//! Reductions a PyTorch user reaches for, composed of the core reductions so
+//! that they run on every device: `any`, `all`, `var_mean`, `std_mean`, and
+//! `vector_norm` / `norm`, whose backward is PyTorch's `norm_backward` (its
+//! own node: at a zero norm the gradient is 0, where differentiating the
+//! composition would give NaN).
 
 use crate::alloc::history::op_context;
 use crate::autograd::{attach, needs_grad, no_grad, BackwardFn, Saved};

@@ -1,13 +1,13 @@
 //! The window kernels on CUDA (`max_pool2d_<dt>`, `col2im_<dt>` and
 //! `im2col_<dt>` in `kernels/nn.cu`): max pooling with one thread per
 //! output, the CPU kernel's rule; col2im with one thread per input element;
-//! im2col with one thread per column element (see `crate::backend::windows`).
+//! im2col with one thread per column element (see `crate::backend::pool_im2col`).
 
 use super::device::gpu_of;
 use super::kernels::{self, PoolWindow};
 use super::launch::dptr;
 use super::stream::current;
-use crate::backend::windows::Windows;
+use crate::backend::pool_im2col::Windows;
 use crate::backend::Operand;
 use crate::error::{Error, Result};
 
@@ -35,7 +35,7 @@ fn window(op: &'static str, g: &Windows) -> Result<PoolWindow> {
     })
 }
 
-/// `y` (and `idx`) from `x` (see [`crate::backend::windows::max_pool2d`],
+/// `y` (and `idx`) from `x` (see [`crate::backend::pool_im2col::max_pool2d`],
 /// which checked the operands and holds the locks).
 pub(crate) fn max_pool2d(
     op: &'static str,
@@ -68,7 +68,7 @@ pub(crate) fn max_pool2d(
     unsafe { f.launch(op, &s, gpu.grid(n), &args) }
 }
 
-/// `dx` from `cols` (see [`crate::backend::windows::col2im`], which
+/// `dx` from `cols` (see [`crate::backend::pool_im2col::col2im`], which
 /// checked the operands and holds the locks).
 pub(crate) fn col2im(
     op: &'static str,
@@ -102,7 +102,7 @@ pub(crate) fn col2im(
     unsafe { f.launch(op, &s, gpu.grid(total), &args) }
 }
 
-/// `cols` from `x` (see [`crate::backend::windows::im2col`], which checked
+/// `cols` from `x` (see [`crate::backend::pool_im2col::im2col`], which checked
 /// the operands and holds the locks).
 pub(crate) fn im2col(
     op: &'static str,

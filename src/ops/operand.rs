@@ -1,0 +1,41 @@
+//! How a tensor becomes a backend [`Operand`]: the backend sees storage,
+//! layout and dtype, never a `Tensor`, so the op layer makes its operands.
+
+use crate::backend::Operand;
+use crate::error::Result;
+use crate::layout::{dims_eq, Layout};
+use crate::tensor::Tensor;
+use std::borrow::Cow;
+
+impl<'a> Operand<'a> {
+    /// The tensor through its own layout (borrowed: nothing is built).
+    #[inline]
+    pub(crate) fn of(t: &'a Tensor) -> Self {
+        Operand {
+            storage: t.storage(),
+            layout: Cow::Borrowed(t.layout()),
+            dtype: t.dtype(),
+        }
+    }
+
+    /// The tensor seen through another layout (e.g. broadcast).
+    #[inline]
+    pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {
+        Operand {
+            storage: t.storage(),
+            layout: Cow::Owned(layout),
+            dtype: t.dtype(),
+        }
+    }
+
+    /// The tensor broadcast to `shape`: its own layout, borrowed, when it
+    /// already has that shape (no layout is built).
+    #[inline]
+    pub(crate) fn broadcast(t: &'a Tensor, shape: &[usize]) -> Result<Self> {
+        if dims_eq(t.shape(), shape) {
+            Ok(Operand::of(t))
+        } else {
+            Ok(Operand::with(t, t.layout().broadcast_to(shape)?))
+        }
+    }
+}

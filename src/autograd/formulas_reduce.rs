@@ -3,7 +3,6 @@
 //! returns the output with its node when a graph is recorded.
 
 use super::{attach, needs_grad, BackwardFn, Saved};
-use crate::backend::Operand;
 use crate::error::Result;
 use crate::layout::normalize_dim;
 use crate::tensor::Tensor;
@@ -162,38 +161,4 @@ pub(crate) fn select_dim(
         Ok(vec![Some(z)])
     });
     Ok(attach(values, "MaxBackward", &[x], f))
-}
-
-/// Records `out = softmax(x, dim)` or `log_softmax`.
-pub(crate) fn softmax(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<Tensor> {
-    if !needs_grad(&[x]) {
-        return Ok(out);
-    }
-    let name = if log {
-        "LogSoftmaxBackward"
-    } else {
-        "SoftmaxBackward"
-    };
-    let ky = Saved::new(&out, name)?;
-    let dt = x.dtype();
-    let d = normalize_dim(name, dim, x.rank().max(1))?;
-    let f: BackwardFn = Box::new(move |g| {
-        let y = ky.get()?;
-        if y.rank() == 0 {
-            return Ok(vec![Some(g.zeros_like()?.to_dtype(dt)?)]);
-        }
-        // One fused pass per row (CPU and CUDA): softmax dx = y (g - Σ g y),
-        // log_softmax dx = g - exp(y) Σ g.
-        let g = g.to_dtype(y.dtype())?;
-        let dx = Tensor::alloc(y.shape(), y.dtype(), y.device())?;
-        crate::backend::nn::softmax_backward(
-            &Operand::of(&g),
-            &Operand::of(y),
-            d,
-            &Operand::of(&dx),
-            log,
-        )?;
-        Ok(vec![Some(dx.to_dtype(dt)?)])
-    });
-    Ok(attach(out, name, &[x], f))
 }

@@ -430,6 +430,7 @@ pub(crate) mod pool_im2col;
 mod random;
 mod reduce;
 pub(crate) mod scan;
+pub(crate) mod softmax;
 pub(crate) mod sort;
 pub(crate) mod winograd;
 #[allow(unused_imports)]

@@ -1,9 +1,9 @@
 //! Dispatch of the fused nn kernels: LayerNorm and RMSNorm forward and
-//! backward, the softmax family's backward, and cross-entropy from logits.
+//! backward, and cross-entropy from logits.
 //!
 //! Each function locks the storages it touches (shared for inputs, exclusive
-//! for outputs), then runs the device's kernel. The norms and the softmax
-//! backward have a kernel on both devices; the fused cross-entropy is
+//! for outputs), then runs the device's kernel. The norms have a kernel
+//! on both devices; the fused cross-entropy is
 //! CPU-only (CUDA answers [`Error::DeviceUnavailable`] and the loss composes
 //! log_softmax and a gather there instead).
 
@@ -133,31 +133,6 @@ pub(crate) fn norm_backward(a: &NormGrads) -> Result<()> {
             cuda::layer_norm_backward(a.dy, a.x, a.w, mean, a.rstd, a.dx, a.dw, a.db)
         }
         (Device::Cuda(_), None) => cuda::rms_norm_backward(a.dy, a.x, a.w, a.rstd, a.dx, a.dw),
-    }
-}
-
-/// The backward of softmax (log_softmax when `log`) along `dim`: `dx` from
-/// the forward's output `y` and the gradient `g` (one dtype and shape).
-pub(crate) fn softmax_backward(
-    g: &Operand,
-    y: &Operand,
-    dim: usize,
-    dx: &Operand,
-    log: bool,
-) -> Result<()> {
-    let op = if log {
-        "log_softmax_backward"
-    } else {
-        "softmax_backward"
-    };
-    let d = device_of(op, &[g, y, dx])?;
-    let _l = lock(&[g.storage, y.storage], &[dx.storage]);
-    match d {
-        Device::Cpu => {
-            cpu::softmax::softmax_backward(g, y, dim, dx, log);
-            Ok(())
-        }
-        Device::Cuda(_) => cuda::softmax_backward(g, y, dim, dx, log),
     }
 }
 

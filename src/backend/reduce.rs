@@ -1,4 +1,4 @@
-//! Dispatch of the reduction, softmax and matmul kernels.
+//! Dispatch of the reduction and matmul kernels.
 //!
 //! Each function locks the storages it touches (shared for inputs, exclusive
 //! for outputs), then runs the device's kernel: `backend::cpu` or
@@ -85,20 +85,6 @@ pub(crate) fn arg_reduce(
             Ok(())
         }
         Device::Cuda(_) => cuda::arg_reduce(op, max, src, dim, values, indices),
-    }
-}
-
-/// `dst = softmax(src)` (or `log_softmax` when `log`) along `dim`; same shape and dtype.
-pub(crate) fn softmax(src: &Operand, dim: usize, dst: &Operand, log: bool) -> Result<()> {
-    let op = if log { "log_softmax" } else { "softmax" };
-    let d = device_of(op, &[src, dst])?;
-    let _l = lock(&[src.storage], &[dst.storage]);
-    match d {
-        Device::Cpu => {
-            cpu::softmax::softmax(src, dim, dst, log);
-            Ok(())
-        }
-        Device::Cuda(_) => cuda::softmax(src, dim, dst, log),
     }
 }
 

@@ -80,7 +80,7 @@ fn gpu_softmax_matches_naive() {
     for log in [false, true] {
         let x = t(&v, &[r, n], DType::F32, dev);
         let y = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
-        cuda::reduce::softmax(&Operand::of(&x), 1, &Operand::of(&y), log).unwrap();
+        cuda::softmax(&Operand::of(&x), 1, &Operand::of(&y), log).unwrap();
         let mut want = Vec::new();
         for i in 0..r {
             let row = &v[i * n..(i + 1) * n];
@@ -98,7 +98,7 @@ fn gpu_softmax_matches_naive() {
         // Backward, with dy = x: softmax dx = y * (dy - sum(dy * y)),
         // log_softmax dx = dy - exp(y) * sum(dy).
         let dx = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
-        cuda::reduce::softmax_backward(
+        cuda::softmax_backward(
             &Operand::of(&x),
             &Operand::of(&y),
             1,
@@ -120,7 +120,7 @@ fn gpu_softmax_matches_naive() {
         close(&host(&dx), &want_dx, 1e-3, "softmax backward");
         // Along dim 0 of the same data (strided rows).
         let y0 = Tensor::alloc(&[r, n], DType::F32, dev).unwrap();
-        cuda::reduce::softmax(&Operand::of(&x), 0, &Operand::of(&y0), log).unwrap();
+        cuda::softmax(&Operand::of(&x), 0, &Operand::of(&y0), log).unwrap();
         let h = host(&y0);
         for j in (0..n).step_by(97) {
             let col: Vec<f64> = (0..r).map(|i| v[i * n + j]).collect();

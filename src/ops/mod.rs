@@ -19,13 +19,14 @@ mod reductions_composed;
 pub use pinned::PendingHost;
 #[cfg(feature = "cuda")]
 mod record_stream;
-mod reduce;
+pub(crate) mod reduce;
 mod sampling;
 mod scan;
 mod scatter_reduce;
 pub(crate) use scatter_reduce::mean_counts;
 pub use scatter_reduce::ScatterReduce;
 mod shape;
+mod softmax;
 mod sort;
 mod triangles_and_flips;
 pub use sort::Interpolation;

@@ -59,7 +59,7 @@ fn reduced_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
         .collect()
 }
 
-fn need_float(op: &'static str, t: &Tensor) -> Result<()> {
+pub(crate) fn need_float(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype().is_float() {
         bail!(Error::dtype(
             op,
@@ -300,49 +300,5 @@ impl Tensor {
     /// Smallest element, as a rank-0 tensor (an error when empty).
     pub fn min_all(&self) -> Result<Tensor> {
         self.min(&[], false)
-    }
-
-    fn softmax_impl(&self, dim: isize, log: bool) -> Result<Tensor> {
-        let op = if log { "log_softmax" } else { "softmax" };
-        need_float(op, self)?;
-        let d = normalize_dim(op, dim, self.rank().max(1))?;
-        let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
-        if self.rank() == 0 {
-            // One element: softmax 1, log_softmax 0 (NaN stays NaN).
-            let x = self.to_vec::<f64>()?[0];
-            let v = if x.is_nan() {
-                f64::NAN
-            } else if log {
-                0.0
-            } else {
-                1.0
-            };
-            backend::fill(&Operand::of(&out), v)?;
-            return Ok(out);
-        }
-        backend::softmax(&Operand::of(self), d, &Operand::of(&out), log)?;
-        Ok(out)
-    }
-
-    /// `exp(x) / sum(exp(x))` along `dim`, computed stably (the row's
-    /// maximum is subtracted first). Float tensors only.
-    ///
-    /// ```
-    /// # use tensorscope::{Tensor, Device};
-    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 1000.0, 1000.0, 1000.0], &[2, 3], Device::Cpu)?;
-    /// let p = x.softmax(-1)?;
-    /// let rows = p.sum(&[-1], false)?.to_vec::<f32>()?;
-    /// assert!(rows.iter().all(|s| (s - 1.0).abs() < 1e-6));
-    /// # Ok::<(), tensorscope::Error>(())
-    /// ```
-    pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context_with("softmax", || vec![self.shape().to_vec()]);
-        crate::autograd::formulas_reduce::softmax(self, dim, false, self.softmax_impl(dim, false)?)
-    }
-
-    /// `x - logsumexp(x)` along `dim`, computed stably. Float tensors only.
-    pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("log_softmax");
-        crate::autograd::formulas_reduce::softmax(self, dim, true, self.softmax_impl(dim, true)?)
     }
 }

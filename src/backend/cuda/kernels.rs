@@ -25,7 +25,8 @@
 use super::device::{drv, Gpu};
 use super::launch::{Args, Function, Geom};
 use super::optim::{AdamK, RuleK, SgdK};
-use super::reduce::{RGeom, SGeom};
+use super::reduce::RGeom;
+use super::softmax::SGeom;
 use crate::backend::{BinaryOp, ReduceOp, Reduction, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

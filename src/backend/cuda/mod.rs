@@ -51,6 +51,7 @@ mod pool_im2col;
 mod probe;
 pub(crate) mod reduce;
 mod scan;
+mod softmax;
 mod sort;
 mod stream;
 mod transfer;
@@ -78,8 +79,9 @@ pub(crate) use nn::{
 };
 pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
 pub(crate) use pool_im2col::{col2im, im2col, max_pool2d};
-pub(crate) use reduce::{arg_reduce, reduce, softmax, softmax_backward};
+pub(crate) use reduce::{arg_reduce, reduce};
 pub(crate) use scan::scan;
+pub(crate) use softmax::{softmax, softmax_backward};
 pub(crate) use sort::argsort;
 
 use crate::alloc::DeviceAllocator;

@@ -34,7 +34,6 @@ mod conv;
 mod cross_entropy_fused;
 mod dropout;
 mod embedding;
-mod fused_norm;
 pub mod init;
 mod linear;
 pub mod loss;

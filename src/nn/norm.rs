@@ -5,13 +5,13 @@
 //! [`fused_norm`]; `BatchNorm1d` is a composition of differentiable ops
 //! (mean, sub, mul, rsqrt, ...), so its gradients come from autograd.
 
-use super::fused_norm::fused_norm;
 use super::Module;
 use crate::autograd::no_grad;
 use crate::backend::nn::NormKind;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
+use crate::ops::fused_norm::fused_norm;
 use crate::tensor::Tensor;
 
 /// Normalises over the last `normalized_shape.len()` dimensions:

@@ -6,12 +6,12 @@
 //! `normalized_shape` dimensions, one fused kernel forward and one backward
 //! on the CPU and on CUDA (see [`fused_norm`]).
 
-use super::fused_norm::fused_norm;
 use super::Module;
 use crate::backend::nn::NormKind;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
+use crate::ops::fused_norm::fused_norm;
 use crate::tensor::Tensor;
 
 /// The `eps` used when none is given: the machine epsilon of the type the

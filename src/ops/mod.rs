@@ -7,6 +7,7 @@ pub(crate) mod conv;
 mod einsum;
 mod elementwise;
 mod elementwise_composed;
+pub(crate) mod fused_norm;
 mod index;
 mod index_put;
 mod matmul;

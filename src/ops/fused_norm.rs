@@ -1,7 +1,7 @@
 //! The fused LayerNorm / RMSNorm op with its autograd node, shared by
-//! [`LayerNorm`](super::LayerNorm), [`RMSNorm`](super::RMSNorm) and
-//! [`rms_norm`](super::rms_norm): one kernel forward and one backward on the
-//! CPU and on CUDA (`backend::nn`).
+//! [`LayerNorm`](crate::nn::LayerNorm), [`RMSNorm`](crate::nn::RMSNorm) and
+//! [`rms_norm`](crate::nn::rms_norm): one kernel forward and one backward on
+//! the CPU and on CUDA (`backend::nn`).
 //!
 //! Memory: the forward allocates the output and, only when a gradient will
 //! be needed, the per-row statistics (`rstd`, and `mean` for LayerNorm: one

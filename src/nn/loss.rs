@@ -8,9 +8,10 @@
 //! ([`BceWithLogitsOptions`]). Results match PyTorch 2.15's to rounding (the
 //! tests compare against numbers it produced).
 
-use super::cross_entropy_fused;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
+use crate::ops::cross_entropy::cross_entropy_rows;
+pub use crate::ops::cross_entropy::{CrossEntropyOptions, Reduction};
 use crate::tensor::Tensor;
 
 fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
@@ -23,19 +24,6 @@ fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// How a loss reduces its per-element values (PyTorch's `reduction=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Reduction {
-    /// The mean (for a weighted cross-entropy: the sum divided by the summed
-    /// weights of the counted targets). The default.
-    #[default]
-    Mean,
-    /// The sum.
-    Sum,
-    /// No reduction: one value per element (per sample for cross-entropy).
-    None,
 }
 
 fn reduce(loss: Tensor, reduction: Reduction) -> Result<Tensor> {
@@ -75,26 +63,6 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 pub fn mse_loss_with(pred: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     same_shape("mse_loss", pred, target)?;
     reduce(pred.sub(target)?.square()?, reduction)
-}
-
-/// Options of [`cross_entropy_with`]; `Default` gives [`cross_entropy`]'s
-/// behaviour.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CrossEntropyOptions<'a> {
-    /// How the per-sample losses are reduced.
-    pub reduction: Reduction,
-    /// Targets equal to this class index count for nothing (no loss, no
-    /// gradient, not in the mean's denominator). `None` (the default here)
-    /// ignores nothing and every target must be a class; PyTorch's default
-    /// is `Some(-100)`, the usual padding label.
-    pub ignore_index: Option<i64>,
-    /// A rescaling weight per class, shape `[C]`, the logits' dtype. With
-    /// `Mean`, the sum of the weighted losses is divided by the sum of the
-    /// weights of the (not ignored) targets, as in PyTorch.
-    pub weight: Option<&'a Tensor>,
-    /// In `[0, 1]`: the target becomes a mix of the one-hot class (`1 - ε`)
-    /// and the uniform distribution (`ε / C`). 0 by default.
-    pub label_smoothing: f64,
 }
 
 /// Checks `label_smoothing` and the class weight of a cross-entropy.
@@ -279,7 +247,6 @@ pub fn cross_entropy_with(
         bail!(Error::dtype(op, "float logits", logits.dtype()));
     }
     logits.same_device(op, targets)?;
-    let eps = opts.label_smoothing;
     let class_dim = if logits.rank() == 1 { 0 } else { 1 };
     let c = logits.shape()[class_dim];
     check_ce_options(logits, opts)?;
@@ -296,89 +263,7 @@ pub fn cross_entropy_with(
         perm.push(1);
         logits.permute(&perm)?.reshape(&[-1, c as isize])?
     };
-    if cross_entropy_fused::applies(logits, opts) {
-        // One fused pass per row (CPU); the composition below elsewhere.
-        return cross_entropy_fused::cross_entropy_fused(&rows, targets, opts, class_dim);
-    }
-    let flat = targets.reshape(&[-1])?;
-
-    // Range check; the ignored targets are replaced by class 0 for the
-    // lookups and masked out.
-    let (safe, valid) = match opts.ignore_index {
-        Some(ig) => {
-            let ignored = flat.eq_scalar(ig as f64)?;
-            let zero = Tensor::zeros(&[], DType::I64, flat.device())?;
-            let safe = Tensor::where_cond(&ignored, &zero, &flat)?;
-            (safe, Some(ignored.eq_scalar(0.0)?))
-        }
-        None => (flat.alias(), None),
-    };
-    if safe.numel() > 0 {
-        let lo = safe.min_all()?.item::<i64>()?;
-        let hi = safe.max_all()?.item::<i64>()?;
-        if lo < 0 || hi >= c as i64 {
-            bail!(Error::IndexOutOfRange {
-                op,
-                index: if lo < 0 { lo } else { hi },
-                dim: class_dim,
-                size: c,
-            });
-        }
-    }
-
-    let logp = rows.log_softmax(1)?;
-    let dt = logits.dtype();
-    // Per-sample weight of the target class, zero where ignored.
-    let mut wt: Option<Tensor> = match opts.weight {
-        Some(w) => Some(w.index_select(0, &safe)?),
-        None => None,
-    };
-    if let Some(v) = &valid {
-        let v = v.to_dtype(dt)?;
-        wt = Some(match wt {
-            Some(w) => w.mul(&v)?,
-            None => v,
-        });
-    }
-    let picked = logp.gather(1, &safe.unsqueeze(1)?)?.squeeze_dim(1)?;
-    let mut nll = match &wt {
-        Some(w) => picked.mul(w)?.neg()?,
-        None => picked.neg()?,
-    };
-    let reduce_ce = |per: Tensor| -> Result<Tensor> {
-        match opts.reduction {
-            Reduction::Mean => match &wt {
-                Some(w) => per.sum_all()?.div(&w.sum_all()?),
-                None => per.mean_all(),
-            },
-            Reduction::Sum => per.sum_all(),
-            Reduction::None => per.reshape(
-                &targets
-                    .shape()
-                    .iter()
-                    .map(|&d| d as isize)
-                    .collect::<Vec<_>>(),
-            ),
-        }
-    };
-    if eps > 0.0 {
-        // PyTorch: (1 - ε) nll + ε / C * smooth, smooth = -Σ_c w_c logp_c,
-        // zero where ignored, reduced like the nll part.
-        let mut smooth = match opts.weight {
-            Some(w) => logp.mul(w)?.sum(&[1], false)?.neg()?,
-            None => logp.sum(&[1], false)?.neg()?,
-        };
-        if let Some(v) = &valid {
-            smooth = smooth.mul(&v.to_dtype(dt)?)?;
-        }
-        nll = nll.mul_scalar(1.0 - eps)?;
-        let smooth = smooth.mul_scalar(eps / c as f64)?;
-        return match opts.reduction {
-            Reduction::None => reduce_ce(nll.add(&smooth)?),
-            _ => reduce_ce(nll)?.add(&reduce_ce(smooth)?),
-        };
-    }
-    reduce_ce(nll)
+    cross_entropy_rows(&rows, targets, opts, class_dim)
 }
 
 /// Options of [`bce_with_logits_with`]; `Default` gives

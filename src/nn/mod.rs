@@ -31,7 +31,6 @@ mod activation;
 mod attention;
 mod attention_blocked;
 mod conv;
-mod cross_entropy_fused;
 mod dropout;
 mod embedding;
 pub mod init;

@@ -4,6 +4,7 @@
 mod activations;
 mod construct;
 pub(crate) mod conv;
+pub(crate) mod cross_entropy;
 mod einsum;
 mod elementwise;
 mod elementwise_composed;

@@ -2,12 +2,12 @@
 //! [`scaled_dot_product_attention`](super::scaled_dot_product_attention),
 //! with a preallocated key/value cache for generation ([`KvCache`]).
 
-use super::attention::{scaled_dot_product_attention_with, SdpaOptions};
 use super::{init, Linear, Module};
 use crate::autograd::is_grad_enabled;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
+use crate::ops::attention::{scaled_dot_product_attention_with, SdpaOptions};
 use crate::tensor::Tensor;
 
 const OP: &str = "MultiheadAttention";

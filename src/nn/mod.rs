@@ -28,8 +28,6 @@
 //! ```
 
 mod activation;
-mod attention;
-mod attention_blocked;
 mod conv;
 mod dropout;
 mod embedding;
@@ -44,11 +42,11 @@ mod rms_norm;
 mod sequential;
 pub(crate) mod state;
 
+pub use crate::ops::attention::{
+    scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaKernel, SdpaOptions,
+};
 pub use activation::{
     Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU,
-};
-pub use attention::{
-    scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaKernel, SdpaOptions,
 };
 pub use conv::{
     AdaptiveAvgPool2d, AvgPool2d, Conv, Conv1d, Conv2d, ConvTranspose2d, Flatten, MaxPool2d,

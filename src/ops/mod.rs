@@ -2,6 +2,8 @@
 //! call into [`crate::backend`]. One file per family.
 
 mod activations;
+pub(crate) mod attention;
+mod attention_blocked;
 mod construct;
 pub(crate) mod conv;
 pub(crate) mod cross_entropy;

@@ -1,7 +1,7 @@
 //! Scaled dot-product attention composed from device ops, one block of
 //! [`BLOCK`] keys at a time (FlashAttention's online softmax, written with
 //! matmul, max, exp and sums instead of one kernel): the path CUDA takes,
-//! and [`SdpaKernel::Blocked`](super::SdpaKernel::Blocked) on any device.
+//! and [`SdpaKernel::Blocked`](super::attention::SdpaKernel::Blocked) on any device.
 //!
 //! The algorithm is the CPU kernel's (`backend/cpu/attention.rs`, whose
 //! module docs give the formulas); the memory it needs beyond its inputs

@@ -39,7 +39,7 @@ for b in ops e2e; do
 done
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load $(cat /proc/loadavg)"
-echo "== old: $(git -C "$OLD" rev-parse --short HEAD), new: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty)')"
+echo "== old: $(git -C "$OLD" rev-parse --short HEAD), new: $(git rev-parse --short HEAD)$(git diff --quiet -- . ':!bench/results' || echo ' (dirty)')"
 for r in $(seq 1 "$ROUNDS"); do
     for b in ops e2e; do
         for side in old new; do

@@ -4,20 +4,9 @@
 
 use crate::backend::cpu::simd::Level;
 use crate::backend::cpu::vmath::float32 as k32;
+use crate::backend::cpu::vmath::tests::gelu_table;
 use crate::device::Device;
 use crate::tensor::Tensor;
-
-/// The AVX-512 GELU table over `xs`, out of place.
-fn gelu_table(xs: &[f32]) -> Vec<f32> {
-    let mut out = vec![0f32; xs.len()];
-    // SAFETY: the caller runs this only where the process runs at AVX-512
-    // (which has F); both runs hold `xs.len()` elements and are distinct
-    // vectors.
-    unsafe {
-        crate::backend::cpu::vmath::gelu_avx512::gelu_f32(xs.as_ptr(), out.as_mut_ptr(), xs.len())
-    };
-    out
-}
 
 /// `Tensor::gelu` runs the table for a contiguous f32 tensor when the
 /// process runs at AVX-512, and the vector kernel for a strided one.

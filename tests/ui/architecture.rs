@@ -104,32 +104,35 @@ fn the_allocator_imports_no_backend() {
     );
 }
 
-/// The names the crate root re-exports for users. Inside the crate they are
-/// imported from the module that defines them.
-const ROOT_REEXPORTS: [&str; 19] = [
-    "Tensor",
-    "TensorView",
-    "TensorViewMut",
-    "Device",
-    "DType",
-    "Element",
-    "Error",
-    "Result",
-    "Layout",
-    "PendingHost",
-    "manual_seed",
-    "Generator",
-    "scope",
-    "scope_with_stats",
-    "Scope",
-    "ScopeStats",
-    "Scoped",
-    "bf16",
-    "f16",
+/// The names the crate root re-exports for users, with the module that
+/// defines each (`half` for the re-exports of the `half` crate). Inside the
+/// crate they are imported from that module; `#[macro_export]` macros, whose
+/// expansion cannot name a private module, use `$crate::Name` (the layer
+/// table counts that as an import of the defining module).
+pub(crate) const ROOT_REEXPORTS: [(&str, &str); 19] = [
+    ("Tensor", "tensor"),
+    ("TensorView", "borrowed"),
+    ("TensorViewMut", "borrowed"),
+    ("Device", "device"),
+    ("DType", "dtype"),
+    ("Element", "dtype"),
+    ("Error", "error"),
+    ("Result", "error"),
+    ("Layout", "layout"),
+    ("PendingHost", "ops"),
+    ("manual_seed", "random"),
+    ("Generator", "random"),
+    ("scope", "scope"),
+    ("scope_with_stats", "scope"),
+    ("Scope", "scope"),
+    ("ScopeStats", "scope"),
+    ("Scoped", "scope"),
+    ("bf16", "half"),
+    ("f16", "half"),
 ];
 
 fn is_root_name(word: &str) -> bool {
-    ROOT_REEXPORTS.contains(&word)
+    ROOT_REEXPORTS.iter().any(|&(n, _)| n == word)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! backend; inside one layer modules may use each other (the circle of
 //! `tensor`, `ops` and `autograd` is one layer, as in candle).
 
-use super::architecture::{code, src_files};
+use super::architecture::{code, src_files, ROOT_REEXPORTS};
 
 /// Each top-level module of `src/` and its layer, lowest first.
 const LAYERS: &[(&str, u8)] = &[
@@ -53,18 +53,6 @@ const ROOT_ITEMS: &[&str] = &[
     "half",
     "bf16",
     "f16",
-];
-
-/// The crate root's re-exports that `#[macro_export]` macros must name as
-/// `$crate::Name` (their defining module is private), with that module.
-const ROOT_REEXPORTS: &[(&str, &str)] = &[
-    ("DType", "dtype"),
-    ("Element", "dtype"),
-    ("Device", "device"),
-    ("Error", "error"),
-    ("Result", "error"),
-    ("Layout", "layout"),
-    ("Tensor", "tensor"),
 ];
 
 fn layer_of(name: &str) -> Option<u8> {

@@ -68,7 +68,7 @@ pub(crate) mod trig;
 pub(crate) mod wide;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// `a * b + c` in the kernels' polynomials: fused (one rounding, one
 /// instruction) when the SIMD level has FMA (`F`, from

@@ -713,7 +713,7 @@ fn pow_is_within_one_ulp_and_follows_c_at_every_level() {
 
 /// [`gelu_f32`](super::gelu_avx512::gelu_f32) over `xs`, out of place.
 #[cfg(target_arch = "x86_64")]
-fn gelu_table(xs: &[f32]) -> Vec<f32> {
+pub(crate) fn gelu_table(xs: &[f32]) -> Vec<f32> {
     let mut out = vec![0f32; xs.len()];
     // SAFETY: the callers run this only where the CPU has AVX-512 F; both
     // runs hold `xs.len()` elements and are distinct vectors.

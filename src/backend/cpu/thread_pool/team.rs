@@ -156,11 +156,14 @@ fn move_off(cpu: usize) -> bool {
     if left == 0 || !set_affinity(&others) {
         return false;
     }
+    // Asked under the narrowed mask: once the mask is restored the
+    // scheduler may put the thread back on `cpu` at any moment.
+    let moved = current_cpu().is_some_and(|c| c != cpu);
     // Restoring the mask just read fails only if the process's own
     // affinity shrank meanwhile; the helper then keeps the narrower mask,
     // which still lets it run.
     set_affinity(&mask);
-    current_cpu().is_some_and(|c| c != cpu)
+    moved
 }
 
 /// Not Linux: no way to move; the helper sleeps instead.
@@ -458,8 +461,9 @@ mod tests {
         std::thread::spawn(|| {
             let before = allowed_cpus();
             let cpu = current_cpu().expect("sched_getcpu");
+            // Only `move_off`'s own answer is checked: after the restore
+            // the scheduler may move the thread back at any moment.
             assert!(move_off(cpu));
-            assert_ne!(current_cpu(), Some(cpu));
             assert_eq!(allowed_cpus(), before);
             // Pinned to one CPU, there is nowhere to go.
             assert!(pin_to(before[0]));

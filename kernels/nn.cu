@@ -2,7 +2,8 @@
 //
 //   layer_norm_fwd_<dtype>(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd,
 //                          i64 rows, i64 cols, double eps)
-//       per row of a dense [rows, cols] x: y = (x - mean) * rstd * gamma + beta;
+//       per row of a dense [rows, cols] x: y = (x - mean) * rstd * gamma + beta
+//       (mean and variance: the corrected two-pass moments);
 //       gamma and beta may be null (no affine transform); mean and rstd
 //       (A: f32, or f64 for f64) are saved for the backward pass (either may
 //       be null: not saved).
@@ -59,14 +60,21 @@ DEV void layer_norm_fwd(const T* x, const T* gamma, const T* beta, T* y, typenam
         A s = 0;
         for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) s += (A)load(xr[j]);
         s = group_reduce(s, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
-        const A mu = s / (A)cols;
-        A v = 0;
+        const A m0 = s / (A)cols;
+        // The corrected two-pass moments (the CPU kernel's row_stats): the
+        // residual sum refines the mean, so a constant row has its own
+        // value as the mean and a variance of exactly 0.
+        A v = 0, res = 0;
         for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
-            const A d = (A)load(xr[j]) - mu;
+            const A d = (A)load(xr[j]) - m0;
             v += d * d;
+            res += d;
         }
         v = group_reduce(v, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
-        const A rs = rsqrt_(v / (A)cols + (A)eps);
+        res = group_reduce(res, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
+        const A mu = m0 + res / (A)cols;
+        const A var = (v - res * res / (A)cols) / (A)cols;
+        const A rs = rsqrt_((var > (A)0 ? var : (A)0) + (A)eps);
         if (threadIdx.x == 0) {
             if (mean) mean[r] = mu;
             if (rstd) rstd[r] = rs;

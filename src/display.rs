@@ -229,7 +229,7 @@ fn tensor_str(
             )
         }
         r => {
-            let inner: usize = shape[1..].iter().product();
+            let inner = crate::layout::numel(&shape[1..]);
             let mut slices: Vec<String> = (0..shape[0])
                 .map(|i| {
                     tensor_str(

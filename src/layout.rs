@@ -103,33 +103,48 @@ pub fn normalize_dim_inclusive(op: &'static str, dim: isize, rank: usize) -> Res
     Ok(d as usize)
 }
 
-/// Product of a shape (1 for rank 0). Saturates at `usize::MAX` rather than
-/// wrap: a layout whose element count overflows is refused where it is made
-/// ([`checked_numel`]), so this saturates only for shapes no tensor has.
+/// Product of a shape (1 for rank 0). Every tensor's shape passed
+/// [`checked_numel`], so for it and any part of it this product cannot
+/// overflow; it saturates (never wraps) for a shape no tensor has.
 #[inline]
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
+    numel_of(shape.iter().copied())
+}
+
+/// [`numel`] of dimensions picked from a shape (`dims.iter().map(|&d|
+/// shape[d])`): the one product of sizes, so no caller multiplies dims by
+/// hand.
+#[inline]
+pub(crate) fn numel_of(dims: impl IntoIterator<Item = usize>) -> usize {
+    dims.into_iter().fold(1usize, |a, d| a.saturating_mul(d))
 }
 
 /// The shape, stride and offset arithmetic of the crate, overflow-checked:
 /// every overflow is an `Err` naming `op` (the op the user called), never
 /// a wrapped value (release) or a panic (debug).
 ///
-/// The number of elements of `shape` (0 when any dimension is 0, whatever
-/// the others).
+/// The number of elements of `shape`, or an `Err` when the shape is too
+/// large for any tensor: the product of its dimensions with each 0 counted
+/// as 1 must fit in `isize`, as PyTorch's numel check ("numel: integer
+/// multiplication overflow") requires of `[2^33, 2^33, 2, 0]` too. That
+/// bound covers every partial product of the dims and every contiguous
+/// stride, so arithmetic on a tensor's shape cannot overflow elsewhere.
 pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
-    if shape.contains(&0) {
-        return Ok(0);
+    let mut nonzero = 1usize;
+    for &d in shape {
+        nonzero = nonzero
+            .checked_mul(d.max(1))
+            .filter(|&p| p <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::arg(
+                    op,
+                    format!(
+                        "shape {shape:?} is too large: the product of its dimensions (a 0 counted as 1) overflows isize"
+                    ),
+                )
+            })?;
     }
-    shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| {
-            Error::arg(
-                op,
-                format!("shape {shape:?} has more elements than fit in usize"),
-            )
-        })
+    Ok(if shape.contains(&0) { 0 } else { nonzero })
 }
 
 /// `a * b` for shape arithmetic (a stride times a step, a count times an
@@ -260,6 +275,7 @@ pub fn resolve_shape(op: &'static str, from: &[usize], to: &[isize]) -> Result<D
             to: to.to_vec()
         });
     }
+    checked_numel(op, &out)?;
     Ok(out)
 }
 

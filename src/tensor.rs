@@ -200,9 +200,8 @@ impl Tensor {
 
     /// Allocates an uninitialised contiguous tensor.
     pub(crate) fn alloc(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let bytes = shape
-            .iter()
-            .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
+        let bytes = crate::layout::checked_numel("alloc", shape)?
+            .checked_mul(dtype.size_in_bytes())
             .ok_or_else(|| {
                 Error::arg(
                     "alloc",
@@ -359,7 +358,9 @@ impl Tensor {
         let c = src.to_dtype(T::DTYPE)?.contiguous()?;
         let _l = crate::storage::lock(&[c.storage()], &[]);
         // SAFETY: `c` is contiguous, of dtype T, on the CPU, and its storage
-        // holds at least offset + numel elements; we hold a read lock.
+        // holds offset + numel elements when numel > 0 (an empty view's
+        // offset may lie past the end; `slice` reads nothing then); we hold
+        // a read lock.
         let s =
             unsafe { crate::backend::cpu::slice::<T>(c.storage(), c.storage_offset(), c.numel()) };
         Ok(s.to_vec())

@@ -45,7 +45,7 @@ pub(crate) fn masked_select(x: &Tensor, mask: &Tensor, out: Tensor) -> Result<Te
         return Ok(out);
     }
     let shape = crate::layout::broadcast_shapes("masked_select", x.shape(), mask.shape())?.to_vec();
-    let numel: usize = shape.iter().product();
+    let numel = crate::layout::numel(&shape);
     // Positions of the selected elements, computed once in the forward pass.
     let pos = super::no_grad(|| {
         let all = Tensor::arange(0.0, numel as f64, 1.0, DType::I64, x.device())?;

@@ -63,7 +63,7 @@ pub(crate) fn reduce(
     };
     let rd = reduced_dims(x, dims)?;
     let shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
-    let n: usize = rd.iter().map(|&d| x.shape()[d]).product();
+    let n = crate::layout::numel_of(rd.iter().map(|&d| x.shape()[d]));
     let sdims: Vec<isize> = rd.iter().map(|&d| d as isize).collect();
     let dt = x.dtype();
     let needs_x = !matches!(red, Red::Sum | Red::Mean);

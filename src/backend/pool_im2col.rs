@@ -160,7 +160,7 @@ pub(crate) fn col2im(
         ),
         (dx, vec![n, c, g.h, g.w]),
     ] {
-        if !o.layout.is_contiguous() || o.layout.numel() != shape.iter().product::<usize>() {
+        if !o.layout.is_contiguous() || o.layout.numel() != crate::layout::numel(&shape) {
             return Err(Error::shape(
                 op,
                 &shape,

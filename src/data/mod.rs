@@ -77,7 +77,7 @@ impl Field {
 
     /// Elements in one sample of the field.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::layout::numel(&self.shape)
     }
 
     /// Bytes in one sample of the field.

@@ -91,7 +91,7 @@ impl<const D: usize> Conv<D> {
             let mut w = Tensor::empty(&shape, dtype, device)?;
             init::kaiming_uniform_(&mut w, 5f64.sqrt())?;
             let bias = if bias {
-                let fan_in = in_channels / g * kernel.iter().product::<usize>();
+                let fan_in = in_channels / g * crate::layout::numel(&kernel);
                 let bound = init::kaiming_bound(5f64.sqrt(), fan_in);
                 let mut b = Tensor::empty(&[out_channels], dtype, device)?;
                 init::uniform_(&mut b, -bound, bound)?;
@@ -252,7 +252,7 @@ impl Module for Flatten {
         let (s, e) = (s as usize, e as usize);
         let shape = x.shape();
         let mut new: Vec<isize> = shape[..s].iter().map(|&d| d as isize).collect();
-        new.push(shape[s..=e].iter().product::<usize>() as isize);
+        new.push(crate::layout::numel(&shape[s..=e]) as isize);
         new.extend(shape[e + 1..].iter().map(|&d| d as isize));
         x.reshape(&new)
     }

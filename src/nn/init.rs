@@ -23,7 +23,7 @@ pub fn fan_in_and_fan_out(t: &Tensor) -> Result<(usize, usize)> {
             )
         ));
     }
-    let receptive: usize = t.shape()[2..].iter().product();
+    let receptive = crate::layout::numel(&t.shape()[2..]);
     Ok((t.shape()[1] * receptive, t.shape()[0] * receptive))
 }
 

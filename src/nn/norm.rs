@@ -102,7 +102,7 @@ impl Module for LayerNorm {
             ));
         }
         if x.dtype() == self.weight.dtype() && x.numel() > 0 {
-            let cols = self.normalized_shape.iter().product();
+            let cols = crate::layout::numel(&self.normalized_shape);
             let (w, b) = (Some(&self.weight), Some(&self.bias));
             return fused_norm("LayerNorm", x, w, b, cols, self.eps, NormKind::Layer);
         }

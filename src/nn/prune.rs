@@ -476,7 +476,7 @@ pub fn random_unstructured(
 
 /// The channel of every entry of a row-major `shape` along `dim`.
 fn channel_of(shape: &[usize], dim: usize) -> impl Fn(usize) -> usize + '_ {
-    let inner: usize = shape[dim + 1..].iter().product();
+    let inner = crate::layout::numel(&shape[dim + 1..]);
     move |i| (i / inner.max(1)) % shape[dim]
 }
 

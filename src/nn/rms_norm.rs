@@ -101,7 +101,7 @@ fn rms_norm_op(
             None => Ok(y),
         };
     }
-    let cols = normalized_shape.iter().product();
+    let cols = crate::layout::numel(normalized_shape);
     fused_norm(op, x, w.as_ref(), None, cols, eps, NormKind::Rms)
 }
 

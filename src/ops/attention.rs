@@ -330,7 +330,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &SdpaOptions<'_>) -> Result<Geom
         }
     }
     Ok(Geometry {
-        n: batch.iter().product(),
+        n: crate::layout::numel(&batch),
         batch,
         l,
         s,

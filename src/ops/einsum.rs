@@ -176,7 +176,7 @@ fn first_repeat(labels: &[Label]) -> Option<(usize, usize)> {
 
 /// `a * b * ...` of the sizes of `labels`.
 fn prod(labels: &[Label], sizes: &dyn Fn(Label) -> usize) -> usize {
-    labels.iter().map(|&l| sizes(l)).product()
+    crate::layout::numel_of(labels.iter().map(|&l| sizes(l)))
 }
 
 impl Tensor {

@@ -11,6 +11,9 @@
 //!
 //! **Scalars** take the tensor's dtype: rounded into a float dtype, wrapped
 //! into an integer one (`u8 + -2.0` adds 254, wrapping, as PyTorch does).
+//! An integral scalar that the integer dtype cannot hold is an error
+//! (`i64 + 1e19`; u8 takes -255..=255, as a fill does): GUIDE 10,
+//! deviation 30.
 //! Comparisons see the scalar's true value (`u8 == -2.0` is false
 //! everywhere). An integer tensor to a negative integer power is an error.
 //!
@@ -128,6 +131,14 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
             }
         }
     };
+    if dt.is_int() && !op.is_comparison() && !dt.scalar_fits(s) {
+        // A wrapped scalar is never what was meant (GUIDE 10, deviation
+        // 30: PyTorch wraps an int scalar, promotes a float one).
+        bail!(Error::arg(
+            op.name(),
+            format!("the scalar {s} cannot be converted to {dt} without overflow (a {a} tensor)")
+        ));
+    }
     let divides = matches!(
         op,
         BinaryOp::Fmod | BinaryOp::Remainder | BinaryOp::FloorDivide

@@ -144,7 +144,7 @@ impl Tensor {
             ));
         }
         let full_i: Vec<isize> = full.iter().map(|&s| s as isize).collect();
-        let mut flat = vec![t.batch.iter().product::<usize>() as isize];
+        let mut flat = vec![crate::layout::numel(&t.batch) as isize];
         flat.extend(rest.iter().map(|&s| s as isize));
         values.expand(&full_i)?.reshape(&flat)
     }
@@ -154,7 +154,7 @@ impl Tensor {
     /// that matters), else `None`.
     fn leading_merged(&self, k: usize) -> Result<Option<Tensor>> {
         let (shape, strides) = (self.shape(), self.strides());
-        let p: usize = shape[..k].iter().product();
+        let p = crate::layout::numel(&shape[..k]);
         // Walk the non-trivial leading dimensions from the inside out: each
         // must step over exactly the block of the ones inside it.
         let mut lead: Option<usize> = None;
@@ -254,7 +254,7 @@ impl Tensor {
         let run = || -> Result<Tensor> {
             let vals = self.index_put_values(OP, &t, values)?;
             let shape: Vec<isize> = self.shape().iter().map(|&s| s as isize).collect();
-            let p: usize = self.shape()[..t.k].iter().product();
+            let p = crate::layout::numel(&self.shape()[..t.k]);
             let mut flat = vec![p as isize];
             flat.extend(shape[t.k..].iter().copied());
             let x = self.reshape(&flat)?;

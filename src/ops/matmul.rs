@@ -211,7 +211,7 @@ impl Tensor {
         if r != 2 {
             // [.., k] -> [m, k] and back (a view when the input allows it).
             let lead = &self.shape()[..r - 1];
-            let m: usize = lead.iter().product();
+            let m = crate::layout::numel(lead);
             let y = self
                 .reshape(&[m as isize, k as isize])?
                 .linear(weight, bias)?;

@@ -83,7 +83,7 @@ impl Tensor {
         }
         let shape = self.shape();
         let mut to: Vec<isize> = shape[..s].iter().map(|&d| d as isize).collect();
-        to.push(shape[s..=e].iter().product::<usize>() as isize);
+        to.push(crate::layout::numel(&shape[s..=e]) as isize);
         to.extend(shape[e + 1..].iter().map(|&d| d as isize));
         self.reshape(&to)
     }

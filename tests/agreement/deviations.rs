@@ -681,3 +681,107 @@ fn unique_dim_sorts_nan_slices_last() {
     assert!(r[2].is_nan() && r[3] == 1.0);
     assert_eq!(inverse.to_vec::<i64>().unwrap(), vec![1, 0]);
 }
+
+/// Deviation 30: an integral scalar that an integer tensor's dtype cannot
+/// hold is an `Err` naming the op and the scalar. PyTorch 2.15 wraps an int
+/// scalar (`torch.tensor([0, 1, 2]) + 10**19` prints
+/// `[-8446744073709551616, -8446744073709551615, -8446744073709551614]`,
+/// `uint8 + 256` adds 0) and promotes a float one (`+ 1e19` is float32).
+#[test]
+fn integer_scalars_out_of_range_are_refused() {
+    let _shared = crate::common::shared();
+    let i = Tensor::from_slice(&[0i64, 1, 2], &[3], CPU).unwrap();
+    let e = i.add_scalar(1e19).unwrap_err().to_string();
+    assert!(
+        e.starts_with("add:") && e.contains("10000000000000000000") && e.contains("int64"),
+        "{e}"
+    );
+    let u = Tensor::from_slice(&[0u8, 1, 2], &[3], CPU).unwrap();
+    assert!(u.add_scalar(256.0).is_err());
+    assert_eq!(v(&u.add_scalar(255.0).unwrap()), [255.0, 0.0, 1.0]);
+    assert_eq!(v(&u.add_scalar(-255.0).unwrap()), [1.0, 2.0, 3.0]);
+    let w = Tensor::from_slice(&[0i32, 1, 2], &[3], CPU).unwrap();
+    assert!(w.mul_scalar(2147483648.0).is_err());
+    // A comparison takes any scalar, at its true value.
+    assert_eq!(v(&w.lt_scalar(2147483648.0).unwrap()), [1.0; 3]);
+}
+
+/// Deviation 31: values that are constant over the normalised or reduced
+/// elements have a variance of exactly 0 here, so `BatchNorm2d` and
+/// `GroupNorm` give exactly their bias and `var`/`std` exactly 0. PyTorch
+/// 2.15's CPU kernels round their own f32 means: for one value expanded to
+/// `[4, 3, 3, 3]` (11.167864799499512, weight 1.5106810331344604) its
+/// `batch_norm` prints 0.4903392195701599 where the bias is
+/// 0.4898836314678192, its `group_norm` (2 groups of `[2, 4, 3, 3]`)
+/// 0.8434638977050781 for a bias of 0.8435981273651123, and `std` over both
+/// dims of a constant `[3, 5]` 4.935733386446373e-07 (its gradient there is
+/// noise: -0.78). Its `layer_norm` and `std` over one dim are exact, as here.
+#[test]
+fn constant_values_normalise_to_exactly_the_bias() {
+    let _shared = crate::common::shared();
+    use tensorscope::nn::{BatchNorm2d, GroupNorm, Module};
+    // PyTorch's f32 inputs, written as the f64s they are.
+    let f32s = |v: &[f64]| -> (Tensor, Vec<f32>) {
+        let t = Tensor::from_slice(v, &[v.len()], CPU)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let e = t.to_vec::<f32>().unwrap();
+        (t, e)
+    };
+    let c = f32s(&[11.167864799499512])
+        .0
+        .reshape(&[1, 1, 1, 1])
+        .unwrap();
+    let (w, _) = f32s(&[
+        1.5106810331344604,
+        -0.043455202132463455,
+        0.9776571989059448,
+    ]);
+    let (bt, b) = f32s(&[0.4898836314678192, 0.8435981273651123, 0.5646700263023376]);
+    let mut bn = BatchNorm2d::with_options(3, 1e-5, 0.1, DType::F32, CPU).unwrap();
+    bn.weight = Some(w);
+    bn.bias = Some(bt);
+    let y = bn.forward(&c.expand(&[4, 3, 3, 3]).unwrap()).unwrap();
+    let y = y.to_vec::<f32>().unwrap();
+    for (ch, &bias) in b.iter().enumerate() {
+        assert!(
+            y[ch * 9..(ch + 1) * 9].iter().all(|&v| v == bias),
+            "channel {ch}"
+        );
+    }
+    let mut gn = GroupNorm::new(2, 4).unwrap();
+    let (gbt, gb) = f32s(&[
+        0.8435981273651123,
+        0.5646700263023376,
+        0.620269775390625,
+        0.4149458408355713,
+    ]);
+    gn.bias = Some(gbt);
+    let y = gn
+        .forward(&c.expand(&[2, 4, 3, 3]).unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, gb[(i / 9) % 4], "element {i}");
+    }
+    let x = f32s(&[-4.354007720947266])
+        .0
+        .reshape(&[1, 1])
+        .unwrap()
+        .expand(&[3, 5])
+        .unwrap();
+    assert_eq!(v(&x.std(&[0, 1], 1, false).unwrap()), [0.0]);
+    assert_eq!(v(&x.var(&[], 0, false).unwrap()), [0.0]);
+    let ln = tensorscope::nn::LayerNorm::new(&[5]).unwrap();
+    let y = ln
+        .forward(
+            &Tensor::full(&[3, 1], 16.1, DType::F32, CPU)
+                .unwrap()
+                .expand(&[3, 5])
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(v(&y), [0.0; 15]);
+}

@@ -206,6 +206,12 @@ fn make(inp: &Input, dev: Device, grad: bool) -> Result<(Tensor, Tensor)> {
             stored.swap(r - 2, r - 1);
         }
         'e' => stored[0] = 1,
+        'z' => {
+            if let Some(last) = stored.last_mut() {
+                *last = 1;
+            }
+        }
+        's' => stored.iter_mut().for_each(|d| *d = 1),
         _ => {}
     }
     let mut leaf = Tensor::from_slice(&inp.values, &stored, Device::Cpu)?
@@ -216,7 +222,9 @@ fn make(inp: &Input, dev: Device, grad: bool) -> Result<(Tensor, Tensor)> {
     }
     let view = match inp.layout {
         't' => leaf.transpose(-2, -1)?,
-        'e' => leaf.expand(&inp.shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?,
+        'e' | 'z' | 's' => {
+            leaf.expand(&inp.shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?
+        }
         _ => leaf.alias(),
     };
     Ok((leaf, view))

@@ -10,7 +10,17 @@
 //! * `memory_allocated` unchanged once the call's results are dropped
 //!   (nothing leaked on an `Err` path either);
 //! * an in-place call that returns `Err` leaves its target's values, shape
-//!   and version untouched.
+//!   and version untouched;
+//! * for the four degenerate classes (ops 34-37): an in-place op on an empty
+//!   view whose offset is past its storage's end writes nothing; a shape whose
+//!   dims (a 0 counted as 1) multiply past isize is refused by every maker,
+//!   and one within that bound goes through a reduction and its backward;
+//!   rows constant along the normalised or reduced dim give the exact
+//!   statistics (variance 0, LayerNorm 0, the mean itself); an integral scalar
+//!   outside an integer dtype's range is refused, naming the op.
+//!
+//! `.ci/run` runs this test in the `checked` profile (release code with
+//! debug assertions and overflow checks) with 60,000 calls.
 //!
 //! The test holds its binary's lock alone (`common::serial()`): the
 //! allocator's statistics are per device and process-wide, so no other test
@@ -154,7 +164,7 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
     let base = memory::memory_allocated(CPU);
     let mut errs = 0usize;
     for call in 0..calls {
-        let op = rng.below(34);
+        let op = rng.below(38);
         let a = rng.tensor();
         let b = rng.tensor();
         let what = format!(
@@ -248,6 +258,10 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
                     None,
                 ),
                 30 => (one(a.to_device(g.device())), None),
+                34 => (empty_view_past_the_end(g), None),
+                35 => (overflowing_partial_products(g), None),
+                36 => (constant_rows(g), None),
+                37 => (integer_scalar_out_of_range(g), None),
                 // In place: the target must come back untouched on an Err.
                 _ => {
                     let mut t = a.deep_clone().unwrap();
@@ -277,6 +291,8 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
             }
         };
         if let Err(e) = &out {
+            // A check of classes 34-37 failed: a wrong answer, not a refusal.
+            assert!(!e.to_string().contains(WRONG), "{what}: {e}");
             errs += 1;
             // An error names an op, never an empty string.
             assert!(!e.to_string().starts_with(':'), "{what}: {e}");
@@ -300,4 +316,232 @@ fn hostile_arguments_never_panic_leak_or_half_write() {
         errs > calls / 10 && errs < calls,
         "{errs} errors of {calls} calls"
     );
+}
+
+/// The prefix of an `Err` that a degenerate class's own check returns: a
+/// wrong answer, which fails the test (a refusal by the library does not).
+const WRONG: &str = "WRONG ANSWER";
+
+fn wrong(msg: String) -> tensorscope::Error {
+    // A wrong answer travels as an error so that the caller reports it with
+    // the call's description.
+    tensorscope::Error::InvalidArgument {
+        op: "hostile",
+        msg: format!("{WRONG}: {msg}"),
+    }
+}
+
+/// Class 34: an in-place op, a read and a reduction of an empty view whose
+/// offset lies past its storage's end; the storage is never written.
+fn empty_view_past_the_end(g: &mut Rng) -> Out {
+    let dt = g.dtype();
+    let n = g.below(4) as usize;
+    let base = Tensor::arange(0.0, n as f64, 1.0, dt, CPU)?;
+    let was = base.to_vec::<f64>()?;
+    let shape = match g.below(3) {
+        0 => vec![0],
+        1 => vec![g.below(3) as usize, 0],
+        _ => vec![0, g.below(3) as usize, g.below(3) as usize],
+    };
+    let strides: Vec<usize> = shape.iter().map(|_| g.below(5) as usize).collect();
+    let offset = n + g.pick(&[0, 1, 7, 1 << 20, 1 << 40]);
+    let mut v = base.as_strided(&shape, &strides, offset)?;
+    let x = g.value();
+    let r = match g.below(6) {
+        0 => v.abs_().map(|_| ()),
+        1 => v.fill_(x).map(|_| ()),
+        2 => v.add_scalar_(x).map(|_| ()),
+        3 => v.zero_().map(|_| ()),
+        4 => v.copy_(&Tensor::zeros(&shape, dt, CPU)?).map(|_| ()),
+        _ => v.clamp_(Some(0.0), None).map(|_| ()),
+    };
+    drop(r); // refusals (bool abs, say) are fine; writes are not
+    let got = v.to_vec::<f64>()?;
+    let sum = v.sum(&[], false)?.to_vec::<f64>()?;
+    let c = v.contiguous()?;
+    if !got.is_empty() || sum.len() != 1 || c.numel() != 0 || base.to_vec::<f64>()? != was {
+        return Err(wrong(format!(
+            "empty view {shape:?}/{strides:?}+{offset} of {dt}: read {got:?}, sum {sum:?}, storage {:?} (was {was:?})",
+            base.to_vec::<f64>()?
+        )));
+    }
+    Ok(vec![v, c])
+}
+
+/// Class 35: shapes mixing a 0 with dims whose product overflows isize are
+/// refused by every maker; within the bound they are made, and reduce and
+/// back-propagate to empty results.
+fn overflowing_partial_products(g: &mut Rng) -> Out {
+    let big = g.pick(&[1usize << 32, 1 << 33, 1 << 40, 1 << 62, usize::MAX / 3]);
+    let fits = big <= 1 << 20;
+    let (big, fits) = if g.below(3) == 0 {
+        (1usize << 20, true)
+    } else {
+        (big, fits)
+    };
+    let zero_at = g.below(3) as usize;
+    let mut shape = vec![big, big];
+    shape.insert(zero_at, 0);
+    let is: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+    let leaf = Tensor::zeros(&[1, 1, 0], DType::F32, CPU)?.requires_grad_(true)?;
+    let dt = g.dtype();
+    let made = match g.below(6) {
+        0 => Tensor::zeros(&shape, dt, CPU),
+        1 => Tensor::full(&shape, 1.0, dt, CPU),
+        2 => Tensor::zeros(&[0], dt, CPU)?.reshape(&is),
+        3 => Tensor::zeros(&[0], dt, CPU)?.view(&is),
+        4 => Tensor::zeros(&[1], dt, CPU)?.as_strided(&shape, &[0, 0, 0], 0),
+        _ => {
+            let mut e = is.clone();
+            e[zero_at] = 0;
+            if zero_at != 2 {
+                // expand keeps the trailing 0 of [1, 1, 0]; new dims lead.
+                e = vec![big as isize, big as isize, 0];
+            }
+            leaf.expand(&e)
+        }
+    };
+    match (made, fits) {
+        (Err(_), false) => Ok(vec![]),
+        (Ok(t), false) => Err(wrong(format!("a {:?} tensor was made", t.shape()))),
+        (Err(e), true) => Err(wrong(format!("shape {shape:?} refused: {e}"))),
+        (Ok(t), true) => {
+            let dims: Vec<isize> = (0..3).filter(|&d| d != zero_at as isize).collect();
+            let s = t.sum(&dims, false)?;
+            let m = t.to_dtype(DType::F32)?.mean(&[], false)?;
+            if t.requires_grad() {
+                t.mul_scalar(2.0)?.sum(&[], false)?.backward()?;
+                if leaf.grad().map(|g| g.shape().to_vec()) != Some(vec![1, 1, 0]) {
+                    return Err(wrong("the leaf's gradient is not [1, 1, 0]".into()));
+                }
+            }
+            Ok(vec![t, s, m])
+        }
+    }
+}
+
+/// Class 36: rows constant along the last dim (an expanded, stride-0
+/// input) through every normalisation and reduction, against the exact
+/// answer: variance 0, LayerNorm and BatchNorm/GroupNorm their bias (0),
+/// the mean and the extrema the value itself.
+fn constant_rows(g: &mut Rng) -> Out {
+    use tensorscope::nn::{BatchNorm1d, GroupNorm, LayerNorm, Module};
+    let dt = g.pick(&[DType::F32, DType::F32, DType::F64, DType::F16, DType::BF16]);
+    let c: f64 = g.pick(&[
+        16.1,
+        -4.354_007_72,
+        11.167_864_8,
+        1.0e4 + 0.3,
+        1e-3,
+        3.0,
+        -250.75,
+    ]);
+    // f16's norm of 70 copies of 1e4 would pass its largest finite value.
+    let c = if dt == DType::F16 { c.min(300.0) } else { c };
+    let (rows, cols) = (1 + g.below(4) as usize, 2 + g.below(70) as usize);
+    let x = if g.below(2) == 0 {
+        Tensor::full(&[rows, 1], c, dt, CPU)?.expand(&[rows as isize, cols as isize])?
+    } else {
+        Tensor::full(&[1, 1], c, dt, CPU)?.expand(&[rows as isize, cols as isize])?
+    };
+    // The value as the dtype holds it, and the tolerance of a result of
+    // magnitude `m` (f16 and bf16 results round once).
+    let cv = x.to_vec::<f64>()?[0];
+    let rel = match dt {
+        DType::F64 => 1e-12,
+        DType::F32 => 2e-7,
+        DType::F16 => 1e-3,
+        _ => 8e-3,
+    };
+    let n = cols as f64;
+    // A statistic that should be 0 may carry one rounding of the value's
+    // size at most: the rounding of a plain mean, times LayerNorm's
+    // 1/sqrt(eps), was 6e-4 for 16.1 in f32 (this bound: 3e-8).
+    let zero = rel * cv.abs() * 1e-2;
+    let (name, got, want, tol): (&str, Tensor, f64, f64) = match g.below(12) {
+        0 => ("var", x.var(&[-1], g.below(2) as usize, false)?, 0.0, zero),
+        1 => ("std", x.std(&[-1], 1, false)?, 0.0, zero),
+        2 => ("var_mean.var", x.var_mean(&[-1], 0, false)?.0, 0.0, zero),
+        3 => ("mean", x.mean(&[-1], false)?, cv, rel * cv.abs()),
+        4 => ("amax", x.max(&[-1], false)?, cv, 0.0),
+        5 => (
+            "logsumexp",
+            x.logsumexp(&[-1], false)?,
+            cv + n.ln(),
+            rel * (cv.abs() + n.ln()),
+        ),
+        6 => ("softmax", x.softmax(-1)?, 1.0 / n, rel / n),
+        7 => ("log_softmax", x.log_softmax(-1)?, -n.ln(), rel * n.ln()),
+        8 => {
+            let ln = LayerNorm::with_options(&[cols], 1e-5, dt, CPU)?;
+            ("LayerNorm", ln.forward(&x)?, 0.0, zero)
+        }
+        9 => {
+            // [rows, cols] as [N, C] with C = cols: each channel is constant
+            // over the batch only when every row holds c.
+            let xs =
+                Tensor::full(&[1, 1], c, dt, CPU)?.expand(&[rows as isize + 1, cols as isize])?;
+            let bn = BatchNorm1d::with_options(cols, 1e-5, 0.1, dt, CPU)?;
+            ("BatchNorm1d", bn.forward(&xs)?, 0.0, zero)
+        }
+        10 => {
+            let xs =
+                Tensor::full(&[1, 1, 1], c, dt, CPU)?.expand(&[rows as isize, 2, cols as isize])?;
+            let gn = GroupNorm::with_options(1, 2, 1e-5, true, dt, CPU)?;
+            ("GroupNorm", gn.forward(&xs)?, 0.0, zero)
+        }
+        _ => (
+            "vector_norm",
+            x.vector_norm(2.0, &[-1], false)?,
+            cv.abs() * n.sqrt(),
+            4.0 * rel * cv.abs() * n.sqrt(),
+        ),
+    };
+    let bad: Vec<f64> = got
+        .to_vec::<f64>()?
+        .into_iter()
+        .filter(|v| (v - want).abs().is_nan() || (v - want).abs() > tol)
+        .collect();
+    if !bad.is_empty() {
+        return Err(wrong(format!(
+            "{name} of {c} ({cv} in {dt}) over [{rows}, {cols}] rows: {} values off, e.g. {}, want {want} (tolerance {tol})",
+            bad.len(),
+            bad[0]
+        )));
+    }
+    Ok(vec![got])
+}
+
+/// Class 37: an integral scalar outside an integer dtype's range, through
+/// every scalar op and its in-place form: an `Err` naming the op, and the
+/// target unchanged.
+fn integer_scalar_out_of_range(g: &mut Rng) -> Out {
+    let dt = g.pick(&[DType::I64, DType::I32, DType::U8]);
+    let s = match dt {
+        DType::I64 => g.pick(&[1e19, -1e19, 9_223_372_036_854_775_808.0, -2e19, 1e30]),
+        DType::I32 => g.pick(&[2_147_483_648.0, -2_147_483_649.0, 1e10, -1e12]),
+        _ => g.pick(&[256.0, -256.0, 1000.0, 1e10, -1e19]),
+    };
+    let mut t = Tensor::arange(0.0, 1.0 + g.below(4) as f64, 1.0, dt, CPU)?;
+    let was = state(&t);
+    let (name, r) = match g.below(10) {
+        0 => ("add", t.add_scalar(s).map(drop)),
+        1 => ("sub", t.sub_scalar(s).map(drop)),
+        2 => ("mul", t.mul_scalar(s).map(drop)),
+        3 => ("maximum", t.maximum_scalar(s).map(drop)),
+        4 => ("fmod", t.fmod_scalar(s).map(drop)),
+        5 => ("remainder", t.remainder_scalar(s).map(drop)),
+        6 => ("floor_divide", t.floor_divide_scalar(s).map(drop)),
+        7 => ("sub", t.rsub_scalar(s).map(drop)),
+        8 => ("add", t.add_scalar_(s).map(drop)),
+        _ => ("mul", t.mul_scalar_(s).map(drop)),
+    };
+    match r {
+        Err(e) if e.to_string().starts_with(name) && state(&t) == was => Err(e),
+        Err(e) => Err(wrong(format!(
+            "{name} {s} on {dt}: {e}, target {:?}",
+            state(&t)
+        ))),
+        Ok(()) => Err(wrong(format!("{name} {s} on {dt} was accepted"))),
+    }
 }

@@ -10,6 +10,7 @@ mod common;
 
 mod breadth;
 mod creation;
+mod degenerate;
 mod display;
 mod division;
 mod elementwise;

@@ -81,6 +81,28 @@ fn no_source_file_is_over_1000_lines() {
     assert!(long.is_empty(), "split these by concern: {long:#?}");
 }
 
+/// Sizes are multiplied in one place: `layout::numel` / `numel_of`, whose
+/// bound (`checked_numel`, met by every tensor's shape) is what keeps a
+/// product of dims from overflowing. A hand-written `.product()` there
+/// once panicked in a checked build.
+#[test]
+fn shape_products_go_through_numel() {
+    let bad: Vec<String> = src_files()
+        .iter()
+        .filter(|(p, _)| p != "src/layout.rs")
+        .flat_map(|(p, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| code(l).contains(".product"))
+                .map(move |(i, l)| format!("{p}:{}: {}", i + 1, l.trim()))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "use crate::layout::numel or numel_of: {bad:#?}"
+    );
+}
+
 #[test]
 fn the_allocator_imports_no_backend() {
     let mut seen = 0;

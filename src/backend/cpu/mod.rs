@@ -48,16 +48,18 @@ pub(crate) fn ptr<T>(s: &Storage) -> *mut T {
 ///
 /// # Safety
 /// The caller holds at least a read lock on `s`, nothing writes those elements
-/// while the slice lives, the storage holds `offset + len` elements of `T`,
-/// and they are initialised.
+/// while the slice lives, and, when `len > 0`, the storage holds `offset +
+/// len` elements of `T`, initialised. An empty slice reads nothing, so its
+/// offset may lie anywhere (an empty view's may be past the end, as in
+/// PyTorch).
 pub(crate) unsafe fn slice<T>(s: &Storage, offset: usize, len: usize) -> &[T] {
+    if len == 0 {
+        return &[];
+    }
     debug_assert!(offset
         .checked_add(len)
         .and_then(|e| e.checked_mul(std::mem::size_of::<T>()))
         .is_some_and(|b| b <= s.nbytes()));
-    if len == 0 {
-        return &[];
-    }
     // SAFETY: the contract: `offset + len` elements of `T` lie inside the
     // storage (checked in debug builds above), initialised, not written
     // meanwhile; the storage outlives the returned borrow.

@@ -121,7 +121,7 @@ impl<const N: usize> Plan<N> {
     }
 
     pub(crate) fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::layout::numel(&self.shape)
     }
 
     /// The plan as a matrix, when it coalesced to exactly two dims.

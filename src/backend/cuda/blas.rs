@@ -468,7 +468,7 @@ pub(crate) fn batched_matmul(a: &Operand, b: &Operand, dst: &Operand) -> Result<
         None => (1, 0, 0, 0),
     };
     let outer = &bshape[..bshape.len().saturating_sub(1)];
-    let outer_n: usize = outer.iter().product();
+    let outer_n = crate::layout::numel(outer);
     let mat3 = |o: &Operand<'_>, bs: usize, extra: usize| -> Layout {
         let (sh, st) = (o.layout.shape(), o.layout.strides());
         Layout::from_parts(

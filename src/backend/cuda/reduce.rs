@@ -83,8 +83,8 @@ fn rgeom(
             format!("the output of a reduction over {dims:?} must have shape {kept_shape:?} (or {keepdim_shape:?})"),
         ));
     };
-    let n_red: usize = dims.iter().map(|&d| src.layout.shape()[d]).product();
-    let n_out = kept_shape.iter().product::<usize>();
+    let n_red = crate::layout::numel_of(dims.iter().map(|&d| src.layout.shape()[d]));
+    let n_out = crate::layout::numel(&kept_shape);
     let lin = sub_layout(&src.layout, &kept);
     let (oshape, [ostr_in, ostr_out]) = coalesce([&lin, &out_kept]);
     let (rshape, [rstr]) = coalesce([&sub_layout(&src.layout, dims)]);
@@ -306,7 +306,7 @@ pub(crate) fn arg_reduce(
     walk_strides[dim] = 0;
     let walk = Layout::from_parts(shape.as_slice().into(), walk_strides.as_slice().into(), 0);
     let as_keepdim = |o: &Operand| -> Result<Layout> {
-        if o.layout.numel() != shape.iter().product::<usize>() {
+        if o.layout.numel() != crate::layout::numel(&shape) {
             return Err(Error::shape(
                 name,
                 src.layout.shape(),

@@ -52,7 +52,7 @@ fn rows_geom<const N: usize>(
     for (row, st) in g.strides.iter_mut().zip(&strides) {
         fill_row(row, st);
     }
-    let rows = shape.iter().product::<usize>() as i64;
+    let rows = crate::layout::numel(&shape) as i64;
     Ok((g, rows))
 }
 

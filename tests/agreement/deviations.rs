@@ -785,3 +785,23 @@ fn constant_values_normalise_to_exactly_the_bias() {
         .unwrap();
     assert_eq!(v(&y), [0.0; 15]);
 }
+
+/// Deviation 32: a shape whose dims (a 0 counted as 1) multiply past
+/// `isize::MAX` is refused in any order. PyTorch 2.15's numel check
+/// multiplies in order: `torch.ones(1).expand(0, 2**32, 2**32)` is an empty
+/// tensor, `expand(2**32, 2**32, 0)` raises "numel: integer multiplication
+/// overflow".
+#[test]
+fn empty_shapes_whose_other_dims_overflow_are_refused_in_any_order() {
+    let _shared = crate::common::shared();
+    let one = Tensor::ones(&[1], DType::F32, CPU).unwrap();
+    let big = 1isize << 32;
+    for s in [[0, big, big], [big, big, 0], [big, 0, big]] {
+        let e = one.expand(&s).unwrap_err().to_string();
+        assert!(
+            e.starts_with("expand:") && e.contains("too large"),
+            "{s:?}: {e}"
+        );
+    }
+    assert_eq!(one.expand(&[0, big, 2]).unwrap().numel(), 0);
+}

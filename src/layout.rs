@@ -104,7 +104,7 @@ pub fn normalize_dim_inclusive(op: &'static str, dim: isize, rank: usize) -> Res
 }
 
 /// Product of a shape (1 for rank 0). Every tensor's shape passed
-/// [`checked_numel`], so for it and any part of it this product cannot
+/// `checked_numel`, so for it and any part of it this product cannot
 /// overflow; it saturates (never wraps) for a shape no tensor has.
 #[inline]
 pub fn numel(shape: &[usize]) -> usize {

@@ -1,4 +1,4 @@
-//! Backward formulas of the reductions, `select` along a dim, and softmax.
+//! Backward formulas of the reductions and of `select` along a dim.
 //! As in `formulas.rs`, each takes the inputs and the computed output and
 //! returns the output with its node when a graph is recorded.
 

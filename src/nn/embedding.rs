@@ -102,43 +102,42 @@ impl Embedding {
         device: Device,
     ) -> Result<Embedding> {
         (|| -> Result<Embedding> {
-        let op = "Embedding";
-        if !dtype.is_float() {
-            bail!(Error::dtype(op, "a float dtype", dtype));
-        }
-        let n = num_embeddings as isize;
-        let padding_idx = match opts.padding_idx {
-            None => None,
-            Some(p) if (-n..n).contains(&p) => Some(if p < 0 { p + n } else { p } as usize),
-            Some(p) => bail!(Error::IndexOutOfRange {
-                op,
-                index: p as i64,
-                dim: 0,
-                size: num_embeddings,
-            }),
-        };
-        if let Some(m) = opts.max_norm
-            && !(m.is_finite() && m > 0.0 && opts.norm_type > 0.0) {
+            let op = "Embedding";
+            if !dtype.is_float() {
+                bail!(Error::dtype(op, "a float dtype", dtype));
+            }
+            let n = num_embeddings as isize;
+            let padding_idx = match opts.padding_idx {
+                None => None,
+                Some(p) if (-n..n).contains(&p) => Some(if p < 0 { p + n } else { p } as usize),
+                Some(p) => bail!(Error::IndexOutOfRange {
+                    op,
+                    index: p as i64,
+                    dim: 0,
+                    size: num_embeddings,
+                }),
+            };
+            if let Some(m) = opts.max_norm
+                && !(m.is_finite() && m > 0.0 && opts.norm_type > 0.0)
+            {
+                let got = format!("got max_norm {m}, norm_type {}", opts.norm_type);
                 bail!(Error::arg(
                     op,
-                    format!(
-                        "max_norm must be finite and positive and norm_type positive, got max_norm {m}, norm_type {}",
-                        opts.norm_type
-                    )
+                    format!("max_norm must be finite and positive and norm_type positive, {got}")
                 ));
             }
-        let mut w = Tensor::empty(&[num_embeddings, embedding_dim], dtype, device)?;
-        init::normal_(&mut w, 0.0, 1.0)?;
-        if let Some(p) = padding_idx {
-            w.select(0, p as isize)?.fill_(0.0)?;
-        }
-        Ok(Embedding {
-            weight: w.requires_grad_(true)?,
-            padding_idx,
-            max_norm: opts.max_norm,
-            norm_type: opts.norm_type,
-        })
-    })()
+            let mut w = Tensor::empty(&[num_embeddings, embedding_dim], dtype, device)?;
+            init::normal_(&mut w, 0.0, 1.0)?;
+            if let Some(p) = padding_idx {
+                w.select(0, p as isize)?.fill_(0.0)?;
+            }
+            Ok(Embedding {
+                weight: w.requires_grad_(true)?,
+                padding_idx,
+                max_norm: opts.max_norm,
+                norm_type: opts.norm_type,
+            })
+        })()
         .map_err(|e| e.reported_as("Embedding"))
     }
 

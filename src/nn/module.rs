@@ -8,10 +8,10 @@ use crate::tensor::Tensor;
 /// A layer or a model: something with a forward pass and named parameters.
 ///
 /// Parameters are owned by the module. An optimizer updates them through
-/// `&mut` access to the whole module ([`named_parameters_mut`]
-/// (Module::named_parameters_mut)), so while a step runs nothing else can
-/// read or write them: the borrow checker, not a convention, keeps a hand
-/// edit from racing an update.
+/// `&mut` access to the whole module
+/// ([`named_parameters_mut`](Module::named_parameters_mut)), so while a
+/// step runs nothing else can read or write them: the borrow checker, not
+/// a convention, keeps a hand edit from racing an update.
 pub trait Module: Send {
     /// The forward pass on a borrowed input.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
@@ -39,18 +39,19 @@ pub trait Module: Send {
 
     /// Every buffer a checkpoint saves besides the parameters (BatchNorm's
     /// `running_mean`, `running_var` and `num_batches_tracked`), with its
-    /// dotted name, in the order [`named_parameters_mut`]
-    /// (Module::named_parameters_mut) lists them after the parameters. A
-    /// module with buffers overrides this and lists them in
-    /// `named_parameters_mut` too. None by default.
+    /// dotted name, in the order
+    /// [`named_parameters_mut`](Module::named_parameters_mut) lists them
+    /// after the parameters. A module with buffers overrides this and lists
+    /// them in `named_parameters_mut` too. None by default.
     fn named_buffers(&self) -> Vec<(String, &Tensor)> {
         Vec::new()
     }
 
-    /// Every tensor a checkpoint holds: [`named_parameters`]
-    /// (Module::named_parameters) then [`named_buffers`](Module::named_buffers),
-    /// the names and order of [`named_parameters_mut`]
-    /// (Module::named_parameters_mut) and of PyTorch's `state_dict`.
+    /// Every tensor a checkpoint holds:
+    /// [`named_parameters`](Module::named_parameters) then
+    /// [`named_buffers`](Module::named_buffers), the names and order of
+    /// [`named_parameters_mut`](Module::named_parameters_mut) and of
+    /// PyTorch's `state_dict`.
     fn named_state(&self) -> Vec<(String, &Tensor)> {
         let mut v = self.named_parameters();
         v.extend(self.named_buffers());

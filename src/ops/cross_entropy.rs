@@ -32,7 +32,8 @@ pub enum Reduction {
     None,
 }
 
-/// Options of [`cross_entropy_with`]; `Default` gives [`cross_entropy`]'s
+/// Options of [`cross_entropy_with`](crate::nn::loss::cross_entropy_with);
+/// `Default` gives [`cross_entropy`](crate::nn::loss::cross_entropy)'s
 /// behaviour.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CrossEntropyOptions<'a> {

@@ -76,14 +76,10 @@ fn cast_error(op: &'static str, res: DType, dst: DType) -> Error {
     )
 }
 
-/// `true` if the integral value `s` is representable in integer dtype `d`.
+/// `true` if the integral value `s` is representable in integer dtype `d`:
+/// what a fill takes, less u8's negative values, which a fill wraps.
 fn fits_int(d: DType, s: f64) -> bool {
-    let (lo, hi) = match d {
-        DType::U8 => (0.0, 255.0),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        _ => (-9.223_372_036_854_776e18, 9.223_372_036_854_775e18),
-    };
-    s >= lo && s <= hi
+    d.scalar_fits(s) && !(d == DType::U8 && s < 0.0)
 }
 
 /// The dtype a tensor of dtype `a` with a scalar computes in.
@@ -131,13 +127,10 @@ fn scalar_compute_dtype(op: BinaryOp, a: DType, s: f64) -> Result<DType> {
             }
         }
     };
-    if dt.is_int() && !op.is_comparison() && !dt.scalar_fits(s) {
-        // A wrapped scalar is never what was meant (GUIDE 10, deviation
-        // 30: PyTorch wraps an int scalar, promotes a float one).
-        bail!(Error::arg(
-            op.name(),
-            format!("the scalar {s} cannot be converted to {dt} without overflow (a {a} tensor)")
-        ));
+    if dt.is_int() && !op.is_comparison() {
+        // A wrapped scalar is never what was meant: the fill rule (GUIDE 10,
+        // deviation 30: PyTorch wraps an int scalar, promotes a float one).
+        super::check_fill_value(op.name(), dt, s)?;
     }
     let divides = matches!(
         op,
@@ -212,15 +205,9 @@ impl Tensor {
             && compute_dtype(op, dt, dt)? == dt
         {
             let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-            let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
-            let fresh = out.is_exclusive();
-            backend::binary_into(
-                op,
-                &Operand::of(self),
-                &Operand::of(other),
-                &Operand::of(&out),
-                fresh,
-            )?;
+            let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+            let (o, fresh) = Operand::output(&mut out);
+            backend::binary_into(op, &Operand::of(self), &Operand::of(other), &o, fresh)?;
             return crate::autograd::formulas::binary(op, self, other, out);
         }
         self.binary_op_general(op, other)
@@ -252,13 +239,13 @@ impl Tensor {
             &cb
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let out = Tensor::alloc(shape, out_dt, self.device())?;
-        let fresh = out.is_exclusive();
+        let mut out = Tensor::alloc(shape, out_dt, self.device())?;
+        let (o, fresh) = Operand::output(&mut out);
         backend::binary_into(
             op,
             &Operand::broadcast(a, shape)?,
             &Operand::broadcast(b, shape)?,
-            &Operand::of(&out),
+            &o,
             fresh,
         )?;
         crate::autograd::formulas::binary(op, a, b, out)
@@ -276,9 +263,9 @@ impl Tensor {
             &ca
         };
         let out_dt = if op.is_comparison() { DType::Bool } else { dt };
-        let out = Tensor::alloc(self.shape(), out_dt, self.device())?;
-        let fresh = out.is_exclusive();
-        backend::binary_scalar_into(op, &Operand::of(a), s, &Operand::of(&out), fresh)?;
+        let mut out = Tensor::alloc(self.shape(), out_dt, self.device())?;
+        let (o, fresh) = Operand::output(&mut out);
+        backend::binary_scalar_into(op, &Operand::of(a), s, &o, fresh)?;
         crate::autograd::formulas::binary_scalar(op, a, s, out)
     }
 
@@ -366,9 +353,9 @@ impl Tensor {
         // Borrow the input when it already has the compute dtype (no new handle).
         let converted = self.unary_input(op)?;
         let src = converted.as_ref().unwrap_or(self);
-        let out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
-        let fresh = out.is_exclusive();
-        backend::unary_into(op, &Operand::of(src), &Operand::of(&out), fresh)?;
+        let mut out = Tensor::alloc(src.shape(), src.dtype(), src.device())?;
+        let (o, fresh) = Operand::output(&mut out);
+        backend::unary_into(op, &Operand::of(src), &o, fresh)?;
         crate::autograd::formulas_unary::unary(op, src, out)
     }
 
@@ -496,8 +483,9 @@ impl Tensor {
             let v = Tensor::full_wrapped(&[], value, self.dtype(), self.device())?;
             return Tensor::where_cond(mask, &v, self);
         }
-        // One pass into a fresh tensor: a deep copy and then `masked_fill_`
-        // were two (Note [one pass, not two] in bench/results/ops-why.md).
+        // One pass into a fresh tensor, where a deep copy and then
+        // `masked_fill_` would be two (Note [one pass, not two] in
+        // bench/results/ops-why.md).
         let out = Tensor::alloc(self.shape(), self.dtype(), self.device())?;
         self.masked_fill_into("masked_fill", mask, value, &out)?;
         Ok(out)

@@ -23,7 +23,7 @@ mod reductions_composed;
 pub use pinned::PendingHost;
 #[cfg(feature = "cuda")]
 mod record_stream;
-pub(crate) mod reduce;
+mod reduce;
 mod sampling;
 mod scan;
 mod scatter_reduce;
@@ -44,7 +44,8 @@ use crate::error::{Error, Result};
 /// `Err` unless `op` can store the number `value` into `dtype` the way
 /// PyTorch does (see `DType::scalar_fits`): `full(.., 300, u8)` is an
 /// overflow error, `full(.., -1, u8)` gives 255. Fills, `masked_fill`,
-/// `index_fill` and `scatter` with a value check this first.
+/// `index_fill`, `scatter` with a value, and an integer tensor's
+/// arithmetic with a scalar check this first.
 pub(crate) fn check_fill_value(op: &'static str, dtype: DType, value: f64) -> Result<()> {
     if dtype.scalar_fits(value) {
         return Ok(());

@@ -18,6 +18,16 @@ impl<'a> Operand<'a> {
         }
     }
 
+    /// `t` as the output of an `_into` kernel, with whether the kernel may
+    /// write it without its storage lock ([`Tensor::is_exclusive`]). The
+    /// `&mut` borrow lasts as long as the operand, so no other handle to
+    /// `t` can be made meanwhile and the answer cannot go stale.
+    #[inline]
+    pub(crate) fn output(t: &'a mut Tensor) -> (Self, bool) {
+        let t: &'a Tensor = t;
+        (Operand::of(t), t.is_exclusive())
+    }
+
     /// The tensor seen through another layout (e.g. broadcast).
     #[inline]
     pub(crate) fn with(t: &'a Tensor, layout: Layout) -> Self {

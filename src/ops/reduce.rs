@@ -59,7 +59,7 @@ fn reduced_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
         .collect()
 }
 
-pub(crate) fn need_float(op: &'static str, t: &Tensor) -> Result<()> {
+pub(super) fn need_float(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype().is_float() {
         bail!(Error::dtype(
             op,

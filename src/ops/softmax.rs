@@ -2,15 +2,16 @@
 //! and backward, one fused kernel per direction on each device
 //! (`backend::softmax`, `kernels/softmax.cu`).
 
+use super::reduce::need_float;
 use crate::autograd::{attach, needs_grad, BackwardFn, Saved};
 use crate::backend::{self, Operand};
 use crate::error::Result;
 use crate::layout::normalize_dim;
-use crate::ops::reduce::need_float;
 use crate::tensor::Tensor;
 
 impl Tensor {
-    fn softmax_impl(&self, dim: isize, log: bool) -> Result<Tensor> {
+    /// The forward, and the normalised dim for [`record`].
+    fn softmax_impl(&self, dim: isize, log: bool) -> Result<(Tensor, usize)> {
         let op = if log { "log_softmax" } else { "softmax" };
         need_float(op, self)?;
         let d = normalize_dim(op, dim, self.rank().max(1))?;
@@ -26,10 +27,10 @@ impl Tensor {
                 1.0
             };
             backend::fill(&Operand::of(&out), v)?;
-            return Ok(out);
+            return Ok((out, d));
         }
         backend::softmax::softmax(&Operand::of(self), d, &Operand::of(&out), log)?;
-        Ok(out)
+        Ok((out, d))
     }
 
     /// `exp(x) / sum(exp(x))` along `dim`, computed stably (the row's
@@ -45,18 +46,20 @@ impl Tensor {
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context_with("softmax", || vec![self.shape().to_vec()]);
-        record(self, dim, false, self.softmax_impl(dim, false)?)
+        let (out, d) = self.softmax_impl(dim, false)?;
+        record(self, d, false, out)
     }
 
     /// `x - logsumexp(x)` along `dim`, computed stably. Float tensors only.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context("log_softmax");
-        record(self, dim, true, self.softmax_impl(dim, true)?)
+        let (out, d) = self.softmax_impl(dim, true)?;
+        record(self, d, true, out)
     }
 }
 
-/// Records `out = softmax(x, dim)` or `log_softmax`.
-fn record(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<Tensor> {
+/// Records `out = softmax(x, d)` or `log_softmax` (`d` normalised).
+fn record(x: &Tensor, d: usize, log: bool, out: Tensor) -> Result<Tensor> {
     if !needs_grad(&[x]) {
         return Ok(out);
     }
@@ -67,7 +70,6 @@ fn record(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Result<Tensor> {
     };
     let ky = Saved::new(&out, name)?;
     let dt = x.dtype();
-    let d = normalize_dim(name, dim, x.rank().max(1))?;
     let f: BackwardFn = Box::new(move |g| {
         let y = ky.get()?;
         if y.rank() == 0 {

@@ -696,14 +696,61 @@ fn integer_scalars_out_of_range_are_refused() {
         e.starts_with("add:") && e.contains("10000000000000000000") && e.contains("int64"),
         "{e}"
     );
-    let u = Tensor::from_slice(&[0u8, 1, 2], &[3], CPU).unwrap();
-    assert!(u.add_scalar(256.0).is_err());
-    assert_eq!(v(&u.add_scalar(255.0).unwrap()), [255.0, 0.0, 1.0]);
-    assert_eq!(v(&u.add_scalar(-255.0).unwrap()), [1.0, 2.0, 3.0]);
-    let w = Tensor::from_slice(&[0i32, 1, 2], &[3], CPU).unwrap();
-    assert!(w.mul_scalar(2147483648.0).is_err());
-    // A comparison takes any scalar, at its true value.
-    assert_eq!(v(&w.lt_scalar(2147483648.0).unwrap()), [1.0; 3]);
+    let cases: [(DType, f64, f64); 3] = [
+        (DType::I64, 1e19, -1e19),
+        (DType::I32, 2147483648.0, -2147483649.0),
+        (DType::U8, 256.0, -256.0),
+    ];
+    for (dt, hi, lo) in cases {
+        let t = Tensor::arange(0.0, 3.0, 1.0, dt, CPU).unwrap();
+        for s in [hi, lo] {
+            let e = t.add_scalar(s).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains("add") && msg.contains(&format!("{s}")),
+                "{dt} {s}: {msg}"
+            );
+            assert!(
+                matches!(e, tensorscope::Error::InvalidArgument { .. }),
+                "{dt} {s}: {e:?}"
+            );
+            assert!(t.mul_scalar(s).is_err(), "{dt} mul {s}");
+            assert!(t.sub_scalar(s).is_err(), "{dt} sub {s}");
+            let mut u = t.deep_clone().unwrap();
+            assert!(u.add_scalar_(s).is_err(), "{dt} add_ {s}");
+            assert_eq!(u.to_vec::<f64>().unwrap(), [0.0, 1.0, 2.0]);
+            assert!(Tensor::full(&[2], s, dt, CPU).is_err(), "{dt} full {s}");
+            // Comparisons see the true value and never fail.
+            assert_eq!(
+                t.lt_scalar(s).unwrap().to_vec::<f64>().unwrap(),
+                if s > 0.0 { [1.0; 3] } else { [0.0; 3] },
+                "{dt} lt {s}"
+            );
+        }
+    }
+    // The edges themselves are accepted.
+    let t = Tensor::arange(0.0, 2.0, 1.0, DType::U8, CPU).unwrap();
+    assert_eq!(
+        t.add_scalar(-255.0).unwrap().to_vec::<f64>().unwrap(),
+        [1.0, 2.0]
+    );
+    assert_eq!(
+        t.add_scalar(255.0).unwrap().to_vec::<f64>().unwrap(),
+        [255.0, 0.0]
+    );
+    let t = Tensor::zeros(&[1], DType::I64, CPU).unwrap();
+    let big = 9.223_372_036_854_775e18;
+    assert_eq!(
+        t.add_scalar(big).unwrap().to_vec::<i64>().unwrap(),
+        [big as i64]
+    );
+    assert_eq!(
+        t.add_scalar(i64::MIN as f64)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        [i64::MIN]
+    );
 }
 
 /// Deviation 31: values that are constant over the normalised or reduced

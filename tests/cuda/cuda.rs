@@ -467,6 +467,7 @@ fn without_a_gpu_cuda_is_an_error_not_a_panic() {
         matches!(
             e,
             Error::DeviceUnavailable {
+                op: "zeros",
                 device: Device::Cuda(0),
                 ..
             }

@@ -4,7 +4,7 @@
 //! backend; inside one layer modules may use each other (the circle of
 //! `tensor`, `ops` and `autograd` is one layer, as in candle).
 
-use super::architecture::{code, src_files, ROOT_REEXPORTS};
+use super::architecture::{code, root_reexports, src_files};
 
 /// Each top-level module of `src/` and its layer, lowest first.
 const LAYERS: &[(&str, u8)] = &[
@@ -56,10 +56,10 @@ const ROOT_ITEMS: &[&str] = &[
 ];
 
 fn layer_of(name: &str) -> Option<u8> {
-    let module = ROOT_REEXPORTS
+    let module = root_reexports()
         .iter()
-        .find(|(n, _)| *n == name)
-        .map_or(name, |&(_, m)| m);
+        .find(|(n, _)| n == name)
+        .map_or(name, |(_, m)| m.as_str());
     LAYERS.iter().find(|(m, _)| *m == module).map(|&(_, l)| l)
 }
 

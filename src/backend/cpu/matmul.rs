@@ -574,8 +574,8 @@ thread_local! {
 /// pass (`m * n` elements read and written again), which a smaller saving
 /// in serial packing does not repay. A skinny weight
 /// (`x[512,1024] w[16,1024]^T`) is thus written directly (only `w`'s 16
-/// rows are packed serially; the old choice, tuned on one machine, packed
-/// all 512 of `x`'s and ran many times PyTorch's time on another); a skinny
+/// rows are packed serially; packing all 512 of `x`'s instead takes many
+/// times PyTorch's time); a skinny
 /// batch (`x[64,1024] w[1024,1024]^T`) or a transposed input goes
 /// column-major; a square pair is written directly. A product with one row or
 /// one column is a matrix-vector product (gemm's `gemv`, nothing packed) and
@@ -583,8 +583,8 @@ thread_local! {
 ///
 /// With both layouts forced, each of these choices measured faster than the
 /// other layout, and so did `x[512,1024] w[1024,1024]^T` written directly
-/// (the old rule's choice was column-major: 512 < 1024 rows); hence the
-/// factor: 64 against 1024 rows still goes column-major
+/// (where comparing rows alone would pick column-major); hence the factor: 64 against
+/// 1024 rows still goes column-major
 /// (Note [matmul layout rule] in `bench/results/ops-why.md`).
 fn column_major_product(m: usize, n: usize, x_rs: isize, w_rs: isize) -> bool {
     if m <= 1 || n <= 1 {

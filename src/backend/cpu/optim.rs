@@ -325,16 +325,15 @@ struct SgdK<C> {
 
 impl<C: Float> SgdK<C> {
     fn new(h: &SgdHyper) -> Self {
-        let o = h;
         SgdK {
-            sign: c(if o.maximize { -1.0 } else { 1.0 }),
-            wd: c(o.weight_decay),
-            l2: o.weight_decay != 0.0,
-            momentum: c(o.momentum),
-            one_minus_dampening: c(1.0 - o.dampening),
-            nesterov: o.nesterov,
+            sign: c(if h.maximize { -1.0 } else { 1.0 }),
+            wd: c(h.weight_decay),
+            l2: h.weight_decay != 0.0,
+            momentum: c(h.momentum),
+            one_minus_dampening: c(1.0 - h.dampening),
+            nesterov: h.nesterov,
             first: h.first,
-            neg_lr: c(-o.lr),
+            neg_lr: c(-h.lr),
         }
     }
 

@@ -71,6 +71,23 @@ pub(crate) fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [V
     (shape, strides)
 }
 
+/// The layout of `l` over the dims `dims` alone, at offset 0 (a kernel's
+/// view of the kept or the reduced dims).
+pub(crate) fn sub_layout(l: &Layout, dims: &[usize]) -> Layout {
+    Layout::from_parts(
+        dims.iter().map(|&d| l.shape()[d]).collect(),
+        dims.iter().map(|&d| l.strides()[d]).collect(),
+        0,
+    )
+}
+
+/// Writes `v` into the front of a geometry row of `MAX_RANK` entries.
+pub(crate) fn fill_row(dst: &mut [i64; MAX_RANK], v: &[usize]) {
+    for (d, &x) in v.iter().enumerate() {
+        dst[d] = x as i64;
+    }
+}
+
 pub(crate) fn too_many_dims(op: &'static str, shape: &[usize]) -> Error {
     Error::arg(
         op,

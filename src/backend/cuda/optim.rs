@@ -104,15 +104,14 @@ impl AdamK {
 impl SgdK {
     /// The constants of `cpu::optim::SgdK::new`.
     pub(crate) fn new(h: &SgdHyper, has_buf: bool) -> Self {
-        let o = h;
         SgdK {
-            sign: if o.maximize { -1.0 } else { 1.0 },
-            wd: o.weight_decay,
-            momentum: o.momentum,
-            one_minus_dampening: 1.0 - o.dampening,
-            neg_lr: -o.lr,
-            l2: (o.weight_decay != 0.0) as i32,
-            nesterov: o.nesterov as i32,
+            sign: if h.maximize { -1.0 } else { 1.0 },
+            wd: h.weight_decay,
+            momentum: h.momentum,
+            one_minus_dampening: 1.0 - h.dampening,
+            neg_lr: -h.lr,
+            l2: (h.weight_decay != 0.0) as i32,
+            nesterov: h.nesterov as i32,
             first: h.first as i32,
             has_buf: has_buf as i32,
         }

@@ -6,7 +6,9 @@
 
 use super::device::gpu_of;
 use super::kernels;
-use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, BLOCK, MAX_RANK};
+use super::launch::{
+    coalesce, dptr, fill_row, group_for, prepare, sub_layout, too_many_dims, BLOCK, MAX_RANK,
+};
 use crate::backend::{Operand, ReduceOp, Reduction};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -27,20 +29,6 @@ pub(crate) struct RGeom {
 }
 // SAFETY: plain old data with the C layout of `RGeom`.
 unsafe impl DeviceRepr for RGeom {}
-
-pub(super) fn sub_layout(l: &Layout, dims: &[usize]) -> Layout {
-    Layout::from_parts(
-        dims.iter().map(|&d| l.shape()[d]).collect(),
-        dims.iter().map(|&d| l.strides()[d]).collect(),
-        0,
-    )
-}
-
-pub(super) fn fill_row(dst: &mut [i64; MAX_RANK], v: &[usize]) {
-    for (d, &x) in v.iter().enumerate() {
-        dst[d] = x as i64;
-    }
-}
 
 /// The reduction geometry of `src` over `dims` (strictly increasing) into
 /// `dst`, whose shape is `src`'s without those dimensions, or with them

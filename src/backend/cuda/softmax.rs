@@ -4,8 +4,9 @@
 
 use super::device::gpu_of;
 use super::kernels;
-use super::launch::{coalesce, dptr, group_for, prepare, too_many_dims, MAX_RANK};
-use super::reduce::{fill_row, sub_layout};
+use super::launch::{
+    coalesce, dptr, fill_row, group_for, prepare, sub_layout, too_many_dims, MAX_RANK,
+};
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -111,10 +112,12 @@ pub(crate) fn softmax_backward(
     dx: &Operand,
     log: bool,
 ) -> Result<()> {
+    // The dispatcher's names (backend/softmax.rs), so an error reads the same
+    // on both devices.
     let op = if log {
-        "log_softmax_bwd"
+        "log_softmax_backward"
     } else {
-        "softmax_bwd"
+        "softmax_backward"
     };
     let g = gpu_of(op, dx.storage.device())?;
     let dt = check_float_same(op, &[dx, dy, y])?;

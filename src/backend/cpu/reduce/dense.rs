@@ -23,8 +23,8 @@ const PREFETCH_BYTES: usize = 4096;
 
 /// Lanes of the f32 total ([`DenseSum::dense_total`] for f32): eight AVX2
 /// accumulators of four f64, or four AVX-512 accumulators of eight. With
-/// sixteen lanes (the AVX2 loop it replaced, run at every level) `sum` over
-/// rows was slower than PyTorch's at AVX-512 (see [`total32_avx512`]).
+/// sixteen lanes at every level, `sum` over rows is slower than PyTorch's at
+/// AVX-512 (see [`total32_avx512`]).
 const TOTAL_LANES: usize = 32;
 
 /// Dense f64 accumulation of `f(p[k])` in `L` independent lanes, folded
@@ -138,8 +138,8 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
 
 /// [`total32_avx2`] with AVX-512: accumulator `a` holds lanes
 /// `8a..8a + 8`, each step widens eight elements (`vcvtps2pd` to a zmm):
-/// about two thirds of the time of the 16-lane AVX2 loop this replaced, level
-/// with PyTorch (Note [f32 sum lanes] in `bench/results/ops-why.md`).
+/// about two thirds of the time of a 16-lane AVX2 loop, level with
+/// PyTorch (Note [f32 sum lanes] in `bench/results/ops-why.md`).
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `p[0..len]` is in bounds and initialised.

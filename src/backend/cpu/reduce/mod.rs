@@ -396,8 +396,8 @@ impl<L: Load, const MAX: bool> Reducer for Arg<L, MAX> {
     /// elements at a time. The index is the same as the element-wise
     /// fold's: the first of the extreme values, ties (`-0` and `0`
     /// included) going to the earlier element; the value returned is that
-    /// element's. Element-wise it was slower than PyTorch; this is several
-    /// times faster (Note [argmax in two passes] in
+    /// element's. An element-wise fold is slower than PyTorch's; this is
+    /// several times faster (Note [argmax in two passes] in
     /// `bench/results/ops-why.md`).
     #[inline(always)]
     unsafe fn run(&self, a: Self::Acc, p: *const L, len: usize, s: usize, i0: usize) -> Self::Acc {

@@ -108,8 +108,8 @@ pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
 /// lifts a little above 0 is still right; above that the result is
 /// meaningless. NaN propagates; `-inf` gives 0.
 ///
-/// `sigmoid` took about a quarter less time with this than with the `exp` of
-/// that time, two halves and special-value selects (Note [exp_neg] in
+/// `sigmoid` takes about a quarter less time with this than with `exp`, two
+/// halves and special-value selects (Note [exp_neg] in
 /// `bench/results/ops-why.md`).
 #[inline(always)]
 pub(crate) fn exp_neg<const F: bool>(x: f32) -> f32 {
@@ -266,7 +266,7 @@ pub(crate) fn log<const F: bool>(x: f32) -> f32 {
 /// `c / m` (each two roundings more, on terms that enter at 2^-8 and
 /// 2^-24 of the result). The atanh series is fdlibm `logf`'s 4 terms
 /// (f32's own fit, where `log` keeps 6). One division is faster than the two
-/// of the `log(u) + c / u` this replaces (Note [log1p one division] in
+/// of `log(u) + c / u` (Note [log1p one division] in
 /// `bench/results/ops-why.md`).
 #[inline(always)]
 pub(crate) fn log1p<const F: bool>(x: f32) -> f32 {

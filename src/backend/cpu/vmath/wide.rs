@@ -3,8 +3,8 @@
 //! shares; `exp2`, `log2` and `expm1` are f32 polynomials in `float32`,
 //! since f64 lanes left them slower than PyTorch's).
 //!
-//! Decision: these ops were libm calls per element, several times PyTorch's
-//! time (Note [wide f32 kernels] in `bench/results/ops-why.md`). Each kernel
+//! Decision: libm calls per element take several times PyTorch's time
+//! (Note [wide f32 kernels] in `bench/results/ops-why.md`). Each kernel
 //! here widens its f32 argument (exactly), evaluates the function in f64 with
 //! [`float64::exp`] (1 ulp of f64) or the arctangent polynomial below, and
 //! rounds once to f32: the f64 errors are below 2^-40 relative, so the result

@@ -1,11 +1,9 @@
 //! Unit tests of the CUDA backend. The first group needs no GPU (geometry,
 //! scalar encoding, the cuBLAS row/column-major plan against an emulated
 //! column-major GEMM, the record_stream allocator over a fake source, the
-//! kernel name manifest). The second group runs crate-internal kernels the
-//! op layer does not reach through the dispatch (fused softmax backward,
-//! random fills, layer norm, dropout) and the rank-2/3 cuBLAS entry point
-//! against naive references, and prints a skip line without a GPU. The ops
-//! behind the dispatch are tested on both devices in tests/cuda/cuda.rs,
+//! kernel name manifest). The kernels called through the backend with
+//! tensors are `src/internal_tests/cuda_kernels.rs`'s; the ops behind the
+//! dispatch are tested on both devices in tests/cuda/cuda.rs,
 //! tests/cuda/cuda_elementwise.rs and tests/cuda/cuda_ops/.
 
 use super::alloc::{Fence, StreamAwareAllocator, StreamUse};

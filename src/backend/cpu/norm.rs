@@ -4,8 +4,8 @@
 //!
 //! Forward, per row, while the row is in cache: the mean (LayerNorm only),
 //! then the variance about it (or the mean square, RMSNorm) in a second sweep
-//! over the cached row (the corrected two-pass moments: `row_stats`), then the normalised,
-//! scaled and shifted output. The statistics are accumulated in `T::C` (f32
+//! over the cached row (and a third for a row whose spread is at most its
+//! mean: `row_stats`), then the normalised, scaled and shifted output. The statistics are accumulated in `T::C` (f32
 //! for f32, f16 and bf16; f64 for f64) in 32 independent lanes, so the loops
 //! vectorise; each row's mean and `rstd = 1 / sqrt(var + eps)` are written for
 //! the backward pass, as PyTorch's `native_layer_norm` saves them.
@@ -24,7 +24,7 @@
 //! intrinsics (`norm_sums`), with the same lanes, fold and bits.
 
 use super::lanes::fold_lanes_split;
-use super::norm_sums::{self, LaneSum, MomentSums, RowSums, Term};
+use super::norm_sums::{self, LaneSum, RowSums, Term};
 use super::numeric_traits::Flt;
 use super::ptr;
 use super::simd;
@@ -62,32 +62,6 @@ pub(super) fn lane_sum<T: Flt>(x: &[T], f: impl Fn(T::C) -> T::C) -> T::C {
         tail = tail + f(v.up());
     }
     fold_lanes_split(&mut acc) + tail
-}
-
-/// `(Σ (x_i - c)^2, Σ (x_i - c))` over a row in `LANES` lanes each, folded
-/// as [`lane_sum`] folds, in `T::C`.
-#[inline(always)]
-pub(super) fn centered_sums<T: Flt>(x: &[T], c: T::C) -> (T::C, T::C) {
-    let zero = <T::C as Zero>::zero();
-    let (mut sq, mut res) = ([zero; LANES], [zero; LANES]);
-    let mut it = x.chunks_exact(LANES);
-    for ch in &mut it {
-        for ((s, r), &v) in sq.iter_mut().zip(res.iter_mut()).zip(ch) {
-            let d = v.up() - c;
-            *s = *s + d * d;
-            *r = *r + d;
-        }
-    }
-    let (mut ts, mut tr) = (zero, zero);
-    for &v in it.remainder() {
-        let d = v.up() - c;
-        ts = ts + d * d;
-        tr = tr + d;
-    }
-    (
-        fold_lanes_split(&mut sq) + ts,
-        fold_lanes_split(&mut res) + tr,
-    )
 }
 
 /// `(Σ dy w, Σ dy w xhat)` over a row, `xhat = (x - mean) * rstd`, in
@@ -184,45 +158,47 @@ fn row_sums<T: Flt>(
 
 /// A row's statistics: `(mean, rstd)` (mean 0 for RMSNorm).
 ///
-/// LayerNorm's are the corrected two-pass moments: the mean `m` is refined
-/// by the mean residual `Σ (x - m) / n` found in the variance sweep, and
-/// the variance is `(Σ (x - m)^2 - (Σ (x - m))^2 / n) / n`. A constant row
-/// then gets its own value as the mean and a variance of 0, as PyTorch's
-/// Welford statistics do; with `m` alone, its rounding (one ulp of 16 is
-/// 2e-6) times `rstd = 1 / sqrt(eps)` gave outputs 6e-4 off.
+/// LayerNorm's mean `m` carries the rounding of its sum, which the output
+/// meets multiplied by `rstd`: harmless while the row's spread exceeds
+/// `|m|` (the error is then below the output's own rounding), but a
+/// constant row would get `rstd = 1 / sqrt(eps)` times that error (6e-4 for
+/// 16.1 in f32). Such rows (variance at most `m^2`) take a third sweep, the
+/// corrected two-pass moments: the residual `r = Σ (x - m)` refines the
+/// mean to `m + r / n` and the variance to `(Σ (x - m)^2 - r^2 / n) / n`, so
+/// a constant row gets its own value and a variance of 0, as PyTorch's
+/// Welford statistics do.
 #[inline(always)]
-fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool, fast: Option<StatKernels>) -> (T::C, T::C) {
+fn row_stats<T: Flt>(x: &[T], eps: T::C, rms: bool, fast: Option<LaneSum>) -> (T::C, T::C) {
     let n = <T::C as num_traits::NumCast>::from(x.len()).unwrap_or_else(T::C::one);
     let zero = <T::C as Zero>::zero();
-    let sum = |t: Term| match fast {
-        // SAFETY: `forward_typed` sets `fast` only when `T` is f32 (so `x`
-        // is an f32 row) and picks kernels for the level the process runs
-        // at, whose instructions this CPU has.
-        Some((f, _)) => from_f32(unsafe { f(x.as_ptr().cast(), x.len(), t) }),
+    let sum = |t: Term, c: T::C| match fast {
+        Some(f) => {
+            let c = to_f32(c);
+            // SAFETY: `forward_typed` sets `fast` only when `T` is f32 (so
+            // `x` is an f32 row) and picks it for the level the process
+            // runs at, whose instructions this CPU has.
+            let s = unsafe { f(x.as_ptr().cast(), x.len(), t, c) };
+            from_f32(s)
+        }
         None => match t {
             Term::Value => lane_sum(x, |v| v),
+            Term::CenteredSquare => lane_sum(x, |v| (v - c) * (v - c)),
+            Term::Centered => lane_sum(x, |v| v - c),
             Term::Square => lane_sum(x, |v| v * v),
         },
     };
     if rms {
-        return (zero, (sum(Term::Square) / n + eps).sqrt().recip());
+        return (zero, (sum(Term::Square, zero) / n + eps).sqrt().recip());
     }
-    let m = sum(Term::Value) / n;
-    let (sq, res) = match fast {
-        Some((_, g)) => {
-            // SAFETY: as for `sum` above.
-            let (a, b) = unsafe { g(x.as_ptr().cast(), x.len(), to_f32(m)) };
-            (from_f32(a), from_f32(b))
-        }
-        None => centered_sums(x, m),
-    };
-    let var = ((sq - res * res / n) / n).max(zero);
-    (m + res / n, (var + eps).sqrt().recip())
+    let m = sum(Term::Value, zero) / n;
+    let sq = sum(Term::CenteredSquare, m);
+    if sq / n > m * m {
+        return (m, (sq / n + eps).sqrt().recip());
+    }
+    let r = sum(Term::Centered, m);
+    let var = ((sq - r * r / n) / n).max(zero);
+    (m + r / n, (var + eps).sqrt().recip())
 }
-
-/// The f32 statistics kernels of one SIMD level: the plain sums and the
-/// centred moments.
-type StatKernels = (LaneSum, MomentSums);
 
 /// The dense row `r` of `len` elements at `base`.
 ///
@@ -292,9 +268,8 @@ fn forward_typed<T: Flt>(
         None => (None, None),
     };
     let ones = pw.is_none().then(|| vec![T::down(T::C::one()); cols]);
-    let level = simd::level();
     let stats_sum = if T::DTYPE == crate::dtype::DType::F32 {
-        norm_sums::lane_sum_for_level(level).zip(norm_sums::moments_for_level(level))
+        norm_sums::lane_sum_for_level(simd::level())
     } else {
         None
     };
@@ -342,7 +317,7 @@ struct ForwardRows<'a, T: Flt> {
     eps: T::C,
     rms: bool,
     /// The statistics' f32 kernel, for f32 rows (see [`row_stats`]).
-    stats_sum: Option<StatKernels>,
+    stats_sum: Option<LaneSum>,
 }
 
 impl<T: Flt> simd::Kernel for ForwardRows<'_, T> {

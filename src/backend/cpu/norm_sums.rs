@@ -164,12 +164,15 @@ unsafe fn sums_avx2(
     }
 }
 
-/// What [`LaneSum`] sums per element: `v` or `v^2` (LayerNorm's
-/// variance about its mean is [`MomentSums`]').
+/// What [`LaneSum`] sums per element: `v`, `(v - c)^2`, `v - c` or `v^2`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Term {
     /// `v` (LayerNorm's mean).
     Value,
+    /// `(v - c)^2` (LayerNorm's variance about the mean `c`).
+    CenteredSquare,
+    /// `v - c` (the residual that refines LayerNorm's mean `c`).
+    Centered,
     /// `v^2` (RMSNorm's mean square).
     Square,
 }
@@ -178,25 +181,9 @@ pub(crate) enum Term {
 #[cfg(target_arch = "x86_64")]
 const LANES: usize = 32;
 
-/// A statistics kernel: `(x, n, term)` is `Σ term(x_i)` over the `n` f32s
-/// at `x`, in `norm::lane_sum`'s 32 lanes, fold and tail (its bits).
-pub(crate) type LaneSum = unsafe fn(*const f32, usize, Term) -> f32;
-
-/// The centred moments kernel: `(x, n, c)` is `(Σ (x_i - c)^2, Σ (x_i -
-/// c))` over the `n` f32s at `x`, in `norm::centered_sums`' lanes, fold
-/// and tail (its bits).
-pub(crate) type MomentSums = unsafe fn(*const f32, usize, f32) -> (f32, f32);
-
-/// The centred moments kernel for `level`, where one is written.
-pub(crate) fn moments_for_level(level: Level) -> Option<MomentSums> {
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        Level::V4 => Some(moments_avx512),
-        #[cfg(target_arch = "x86_64")]
-        Level::V3 => Some(moments_avx2),
-        _ => None,
-    }
-}
+/// A statistics kernel: `(x, n, term, c)` is `Σ term(x_i)` over the `n`
+/// f32s at `x`, in `norm::lane_sum`'s 32 lanes, fold and tail (its bits).
+pub(crate) type LaneSum = unsafe fn(*const f32, usize, Term, f32) -> f32;
 
 /// The statistics kernel for `level`, where one is written (AVX-512 and
 /// AVX2).
@@ -213,9 +200,11 @@ pub(crate) fn lane_sum_for_level(level: Level) -> Option<LaneSum> {
 /// `term(v)` as `norm::lane_sum`'s closures compute it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn term(t: Term, v: f32) -> f32 {
+fn term(t: Term, v: f32, c: f32) -> f32 {
     match t {
         Term::Value => v,
+        Term::CenteredSquare => (v - c) * (v - c),
+        Term::Centered => v - c,
         Term::Square => v * v,
     }
 }
@@ -232,11 +221,12 @@ unsafe fn finish_lanes(
     from: usize,
     n: usize,
     t: Term,
+    c: f32,
 ) -> f32 {
     let mut tail = 0f32;
     for k in from..n {
         // SAFETY: `k < n` (this fn's contract).
-        tail += term(t, unsafe { *x.add(k) });
+        tail += term(t, unsafe { *x.add(k) }, c);
     }
     fold_lanes(&mut acc) + tail
 }
@@ -247,10 +237,12 @@ unsafe fn finish_lanes(
 /// The CPU has AVX-512 F; `x` holds `n` f32s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn lane_sum_avx512(x: *const f32, n: usize, t: Term) -> f32 {
+unsafe fn lane_sum_avx512(x: *const f32, n: usize, t: Term, c: f32) -> f32 {
     use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+        _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps, _mm512_sub_ps,
     };
+    let vc = _mm512_set1_ps(c);
     let mut acc = [_mm512_setzero_ps(); 2];
     let body = n / LANES * LANES;
     let mut i = 0;
@@ -260,6 +252,11 @@ unsafe fn lane_sum_avx512(x: *const f32, n: usize, t: Term) -> f32 {
             let v = unsafe { _mm512_loadu_ps(x.add(i + 16 * h)) };
             let f = match t {
                 Term::Value => v,
+                Term::CenteredSquare => {
+                    let d = _mm512_sub_ps(v, vc);
+                    _mm512_mul_ps(d, d)
+                }
+                Term::Centered => _mm512_sub_ps(v, vc),
                 Term::Square => _mm512_mul_ps(v, v),
             };
             *a = _mm512_add_ps(*a, f);
@@ -272,7 +269,7 @@ unsafe fn lane_sum_avx512(x: *const f32, n: usize, t: Term) -> f32 {
         for (h, a) in acc.iter().enumerate() {
             _mm512_storeu_ps(l.as_mut_ptr().add(16 * h), *a);
         }
-        finish_lanes(l, x, body, n, t)
+        finish_lanes(l, x, body, n, t, c)
     }
 }
 
@@ -282,10 +279,12 @@ unsafe fn lane_sum_avx512(x: *const f32, n: usize, t: Term) -> f32 {
 /// The CPU has AVX2 and FMA; `x` holds `n` f32s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn lane_sum_avx2(x: *const f32, n: usize, t: Term) -> f32 {
+unsafe fn lane_sum_avx2(x: *const f32, n: usize, t: Term, c: f32) -> f32 {
     use std::arch::x86_64::{
-        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps, _mm256_sub_ps,
     };
+    let vc = _mm256_set1_ps(c);
     let mut acc = [_mm256_setzero_ps(); 4];
     let body = n / LANES * LANES;
     let mut i = 0;
@@ -295,6 +294,11 @@ unsafe fn lane_sum_avx2(x: *const f32, n: usize, t: Term) -> f32 {
             let v = unsafe { _mm256_loadu_ps(x.add(i + 8 * h)) };
             let f = match t {
                 Term::Value => v,
+                Term::CenteredSquare => {
+                    let d = _mm256_sub_ps(v, vc);
+                    _mm256_mul_ps(d, d)
+                }
+                Term::Centered => _mm256_sub_ps(v, vc),
                 Term::Square => _mm256_mul_ps(v, v),
             };
             *a = _mm256_add_ps(*a, f);
@@ -307,103 +311,7 @@ unsafe fn lane_sum_avx2(x: *const f32, n: usize, t: Term) -> f32 {
         for (h, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(l.as_mut_ptr().add(8 * h), *a);
         }
-        finish_lanes(l, x, body, n, t)
-    }
-}
-
-/// [`finish_lanes`] for both centred sums.
-///
-/// # Safety
-/// `x` holds `n` f32s.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn finish_moments(
-    mut sq: [f32; LANES],
-    mut res: [f32; LANES],
-    x: *const f32,
-    from: usize,
-    n: usize,
-    c: f32,
-) -> (f32, f32) {
-    let (mut ts, mut tr) = (0f32, 0f32);
-    for k in from..n {
-        // SAFETY: `k < n` (this fn's contract).
-        let d = unsafe { *x.add(k) } - c;
-        ts += d * d;
-        tr += d;
-    }
-    (fold_lanes(&mut sq) + ts, fold_lanes(&mut res) + tr)
-}
-
-/// AVX-512: each sum's lanes 0-15 and 16-31 in two registers.
-///
-/// # Safety
-/// The CPU has AVX-512 F; `x` holds `n` f32s.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn moments_avx512(x: *const f32, n: usize, c: f32) -> (f32, f32) {
-    use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
-        _mm512_storeu_ps, _mm512_sub_ps,
-    };
-    let vc = _mm512_set1_ps(c);
-    let mut sq = [_mm512_setzero_ps(); 2];
-    let mut res = [_mm512_setzero_ps(); 2];
-    let body = n / LANES * LANES;
-    let mut i = 0;
-    while i < body {
-        for h in 0..2 {
-            // SAFETY: `i + 16 h + 16 <= i + 32 <= body <= n`.
-            let d = _mm512_sub_ps(unsafe { _mm512_loadu_ps(x.add(i + 16 * h)) }, vc);
-            sq[h] = _mm512_add_ps(sq[h], _mm512_mul_ps(d, d));
-            res[h] = _mm512_add_ps(res[h], d);
-        }
-        i += LANES;
-    }
-    let (mut ls, mut lr) = ([0f32; LANES], [0f32; LANES]);
-    // SAFETY: `ls` and `lr` hold 32 f32s each; then `x`'s tail from `body`.
-    unsafe {
-        for h in 0..2 {
-            _mm512_storeu_ps(ls.as_mut_ptr().add(16 * h), sq[h]);
-            _mm512_storeu_ps(lr.as_mut_ptr().add(16 * h), res[h]);
-        }
-        finish_moments(ls, lr, x, body, n, c)
-    }
-}
-
-/// AVX2: each sum's lanes in four registers of 8.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA; `x` holds `n` f32s.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn moments_avx2(x: *const f32, n: usize, c: f32) -> (f32, f32) {
-    use std::arch::x86_64::{
-        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
-        _mm256_storeu_ps, _mm256_sub_ps,
-    };
-    let vc = _mm256_set1_ps(c);
-    let mut sq = [_mm256_setzero_ps(); 4];
-    let mut res = [_mm256_setzero_ps(); 4];
-    let body = n / LANES * LANES;
-    let mut i = 0;
-    while i < body {
-        for h in 0..4 {
-            // SAFETY: `i + 8 h + 8 <= i + 32 <= body <= n`.
-            let d = _mm256_sub_ps(unsafe { _mm256_loadu_ps(x.add(i + 8 * h)) }, vc);
-            sq[h] = _mm256_add_ps(sq[h], _mm256_mul_ps(d, d));
-            res[h] = _mm256_add_ps(res[h], d);
-        }
-        i += LANES;
-    }
-    let (mut ls, mut lr) = ([0f32; LANES], [0f32; LANES]);
-    // SAFETY: `ls` and `lr` hold 32 f32s each; then `x`'s tail from `body`.
-    unsafe {
-        for h in 0..4 {
-            _mm256_storeu_ps(ls.as_mut_ptr().add(8 * h), sq[h]);
-            _mm256_storeu_ps(lr.as_mut_ptr().add(8 * h), res[h]);
-        }
-        finish_moments(ls, lr, x, body, n, c)
+        finish_lanes(l, x, body, n, t, c)
     }
 }
 
@@ -456,12 +364,15 @@ mod tests {
                 let x: Vec<f32> = (0..n)
                     .map(|k| (k as f32 * 0.73).sin() * 10f32.powi(k as i32 % 5 - 2) + 0.5)
                     .collect();
+                let c = 0.375f32;
                 for (t, want) in [
                     (Term::Value, lane_sum(&x, |v| v)),
+                    (Term::CenteredSquare, lane_sum(&x, |v| (v - c) * (v - c))),
+                    (Term::Centered, lane_sum(&x, |v| v - c)),
                     (Term::Square, lane_sum(&x, |v| v * v)),
                 ] {
                     // SAFETY: the level is available; `x` holds `n` f32s.
-                    let got = unsafe { f(x.as_ptr(), n, t) };
+                    let got = unsafe { f(x.as_ptr(), n, t, c) };
                     assert_eq!(
                         got.to_bits(),
                         want.to_bits(),
@@ -469,36 +380,6 @@ mod tests {
                         level.name()
                     );
                 }
-            }
-            ran += 1;
-        }
-        println!("checked {ran} kernels");
-    }
-
-    /// Every centred moments kernel this CPU can run gives
-    /// `norm::centered_sums`' bits.
-    #[test]
-    fn the_intrinsic_moments_are_the_generic_loops_bits() {
-        use crate::backend::cpu::norm::centered_sums;
-        let mut ran = 0;
-        for &level in Level::all() {
-            let Some(f) = moments_for_level(level).filter(|_| level.is_available()) else {
-                continue;
-            };
-            for n in [0, 1, 31, 32, 33, 63, 100, 1024, 1061] {
-                let x: Vec<f32> = (0..n)
-                    .map(|k| (k as f32 * 0.73).sin() * 10f32.powi(k as i32 % 5 - 2) + 0.5)
-                    .collect();
-                let c = 0.375f32;
-                let want = centered_sums(&x, c);
-                // SAFETY: the level is available; `x` holds `n` f32s.
-                let got = unsafe { f(x.as_ptr(), n, c) };
-                assert_eq!(
-                    (got.0.to_bits(), got.1.to_bits()),
-                    (want.0.to_bits(), want.1.to_bits()),
-                    "{} at n = {n}",
-                    level.name()
-                );
             }
             ran += 1;
         }

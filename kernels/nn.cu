@@ -61,9 +61,11 @@ DEV void layer_norm_fwd(const T* x, const T* gamma, const T* beta, T* y, typenam
         for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) s += (A)load(xr[j]);
         s = group_reduce(s, scratch, TS_BLOCK, [](A a, A b) { return a + b; });
         const A m0 = s / (A)cols;
-        // The corrected two-pass moments (the CPU kernel's row_stats): the
-        // residual sum refines the mean, so a constant row has its own
-        // value as the mean and a variance of exactly 0.
+        // The corrected two-pass moments: the residual sum refines the
+        // mean, so a constant row has its own value as the mean and a
+        // variance of exactly 0. (The CPU's row_stats sweeps for the
+        // residual only where it can matter; here it rides along the
+        // variance sweep and its reduction.)
         A v = 0, res = 0;
         for (i64 j = threadIdx.x; j < cols; j += TS_BLOCK) {
             const A d = (A)load(xr[j]) - m0;

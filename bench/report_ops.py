@@ -4,10 +4,12 @@ bench/run_e2e.sh (the end-to-end programs) into NAME.json and NAME.md.
 
     python3 bench/report_ops.py --kind ops --raw DIR --out bench/results --command "..." [--note ...]
 
-Each raw file is `tensorscope-rN.json` or `torch-rN.json` in the format of
-benches/common/timing.rs's write_json. A row's figure is the median of its
-rounds' medians; ratio = tensorscope / PyTorch (below 1: tensorscope is
-faster).
+Each raw file is `LEVEL/tensorscope-rN.json` or `LEVEL/torch-rN.json` in
+the format of benches/common/timing.rs's write_json, LEVEL being the
+dispatch level both libraries were capped to (v4: AVX-512, v3: AVX2+FMA;
+see bench/run_pair.sh). A row's figure is the median of its rounds'
+medians; ratio = tensorscope / PyTorch at the same level (below 1:
+tensorscope is faster). The tables carry one column pair per level.
 """
 
 import argparse
@@ -33,20 +35,33 @@ def sh(cmd):
 
 
 def cpuinfo():
-    model, flags = None, ""
+    model, flags, family, model_id = None, "", "?", "?"
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name") and model is None:
             model = line.split(":", 1)[1].strip()
+        if line.startswith("cpu family") and family == "?":
+            family = line.split(":", 1)[1].strip()
+        if re.match(r"model\s*:", line) and model_id == "?":
+            model_id = line.split(":", 1)[1].strip()
         if line.startswith("flags") and not flags:
             flags = line.split(":", 1)[1]
     simd = [f for f in ("avx512f", "avx2", "fma", "neon", "asimd") if f in flags.split()]
     return {
         "model": model or platform.processor(),
+        "family": family,
+        "model_id": model_id,
         "simd": simd,
         "nproc": int(sh("nproc") or 0),
         "kernel": platform.release(),
         "mem_total": next((l.split(":", 1)[1].strip() for l in open("/proc/meminfo") if l.startswith("MemTotal")), None),
     }
+
+
+LEVEL_NAMES = {"v4": "AVX-512", "v3": "AVX2", "neon": "NEON", "scalar": "baseline"}
+
+
+def levels_in(raw):
+    return [lv for lv in ("v4", "v3", "neon", "scalar") if glob.glob(os.path.join(raw, lv, "*-r*.json"))]
 
 
 def load_raw(raw):
@@ -89,34 +104,51 @@ def main():
     p.add_argument("--kind", choices=("ops", "e2e"), required=True)
     p.add_argument("--raw", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--name", help="the results' file name, NAME.md and NAME.json (default: the kind)")
     p.add_argument("--command", required=True)
     p.add_argument("--note", default="")
     p.add_argument("--load-before", default="")
     p.add_argument("--load-after", default="")
     p.add_argument("--busy", default="", help="the busiest processes before the run (ps)")
     a = p.parse_args()
-    per, head, order = load_raw(a.raw)
-
+    a.name = a.name or a.kind
+    levels = levels_in(a.raw)
+    loaded = {lv: load_raw(os.path.join(a.raw, lv)) for lv in levels}
+    head = loaded[levels[0]][1]
+    order = []
+    for lv in levels:
+        order += [n for n in loaded[lv][2] if n not in order]
     rows = {}
     for name in order:
-        r = {"libraries": {}}
-        for lib in LIBS:
-            rounds = per[lib].get(name)
-            if not rounds:
-                continue
-            meds = [x["median_s"] for x in rounds]
-            r["libraries"][lib] = {
-                "median_s": statistics.median(meds),
-                "rounds_median_s": meds,
-                "rounds_min_s": [x["min_s"] for x in rounds],
-                "samples_per_round": [x["samples"] for x in rounds],
-                "what": rounds[0]["what"],
-            }
-        ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
-        r["ratio"] = ts / th if ts and th else None
-        r["what"] = next(iter(r["libraries"].values()))["what"]
-        rows[name] = r
+        rows[name] = {"levels": {lv: row_of(loaded[lv][0], name) for lv in levels if row_of(loaded[lv][0], name)}}
+        rows[name]["what"] = next(iter(rows[name]["levels"].values()))["what"]
+    per = loaded[levels[0]][0]
+    main_doc(a, levels, head, per, rows)
 
+
+def row_of(per, name):
+    if not any(per[lib].get(name) for lib in LIBS):
+        return None
+    r = {"libraries": {}}
+    for lib in LIBS:
+        rounds = per[lib].get(name)
+        if not rounds:
+            continue
+        meds = [x["median_s"] for x in rounds]
+        r["libraries"][lib] = {
+            "median_s": statistics.median(meds),
+            "rounds_median_s": meds,
+            "rounds_min_s": [x["min_s"] for x in rounds],
+            "samples_per_round": [x["samples"] for x in rounds],
+            "what": rounds[0]["what"],
+        }
+    ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
+    r["ratio"] = ts / th if ts and th else None
+    r["what"] = next(iter(r["libraries"].values()))["what"]
+    return r
+
+
+def main_doc(a, levels, head, per, rows):
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": a.command,
@@ -136,6 +168,10 @@ def main():
         },
         "threads": {l: head[l].get("threads") for l in LIBS if l in head},
         "rounds": max((len(v) for lib in per.values() for v in lib.values()), default=0),
+        "levels": levels,
+        "level_caps": "v4: TENSORSCOPE_SIMD=v4, ATEN_CPU_CAPABILITY=avx512, MKL_ENABLE_INSTRUCTIONS=AVX512, "
+        "ONEDNN_MAX_CPU_ISA=AVX512_CORE; v3: TENSORSCOPE_SIMD=v3, ATEN_CPU_CAPABILITY=avx2, "
+        "MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2",
         "method": "per library and row: one cold call, one timed call as the estimate t, batch = ceil(1 ms / t) "
         "calls per sample, batch - 1 more warm-up calls, samples filling the row's budget (min 3-10, max 50); each "
         "round's figure is the median sample, the reported figure the median of the rounds; ratio = "
@@ -143,7 +179,7 @@ def main():
         "rows": rows,
     }
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"{a.kind}.json"), "w") as f:
+    with open(os.path.join(a.out, f"{a.name}.json"), "w") as f:
         json.dump(doc, f, indent=2, ensure_ascii=False)
         f.write("\n")
 
@@ -156,26 +192,38 @@ def main():
         *([f"**{a.note}**", ""] if a.note else []),
         f"{doc['date']}, `{doc['command']}`, commit `{doc['git_commit'][:12]}`{' (dirty)' if doc['git_dirty'] else ''}.",
         "",
-        f"CPU: {c['model']} ({', '.join(c['simd']) or 'no AVX2/AVX-512'}), {c['nproc']} cores, {c['mem_total']}, "
+        f"CPU: {c['model']}, family {c['family']}, model {c['model_id']} ({', '.join(c['simd']) or 'no AVX2/AVX-512'}), "
+        f"{c['nproc']} cores, {c['mem_total']}, "
         f"Linux {c['kernel']}. Threads: {', '.join(f'{k} {t}' for k, t in doc['threads'].items())}.",
         f"Versions: tensorscope {v.get('tensorscope')}, PyTorch {v.get('torch')}, {v['rustc']}, Python {v['python']}.",
         f"Load average (1, 5, 15 min) before: {a.load_before or '?'}; after: {a.load_after or '?'}.",
+        "",
+        f"Levels: {', '.join(f'{lv} ({LEVEL_NAMES.get(lv, lv)})' for lv in levels)}; each capped on both sides "
+        f"({doc['level_caps']}).",
         "",
         f"{doc['rounds']} round(s), the libraries interleaved. {doc['method']}",
         "",
     ]
     if a.kind == "ops":
-        lines += ops_table(rows)
+        lines += ops_table(rows, levels)
     else:
-        lines += e2e_table(rows)
+        lines += e2e_table(rows, levels)
     if doc["busy_before"]:
         lines += ["", "Busiest processes before the run (`ps`, %CPU):", "", "```", *doc["busy_before"], "```"]
     lines.append("")
-    with open(os.path.join(a.out, f"{a.kind}.md"), "w") as f:
+    with open(os.path.join(a.out, f"{a.name}.md"), "w") as f:
         f.write("\n".join(lines))
 
 
-def ops_table(rows):
+def times(r, lv):
+    x = r["levels"].get(lv)
+    if not x:
+        return None, None, None
+    ts, th = (x["libraries"].get(l, {}).get("median_s") for l in LIBS)
+    return ts, th, x["ratio"]
+
+
+def ops_table(rows, levels):
     ops, by = [], {}
     for name, r in rows.items():
         op, _, size = name.rpartition("/")
@@ -183,29 +231,30 @@ def ops_table(rows):
             ops.append(op)
             by[op] = {}
         by[op][size] = r
-    out = ["| op | size | shape | tensorscope | PyTorch | ratio | > 1.0 |", "|---|---|---|---|---|---|---|"]
+    head = "| op | size | shape | " + " | ".join(f"tensorscope {lv} | PyTorch {lv} | ratio {lv}" for lv in levels) + " | > 1.0 |"
+    out = [head, "|---|---|---|" + "---|---|---|" * len(levels) + "---|"]
     over = []
-    per_size = {s: [] for s in SIZES}
+    per_size = {(lv, s): [] for lv in levels for s in SIZES}
     for op in ops:
         for size in sorted(by[op], key=lambda s: SIZES.index(s) if s in SIZES else 9):
             r = by[op][size]
-            ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
-            ratio = r["ratio"]
-            mark = ""
-            if ratio is not None:
-                per_size.setdefault(size, []).append(ratio)
-                if ratio > 1.0 and size in ("medium", "large"):
-                    mark = "**✗**"
-                    over.append(f"{op}/{size} ({ratio:.2f}×)")
-            elif ts is None:
-                mark = "not in this build"
-            out.append(f"| {op} | {size} | {r['what']} | {fmt_t(ts)} | {fmt_t(th)} | "
-                       f"{'—' if ratio is None else f'{ratio:.2f}×'} | {mark} |")
+            cells, marks = [], []
+            for lv in levels:
+                ts, th, ratio = times(r, lv)
+                if ratio is not None:
+                    per_size.setdefault((lv, size), []).append(ratio)
+                    if ratio > 1.0 and size in ("medium", "large"):
+                        marks.append(f"**✗ {lv}**")
+                        over.append(f"{op}/{size} at {lv} ({ratio:.2f}×)")
+                elif ts is None:
+                    marks.append(f"not in this build ({lv})")
+                cells.append(f"{fmt_t(ts)} | {fmt_t(th)} | {'—' if ratio is None else f'{ratio:.2f}×'}")
+            out.append(f"| {op} | {size} | {r['what']} | " + " | ".join(cells) + f" | {' '.join(marks)} |")
     summary = [
         "## Summary",
         "",
-        *(f"* {s}: {len(x)} rows, geometric mean ratio {gmean(x):.2f}×, {sum(1 for y in x if y > 1.0)} above 1.0"
-          for s, x in per_size.items() if x),
+        *(f"* {lv} {s}: {len(x)} rows, geometric mean ratio {gmean(x):.2f}×, {sum(1 for y in x if y > 1.0)} above 1.0"
+          for (lv, s), x in per_size.items() if x),
         f"* medium and large rows above 1.0× (the issue's target is ≤ 1.0×): {len(over)}"
         + (f": {', '.join(over)}" if over else ""),
         "",
@@ -215,14 +264,16 @@ def ops_table(rows):
     return summary + out
 
 
-def e2e_table(rows):
-    out = ["| program | what | tensorscope | PyTorch | ratio | ≤ 0.8× |", "|---|---|---|---|---|---|"]
+def e2e_table(rows, levels):
+    out = ["| program | what | " + " | ".join(f"tensorscope {lv} | PyTorch {lv} | ratio {lv}" for lv in levels) + " | ≤ 0.8× |",
+           "|---|---|" + "---|---|---|" * len(levels) + "---|"]
     for name, r in rows.items():
-        ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
-        ratio = r["ratio"]
-        met = "—" if ratio is None else ("yes" if ratio <= 0.8 else "**no**")
-        out.append(f"| {name} | {r['what']} | {fmt_t(ts)} | {fmt_t(th)} | "
-                   f"{'—' if ratio is None else f'{ratio:.2f}×'} | {met} |")
+        cells, met = [], []
+        for lv in levels:
+            ts, th, ratio = times(r, lv)
+            cells.append(f"{fmt_t(ts)} | {fmt_t(th)} | {'—' if ratio is None else f'{ratio:.2f}×'}")
+            met.append(f"{lv} —" if ratio is None else (f"{lv} yes" if ratio <= 0.8 else f"**{lv} no**"))
+        out.append(f"| {name} | {r['what']} | " + " | ".join(cells) + f" | {', '.join(met)} |")
     return out
 
 

@@ -3,12 +3,19 @@
 # bench/torch_ops.py) and bench/run_e2e.sh (KIND=e2e: benches/e2e.rs against
 # bench/torch_e2e.py): builds the bench in release, runs both sides ROUNDS
 # times, interleaved, PyTorch at the thread count tensorscope reports, and
-# writes bench/results/KIND.{md,json,log} through bench/report_ops.py.
+# writes bench/results/NAME.{md,json,log} through bench/report_ops.py.
 #
 #   bash bench/run_pair.sh ops|e2e       (run_ops.sh and run_e2e.sh call this)
 #
+# Both sides run at every dispatch level in LEVELS (default: every level
+# this CPU has, v4 = AVX-512 and v3 = AVX2+FMA on x86-64), each capped the
+# same way: TENSORSCOPE_SIMD for tensorscope; ATEN_CPU_CAPABILITY,
+# MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA for PyTorch.
+#
 # Environment: ROUNDS (default 2), FILTER (comma-separated name parts),
-# THREADS (sets RAYON_NUM_THREADS; default: rayon's own choice, i.e. the
+# NAME (the results' name: NAME.md, NAME.json, NAME.log, raw-NAME/;
+# default KIND, so a filtered run can keep the full table), THREADS (sets
+# RAYON_NUM_THREADS; default: rayon's own choice, i.e. the
 # cores this process may use), NOTE (a line recorded at the top of the
 # results), PYTORCH_VERSION (default 2.15.0; installed from PyPI into
 # bench/.venv only when `python3 -c 'import torch'` fails).
@@ -25,16 +32,24 @@ ROUNDS=${ROUNDS:-2}
 FILTER=${FILTER:-}
 PYTORCH_VERSION=${PYTORCH_VERSION:-2.15.0}
 OUT=bench/results
-RAW=$OUT/raw-$KIND
+NAME=${NAME:-$KIND}
+RAW=$OUT/raw-$NAME
 mkdir -p "$RAW"
-rm -f "$RAW"/*.json
-LOG=$OUT/$KIND.log
-COMMAND="bash bench/run_$KIND.sh (ROUNDS=$ROUNDS FILTER=$FILTER THREADS=${THREADS:-default})"
+rm -rf "$RAW"/*.json "$RAW"/v4 "$RAW"/v3 "$RAW"/neon "$RAW"/scalar
+if [ -z "${LEVELS:-}" ]; then
+    case "$(uname -m)" in
+    x86_64) if grep -qw avx512f /proc/cpuinfo; then LEVELS="v4 v3"; else LEVELS="v3"; fi ;;
+    aarch64) LEVELS="neon" ;;
+    *) LEVELS="scalar" ;;
+    esac
+fi
+LOG=$OUT/$NAME.log
+COMMAND="bash bench/run_$KIND.sh (NAME=$NAME ROUNDS=$ROUNDS FILTER=$FILTER THREADS=${THREADS:-default} LEVELS=$LEVELS)"
 if [ -n "${THREADS:-}" ]; then export RAYON_NUM_THREADS=$THREADS; fi
 
 exec > >(tee "$LOG") 2>&1
 echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
+echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), family $(sed -n 's/^cpu family\s*: //p' /proc/cpuinfo | head -1), model $(sed -n 's/^model\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
 LOAD_BEFORE=$(cat /proc/loadavg)
 BUSY=$(ps -eo pcpu,etime,comm --sort=-pcpu | head -6)
 echo "== load before: $LOAD_BEFORE"
@@ -52,15 +67,23 @@ FARGS=()
 if [ -n "$FILTER" ]; then FARGS=(--filter "$FILTER"); fi
 RUN_START=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
-    echo "== round $r: tensorscope"
-    cargo bench --bench "$BENCH" "${FEATURES[@]}" -- --json "$RAW/tensorscope-r$r.json" "${FARGS[@]}"
-    THREADS_TS=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['threads'])" "$RAW/tensorscope-r$r.json")
-    echo "== round $r: torch (threads: $THREADS_TS, as tensorscope)"
-    "$PY" "$TORCH" --threads "$THREADS_TS" --json "$RAW/torch-r$r.json" "${FARGS[@]}"
+    for lv in $LEVELS; do
+        case "$lv" in
+        v4) CAPS=(ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE) ;;
+        v3) CAPS=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
+        *) CAPS=() ;;
+        esac
+        mkdir -p "$RAW/$lv"
+        echo "== round $r, level $lv: tensorscope"
+        TENSORSCOPE_SIMD=$lv cargo bench --bench "$BENCH" "${FEATURES[@]}" -- --json "$RAW/$lv/tensorscope-r$r.json" "${FARGS[@]}"
+        THREADS_TS=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['threads'])" "$RAW/$lv/tensorscope-r$r.json")
+        echo "== round $r, level $lv: torch (threads: $THREADS_TS, as tensorscope; ${CAPS[*]:-no cap})"
+        env "${CAPS[@]}" "$PY" "$TORCH" --threads "$THREADS_TS" --json "$RAW/$lv/torch-r$r.json" "${FARGS[@]}"
+    done
 done
 LOAD_AFTER=$(cat /proc/loadavg)
 echo "== load after: $LOAD_AFTER; rounds took $(($(date +%s) - RUN_START)) s"
 
-"$PY" bench/report_ops.py --kind "$KIND" --raw "$RAW" --out "$OUT" --command "$COMMAND" --note "${NOTE:-}" \
+"$PY" bench/report_ops.py --kind "$KIND" --raw "$RAW" --out "$OUT" --name "$NAME" --command "$COMMAND" --note "${NOTE:-}" \
     --load-before "$LOAD_BEFORE" --load-after "$LOAD_AFTER" --busy "$BUSY"
-cat "$OUT/$KIND.md"
+cat "$OUT/$NAME.md"

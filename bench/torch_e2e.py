@@ -241,6 +241,28 @@ def service(out, want):
             print(f"{name:<24} {statistics.median(s) * 1e6:.1f} us", file=sys.stderr)
 
 
+@torch.inference_mode()
+def mlp_service(out, want):
+    """benches/e2e.rs's mlp_service: 20,000 rows in 512-row chunks, each copied into the request's output."""
+    if not want("mlp_service"):
+        return
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
+                        nn.Linear(1024, 16))
+    x = torch.from_numpy(np.random.default_rng(13).uniform(0, 1, size=(20000, 256)).astype(np.float32))
+    y = torch.empty(20000, 16)
+
+    def request():
+        for start in range(0, 20000, 512):
+            y[start:start + 512].copy_(net(x[start:start + 512]))
+
+    s = measure_budget(3.0, 3, request)
+    out["mlp_service"] = row(s, "LayerNorm, Linear 256-1024, GELU, Linear 1024-1024, GELU, Linear 1024-16 "
+                                "(nn.Sequential): one request of 20,000 rows in 512-row chunks, each copied into "
+                                "the request's output")
+    print(f"{'mlp_service':<24} {statistics.median(s) * 1e3:.1f} ms", file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, required=True)
@@ -264,6 +286,7 @@ def main():
     if want("cnn_train_step"):
         cnn(out)
     service(out, want)
+    mlp_service(out, want)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"library": "torch", "version": torch.__version__, "threads": torch.get_num_threads(),

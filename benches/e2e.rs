@@ -29,6 +29,14 @@
 //!     request's input tensor and output `Vec` are still allocated per
 //!     request (the PyTorch twin does the same: `torch.from_numpy(r).clone()`
 //!     and `.numpy().copy()`).
+//! (b') `mlp_service` (issue 47): a service answering one request of
+//!     20,000 rows of 256 features through LayerNorm, Linear 256 -> 1024,
+//!     GELU, Linear 1024 -> 1024, GELU, Linear 1024 -> 16 under `no_grad`,
+//!     as a new user writes it: a `Sequential`, the request cut into
+//!     512-row chunks (`narrow`), each chunk's `forward_owned` output
+//!     copied (`copy_`) into the request's `[20000, 16]` output tensor,
+//!     made once. tests/memory/long_running.rs (d) asserts that after the
+//!     first request a chunk takes no memory from the system.
 //! (c) `gpt_train_step` and `cnn_train_step` (issue 17 item 9): one
 //!     training step of each proof model, built by the examples' own code
 //!     (`examples/models/gpt.rs`, `examples/models/cnn.rs`) so the row times
@@ -50,7 +58,7 @@ use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
 use tensorscope::nn::{
     cross_entropy, scaled_dot_product_attention_with, Embedding, LayerNorm, Linear, Module, ReLU,
-    SdpaOptions, Sequential,
+    SdpaOptions, Sequential, GELU,
 };
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::profiler::{self, ProfileOptions, SortBy};
@@ -494,6 +502,50 @@ fn service(rows: &mut Vec<Measured>, want: &dyn Fn(&str) -> bool) -> R<()> {
     Ok(())
 }
 
+/// The `mlp_service` row's model (the same layers as bench/torch_e2e.py's).
+fn service_model() -> Result<Sequential> {
+    let mut net = Sequential::new();
+    net.add(LayerNorm::new(&[256])?)
+        .add(Linear::new(256, 1024)?)
+        .add(GELU)
+        .add(Linear::new(1024, 1024)?)
+        .add(GELU)
+        .add(Linear::new(1024, 16)?);
+    Ok(net)
+}
+
+fn mlp_service(rows: &mut Vec<Measured>, want: &dyn Fn(&str) -> bool) -> R<()> {
+    const ROWS: usize = 20_000;
+    const CHUNK: usize = 512;
+    if !want("mlp_service") {
+        return Ok(());
+    }
+    let net = service_model()?;
+    let _g = no_grad_guard();
+    let mut rng = Lcg(13);
+    let req: Vec<f32> = (0..ROWS * 256).map(|_| rng.uniform()).collect();
+    let x = Tensor::from_slice(&req, &[ROWS, 256], CPU)?;
+    let out = Tensor::empty(&[ROWS, 16], DType::F32, CPU)?;
+    let m = measure_budget(
+        "mlp_service",
+        "LayerNorm, Linear 256-1024, GELU, Linear 1024-1024, GELU, Linear 1024-16 (Sequential): one request of 20,000 rows in 512-row chunks, each copied into the request's output",
+        3.0,
+        3,
+        || {
+            for start in (0..ROWS).step_by(CHUNK) {
+                let len = CHUNK.min(ROWS - start);
+                let y = net.forward_owned(x.narrow(0, start, len)?)?;
+                out.narrow(0, start, len)?.copy_(&y)?;
+            }
+            black_box(&out);
+            Ok(())
+        },
+    )?;
+    eprintln!("{:<24} {:.1} ms", m.name, m.median() * 1e3);
+    rows.push(m);
+    Ok(())
+}
+
 fn main() -> R<()> {
     let json = arg_after("--json");
     let filter: Vec<String> = arg_after("--filter")
@@ -503,8 +555,9 @@ fn main() -> R<()> {
     let threads = rayon::current_num_threads();
     tensorscope::manual_seed(0);
     eprintln!(
-        "tensorscope {} end-to-end (rayon threads: {threads})",
-        env!("CARGO_PKG_VERSION")
+        "tensorscope {} end-to-end (rayon threads: {threads}, SIMD level: {})",
+        env!("CARGO_PKG_VERSION"),
+        tensorscope::cpu_capability()
     );
     let mut rows = Vec::new();
     // Each program starts as in a process of its own: the same seed
@@ -542,6 +595,8 @@ fn main() -> R<()> {
     }
     fresh();
     service(&mut rows, &want)?;
+    fresh();
+    mlp_service(&mut rows, &want)?;
     if let Some(path) = json {
         write_json(
             &path,

@@ -650,8 +650,9 @@ fn main() -> R<()> {
         eprintln!("memory history: on (1,000,000 entries)");
     }
     eprintln!(
-        "tensorscope {} op matrix (rayon threads: {threads})",
-        env!("CARGO_PKG_VERSION")
+        "tensorscope {} op matrix (rayon threads: {threads}, SIMD level: {})",
+        env!("CARGO_PKG_VERSION"),
+        tensorscope::cpu_capability()
     );
     let mut rows = Rows {
         filter,

@@ -65,7 +65,7 @@ pub use ops::{Interpolation, PendingHost, ScatterReduce, UniqueParts};
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;
-pub use threads::{num_threads, set_num_threads};
+pub use threads::{cpu_capability, num_threads, set_num_threads};
 
 #[doc(hidden)]
 pub use half;

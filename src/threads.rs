@@ -1,4 +1,4 @@
-//! How many threads the CPU kernels use.
+//! How many threads the CPU kernels use, and at which SIMD level.
 //!
 //! Every parallel CPU path (elementwise ops, reductions, optimizers, gemm
 //! and batched matmul, gathers) shares one pool of threads. Its size is, in
@@ -56,4 +56,18 @@ pub fn set_num_threads(n: usize) -> Result<()> {
     }
     thread_pool::set_num_threads(n);
     Ok(())
+}
+
+/// The instruction set level the CPU kernels run at, matrix products
+/// included (PyTorch's `torch.backends.cpu.get_cpu_capability()`):
+/// `"v4"` (AVX-512), `"v3"` (AVX2+FMA), `"neon"` or `"scalar"`. The best
+/// this CPU has, capped by `TENSORSCOPE_SIMD` when it names a level the CPU
+/// has (read once, at the first kernel).
+///
+/// ```
+/// let level = tensorscope::cpu_capability();
+/// assert!(["v4", "v3", "neon", "scalar"].contains(&level));
+/// ```
+pub fn cpu_capability() -> &'static str {
+    crate::backend::cpu::simd::level().short_name()
 }

@@ -2,7 +2,8 @@
 //! allocator: (a) training steps return to the same allocated baseline and
 //! stop reserving after step 2; (b) a model built and dropped 1,000 times
 //! leaves nothing allocated and `empty_cache` returns every segment; (c) an
-//! inference loop of varying batch sizes keeps reserved memory flat.
+//! inference loop of varying batch sizes keeps reserved memory flat; (d) a
+//! chunked service takes nothing from the system after its first request.
 //!
 //! Sizes are chosen so the file runs in a few seconds in debug mode: (a)
 //! 2,000 Adam steps of a 16-32-4 MLP at batch 32; (b) 1,000 builds of a
@@ -188,4 +189,75 @@ fn c_inference_service_keeps_reserved_flat() {
         last_q <= first_q,
         "no growth: max of first quarter {first_q}, of last quarter {last_q}"
     );
+}
+
+/// (d) The `mlp_service` row of benches/e2e.rs, scaled down for a debug
+/// build: one request cut into 512-row chunks, each chunk's output copied
+/// into the request's output tensor. From the second request on, a chunk
+/// takes nothing from the system and reserves nothing new; each chunk
+/// returns `allocated` to the baseline; and a chunk allocates one buffer
+/// per layer that cannot reuse its input (LayerNorm, reading a view of the
+/// request, and the three Linears), since `forward_owned` donates each
+/// owned activation to the GELU after it.
+#[test]
+fn d_chunked_service_takes_nothing_from_the_system_after_the_first_request() {
+    use tensorscope::nn::{LayerNorm, GELU};
+    let _l = lock();
+    tensorscope::manual_seed(4);
+    let mut net = Sequential::new();
+    net.add(LayerNorm::new(&[64]).unwrap())
+        .add(Linear::new(64, 128).unwrap())
+        .add(GELU)
+        .add(Linear::new(128, 128).unwrap())
+        .add(GELU)
+        .add(Linear::new(128, 16).unwrap());
+    let _ng = no_grad_guard();
+    const ROWS: usize = 2_000;
+    const CHUNK: usize = 512;
+    let mut g = Generator::new(4);
+    let x = Tensor::randn_with(&[ROWS, 64], DType::F32, CPU, &mut g).unwrap();
+    let out = Tensor::zeros(&[ROWS, 16], DType::F32, CPU).unwrap();
+    let serve = |check: &mut dyn FnMut(usize)| {
+        for start in (0..ROWS).step_by(CHUNK) {
+            let len = CHUNK.min(ROWS - start);
+            let y = net.forward_owned(x.narrow(0, start, len).unwrap()).unwrap();
+            out.narrow(0, start, len).unwrap().copy_(&y).unwrap();
+            drop(y);
+            check(len);
+        }
+    };
+    serve(&mut |_| {});
+    let first = out.to_vec::<f32>().unwrap();
+    let base = memory::memory_stats(CPU);
+    let mut last = base.clone();
+    let mut chunks = 0;
+    serve(&mut |len| {
+        let s = memory::memory_stats(CPU);
+        assert_eq!(
+            s.num_sys_alloc, base.num_sys_alloc,
+            "chunk of {len} rows: no system allocation"
+        );
+        assert_eq!(
+            s.reserved_bytes.all.current, base.reserved_bytes.all.current,
+            "reserved flat"
+        );
+        assert_eq!(
+            s.allocated_bytes.all.current, base.allocated_bytes.all.current,
+            "back to baseline"
+        );
+        assert_eq!(
+            s.allocation.all.allocated - last.allocation.all.allocated,
+            4,
+            "chunk of {len} rows: LayerNorm and three Linears allocate, the GELUs reuse"
+        );
+        last = s;
+        chunks += 1;
+    });
+    assert_eq!(chunks, ROWS.div_ceil(CHUNK));
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        first,
+        "the second request answers as the first"
+    );
+    assert!(first.iter().all(|v| v.is_finite()) && first.iter().any(|&v| v != 0.0));
 }

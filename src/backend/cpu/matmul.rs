@@ -11,8 +11,8 @@
 //! work runs on the CPU backend's one pool ([`super::thread_pool`]), gemm's threads
 //! included: see [`batches_in_parallel`] for how a batch is split, and
 //! [`Blocks`] for how one product is (the calling thread works on it with
-//! the pool's helpers, as it does on every other op; only products of at
-//! least [`SPLIT_FLOPS`] use gemm's own threads).
+//! the pool's helpers, as it does on every other op; only gemm 0.19's
+//! products of at least [`SPLIT_FLOPS`] use its own threads).
 
 use super::gemm::Parallelism;
 use super::numeric_traits::Num;
@@ -161,8 +161,8 @@ struct Blocks {
 
 impl Blocks {
     /// The blocks for `threads` threads, or `None` when the product is
-    /// large enough for gemm's own threads ([`SPLIT_FLOPS`]) or too narrow
-    /// to cut.
+    /// too narrow to cut or (for gemm 0.19, `whole` false) large enough
+    /// for its own threads ([`SPLIT_FLOPS`]).
     ///
     /// Why cut at all: gemm splits one product with a fork-join of the pool
     /// per `kc`-deep step of `k`, and its caller sleeps in `install` until
@@ -173,16 +173,25 @@ impl Blocks {
     /// once on the calling thread, and a helper that wakes late takes
     /// whatever blocks are left.
     ///
+    /// `whole`: the product runs private-gemm-x86 ([`super::gemm::fast_kernels`]),
+    /// whose own threads are rayon's, not the team's that ran the op before;
+    /// the hand-over between the two made a chunked service vary by half
+    /// again at AVX2. So it is always cut, into one block per thread (its
+    /// blocks keep a whole operand each, so its packing of the other
+    /// operand is repeated once per block, which measured cheaper than the
+    /// hand-over at every size we ran, 4096^3 included).
+    ///
     /// The longer of `m` and `n` is cut, so the operand every block reads
     /// whole (and packs again) is the smaller one.
-    fn of(g: &Geom, threads: usize) -> Option<Blocks> {
-        if threads <= 1 || g.flops() >= SPLIT_FLOPS {
+    fn of(g: &Geom, threads: usize, whole: bool) -> Option<Blocks> {
+        if threads <= 1 || (!whole && g.flops() >= SPLIT_FLOPS) {
             return None;
         }
+        let per_thread = if whole { 1 } else { BLOCKS_PER_THREAD };
         let rows = g.m >= g.n;
         let len = if rows { g.m } else { g.n };
         let size = len
-            .div_ceil(threads * BLOCKS_PER_THREAD)
+            .div_ceil(threads * per_thread)
             .next_multiple_of(BLOCK_ALIGN);
         let count = len.div_ceil(size);
         (count > 1).then_some(Blocks { rows, size, count })
@@ -219,7 +228,7 @@ unsafe fn gemm_product<T: 'static + Copy + Send + Sync>(
     threads: usize,
 ) {
     if threads > 1
-        && let Some(blocks) = Blocks::of(g, threads)
+        && let Some(blocks) = Blocks::of(g, threads, super::gemm::fast_kernels::<T>())
     {
         par_for(blocks.count, |i| {
             let (bg, o) = blocks.block(g, i);
@@ -769,7 +778,7 @@ mod tests {
         };
         for (m, n, k, threads) in [(1024, 384, 128, 2), (70, 1000, 256, 2), (513, 500, 300, 4)] {
             let pg = g(m, n, k);
-            let b = Blocks::of(&pg, threads).expect("a mid-sized product is cut");
+            let b = Blocks::of(&pg, threads, false).expect("a mid-sized product is cut");
             assert_eq!(b.rows, m >= n);
             assert_eq!(b.size % BLOCK_ALIGN, 0);
             assert!(b.count > 1 && b.count <= threads * BLOCKS_PER_THREAD);
@@ -796,9 +805,16 @@ mod tests {
             assert_eq!(at, if b.rows { m } else { n });
         }
         // One thread, gemm's own size, or too narrow to cut: not cut.
-        assert_eq!(Blocks::of(&g(1024, 384, 128), 1), None);
-        assert_eq!(Blocks::of(&g(1024, 1024, 1024), 2), None);
-        assert_eq!(Blocks::of(&g(16, 16, 4096), 2), None);
+        assert_eq!(Blocks::of(&g(1024, 384, 128), 1, false), None);
+        assert_eq!(Blocks::of(&g(1024, 1024, 1024), 2, false), None);
+        assert_eq!(Blocks::of(&g(16, 16, 4096), 2, false), None);
+        // private-gemm-x86's products: cut at any size, one block a thread.
+        let b = Blocks::of(&g(1024, 1024, 1024), 2, true).expect("cut at any size");
+        assert_eq!((b.rows, b.size, b.count), (true, 512, 2));
+        let b = Blocks::of(&g(100, 1000, 64), 4, true).expect("cut");
+        assert_eq!((b.rows, b.size, b.count), (false, 256, 4));
+        assert_eq!(Blocks::of(&g(1024, 1024, 1024), 1, true), None);
+        assert_eq!(Blocks::of(&g(16, 16, 4096), 2, true), None);
     }
 
     #[test]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 47, item 2: the GEMM race. Every candidate library (bench/gemm-race:
+# gemm 0.19, private-gemm-x86 = faer 0.23's x86 matmul, OpenBLAS and BLIS
+# from Debian) and PyTorch at the same shapes, at every level this CPU has
+# (v4 = AVX-512 where present, v3 = AVX2+FMA), ROUNDS times, each library in
+# its own process, interleaved. Writes bench/results/gemm-race.{md,log} and
+# the raw JSON lines under bench/results/raw-gemm-race/.
+#
+#   bash bench/run_gemm_race.sh
+#   ROUNDS=1 FILTER=square_1024,service bash bench/run_gemm_race.sh
+#
+# OpenBLAS and BLIS are the Debian shared libraries (libopenblas0-pthread,
+# libblis4-pthread), installed when missing; their level is capped with
+# OPENBLAS_CORETYPE=Haswell|SkylakeX and BLIS_ARCH_TYPE (3 = haswell,
+# 0 = skx in BLIS 0.9's enum); PyTorch's with ATEN_CPU_CAPABILITY and
+# MKL_ENABLE_INSTRUCTIONS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+FILTER=${FILTER:-}
+OUT=bench/results
+RAW=$OUT/raw-gemm-race
+mkdir -p "$RAW"
+rm -f "$RAW"/*.jsonl
+LOG=$OUT/gemm-race.log
+COMMAND="bash bench/run_gemm_race.sh (ROUNDS=$ROUNDS FILTER=$FILTER)"
+exec > >(tee "$LOG") 2>&1
+echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD)"
+echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), family $(sed -n 's/^cpu family\s*: //p' /proc/cpuinfo | head -1), model $(sed -n 's/^model\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
+echo "== load before: $(cat /proc/loadavg)"
+ps -eo pcpu,etime,comm --sort=-pcpu | head -4
+
+if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 ] || [ ! -e /usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4 ]; then
+    apt-get install -y libopenblas0-pthread libblis4-pthread
+fi
+source bench/torch_python.sh
+(cd bench/gemm-race && cargo build --release)
+RACE=bench/gemm-race/target/release/tensorscope-gemm-race
+"$RACE" peak | tee "$RAW/peak.jsonl"
+"$RACE" shapes > "$RAW/shapes.json"
+
+LEVELS=(v3)
+if grep -qw avx512f /proc/cpuinfo; then LEVELS=(v4 v3); fi
+for r in $(seq 1 "$ROUNDS"); do
+    for lv in "${LEVELS[@]}"; do
+        if [ "$lv" = v4 ]; then OB=SkylakeX; BL=0; AT=avx512; MK=AVX512; OD=AVX512_CORE; else OB=Haswell; BL=3; AT=avx2; MK=AVX2; OD=AVX2; fi
+        echo "== round $r, level $lv"
+        "$RACE" gemm019 "$lv" "$FILTER" >> "$RAW/gemm019.jsonl"
+        "$RACE" pgx "$lv" "$FILTER" >> "$RAW/pgx.jsonl"
+        OPENBLAS_CORETYPE=$OB "$RACE" openblas "$lv" "$FILTER" >> "$RAW/openblas.jsonl"
+        BLIS_ARCH_TYPE=$BL "$RACE" blis "$lv" "$FILTER" >> "$RAW/blis.jsonl"
+        ATEN_CPU_CAPABILITY=$AT MKL_ENABLE_INSTRUCTIONS=$MK ONEDNN_MAX_CPU_ISA=$OD "$PY" bench/torch_gemm_race.py "$lv" "$FILTER" \
+            < "$RAW/shapes.json" >> "$RAW/torch.jsonl"
+    done
+done
+echo "== load after: $(cat /proc/loadavg)"
+"$PY" bench/report_gemm_race.py "$RAW" "$COMMAND" > "$OUT/gemm-race.md"
+cat "$OUT/gemm-race.md"

@@ -3,8 +3,8 @@
 # gemm 0.19, private-gemm-x86 = faer 0.23's x86 matmul, OpenBLAS and BLIS
 # from Debian) and PyTorch at the same shapes, at every level this CPU has
 # (v4 = AVX-512 where present, v3 = AVX2+FMA), ROUNDS times, each library in
-# its own process, interleaved. Writes bench/results/gemm-race.{md,log} and
-# the raw JSON lines under bench/results/raw-gemm-race/.
+# its own process, interleaved. Writes bench/results/NAME.{md,log} (NAME:
+# default gemm-race) and the raw JSON lines under bench/results/raw-NAME/.
 #
 #   bash bench/run_gemm_race.sh
 #   ROUNDS=1 FILTER=square_1024,service bash bench/run_gemm_race.sh
@@ -19,11 +19,12 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 FILTER=${FILTER:-}
 OUT=bench/results
-RAW=$OUT/raw-gemm-race
+NAME=${NAME:-gemm-race}
+RAW=$OUT/raw-$NAME
 mkdir -p "$RAW"
 rm -f "$RAW"/*.jsonl
-LOG=$OUT/gemm-race.log
-COMMAND="bash bench/run_gemm_race.sh (ROUNDS=$ROUNDS FILTER=$FILTER)"
+LOG=$OUT/$NAME.log
+COMMAND="bash bench/run_gemm_race.sh (NAME=$NAME ROUNDS=$ROUNDS FILTER=$FILTER)"
 exec > >(tee "$LOG") 2>&1
 echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD)"
 echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), family $(sed -n 's/^cpu family\s*: //p' /proc/cpuinfo | head -1), model $(sed -n 's/^model\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
@@ -54,5 +55,5 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done
 echo "== load after: $(cat /proc/loadavg)"
-"$PY" bench/report_gemm_race.py "$RAW" "$COMMAND" > "$OUT/gemm-race.md"
-cat "$OUT/gemm-race.md"
+"$PY" bench/report_gemm_race.py "$RAW" "$COMMAND" > "$OUT/$NAME.md"
+cat "$OUT/$NAME.md"

@@ -233,3 +233,37 @@ fn single_products_split_over_threads() {
         "i64 [300,200]@[200,260]",
     );
 }
+
+#[test]
+fn a_transposed_left_operand_agrees_with_a_reference() {
+    let _threads = four_threads();
+    // A column-major left operand (a `.t()`, as a Linear's weight gradient
+    // `g^T @ x`), with a padded column stride (a narrowed view) and
+    // without, alone and in a batch: large products have it copied
+    // row-major before the product, the last shape is too narrow for that.
+    for (m, k, n, pad) in [(300, 200, 260, 0), (257, 129, 190, 7), (64, 64, 32, 0)] {
+        for dt in [DType::F32, DType::F64] {
+            let g = Tensor::randn(&[k, m + pad], dt, CPU).unwrap();
+            let a = g.narrow(1, 0, m).unwrap().t().unwrap();
+            assert_eq!(a.strides(), &[1, m + pad]);
+            let b = Tensor::randn(&[k, n], dt, CPU).unwrap();
+            let want = reference(&values(&a.contiguous().unwrap()), &values(&b), 1, m, k, n);
+            let tol = if dt == DType::F64 { 1e-10 } else { 1e-4 };
+            let scale = (k as f64).sqrt();
+            let what = format!("{dt:?} [{m},{k}] (transposed, pad {pad}) @ [{k},{n}]");
+            close_scaled(&values(&a.matmul(&b).unwrap()), &want, tol, scale, &what);
+
+            let g3 = Tensor::randn(&[2, k, m], dt, CPU).unwrap();
+            let a3 = g3.transpose(1, 2).unwrap();
+            let b3 = Tensor::randn(&[2, k, n], dt, CPU).unwrap();
+            let want = reference(&values(&a3.contiguous().unwrap()), &values(&b3), 2, m, k, n);
+            close_scaled(
+                &values(&a3.matmul(&b3).unwrap()),
+                &want,
+                tol,
+                scale,
+                &format!("batched {what}"),
+            );
+        }
+    }
+}

@@ -468,8 +468,34 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
     if d1 != 1 || s0 != 1 || s1 <= 1 || rows < TBLOCK || cols < TBLOCK {
         return false;
     }
-    let pd = SendPtr(ptr::<T>(dst.storage));
-    let ps = SendPtr(ptr::<T>(src.storage));
+    // SAFETY: the plan's matrix is inside both layouts, which fit their
+    // storages (the caller's contract), and the storages differ.
+    unsafe {
+        transpose_rows::<T>(
+            (ptr::<T>(src.storage).add(os), s1),
+            [rows, cols],
+            (ptr::<T>(dst.storage).add(od), d0),
+        )
+    };
+    true
+}
+
+/// `dst[r, c] = src[r + c s1]` for a `[rows, cols]` matrix: a column-major
+/// source (column stride `s1`) copied into a row-major destination (row
+/// stride `d0`), in [`TBLOCK`] blocks (see [`transpose_copy`]), column
+/// bands in parallel when large.
+///
+/// # Safety
+/// Both pointers hold the `[rows, cols]` at their strides, and the two do
+/// not overlap.
+pub(super) unsafe fn transpose_rows<T: Copy + Default + Send + Sync>(
+    (src, s1): (*const T, usize),
+    [rows, cols]: [usize; 2],
+    (dst, d0): (*mut T, usize),
+) {
+    let (os, od) = (0, 0);
+    let pd = SendPtr(dst);
+    let ps = SendPtr(src as *mut T);
     // 4-byte elements at AVX2 or above: each full block in registers
     // (`transpose_avx2`).
     let fast4 = std::mem::size_of::<T>() == 4 && TBLOCK == 16 && super::transpose_avx2::available();
@@ -526,7 +552,6 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
     } else {
         super::thread_pool::par_for(bands, band);
     }
-    true
 }
 
 /// Writes `next()` into every element of `dst` in row-major order of its

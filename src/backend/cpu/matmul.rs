@@ -218,7 +218,80 @@ impl Blocks {
 ///
 /// # Safety
 /// As [`gemm_one`].
-unsafe fn gemm_product<T: 'static + Copy + Send + Sync>(
+unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
+    g: &Geom,
+    d: SendPtr<T>,
+    a: SendPtr<T>,
+    b: SendPtr<T>,
+    units: (T, T),
+    acc: bool,
+    threads: usize,
+) {
+    if super::gemm::fast_kernels::<T>() && copies_lhs(g) {
+        let words = (g.m * g.k * std::mem::size_of::<T>()).div_ceil(8);
+        let keep = words * 8 <= LINEAR_SCRATCH_KEEP;
+        let mut buf = if keep { LHS_SCRATCH.take() } else { Vec::new() };
+        if buf.len() < words {
+            buf = vec![0u64; words];
+        }
+        let row_major = buf.as_mut_ptr() as *mut T;
+        // SAFETY: `a` holds the column-major `[m, k]` at column stride
+        // `g.a.1` (the caller's contract, with `g.a.0 == 1`); `buf` holds
+        // `m * k` elements of `T` (u64 words: aligned for f32 and f64)
+        // and is this call's alone.
+        unsafe {
+            super::elementwise::transpose_rows::<T>(
+                (a.get() as *const T, g.a.1 as usize),
+                [g.m, g.k],
+                (row_major, g.k),
+            );
+            let ga = Geom {
+                a: (g.k as isize, 1),
+                ..*g
+            };
+            gemm_product_cut(&ga, d, SendPtr(row_major), b, units, acc, threads);
+        }
+        if keep {
+            LHS_SCRATCH.set(buf);
+        }
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { gemm_product_cut(g, d, a, b, units, acc, threads) }
+}
+
+/// Whether [`gemm_product`] copies the left operand row-major before
+/// private-gemm-x86 multiplies: when it is column-major (a transposed
+/// operand, as the weight gradient's `g^T` of a Linear), which that
+/// library reads markedly slower, and the product is wide enough (`n`) and
+/// large enough (`m * n * k`) to repay an `m * k` copy.
+fn copies_lhs(g: &Geom) -> bool {
+    g.a.0 == 1
+        && g.a.1 != 1
+        && g.m > 1
+        && g.k > 1
+        && g.n >= LHS_COPY_MIN_N
+        && g.flops() >= LHS_COPY_FLOPS
+}
+
+/// The narrowest product ([`copies_lhs`]) whose left operand is copied.
+const LHS_COPY_MIN_N: usize = 64;
+
+/// The smallest `m * n * k` ([`copies_lhs`]) whose left operand is copied.
+const LHS_COPY_FLOPS: usize = 1 << 22;
+
+thread_local! {
+    /// [`gemm_product`]'s reusable row-major copy of a left operand (u64
+    /// words: aligned for f32 and f64), apart from [`linear`]'s scratch,
+    /// which may be held by the caller.
+    static LHS_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// [`gemm_product`] once its operands are in the layout it multiplies.
+///
+/// # Safety
+/// As [`gemm_one`].
+unsafe fn gemm_product_cut<T: 'static + Copy + Send + Sync>(
     g: &Geom,
     d: SendPtr<T>,
     a: SendPtr<T>,
@@ -312,7 +385,7 @@ unsafe fn gemm_one<T: 'static + Copy>(
     }
 }
 
-fn gemm_batched<T: 'static + Copy + Send + Sync>(
+fn gemm_batched<T: 'static + Copy + Default + Send + Sync>(
     g: &Geom,
     plan: &Plan<3>,
     pd: SendPtr<T>,

@@ -110,6 +110,7 @@ def main():
     p.add_argument("--load-before", default="")
     p.add_argument("--load-after", default="")
     p.add_argument("--busy", default="", help="the busiest processes before the run (ps)")
+    p.add_argument("--level-caps", default="", help="how each level was capped on both sides (bench/levels.sh)")
     a = p.parse_args()
     a.name = a.name or a.kind
     levels = levels_in(a.raw)
@@ -120,8 +121,8 @@ def main():
         order += [n for n in loaded[lv][2] if n not in order]
     rows = {}
     for name in order:
-        rows[name] = {"levels": {lv: row_of(loaded[lv][0], name) for lv in levels if row_of(loaded[lv][0], name)}}
-        rows[name]["what"] = next(iter(rows[name]["levels"].values()))["what"]
+        at = {lv: r for lv in levels if (r := row_of(loaded[lv][0], name))}
+        rows[name] = {"levels": at, "what": next(iter(at.values()))["what"]}
     per = loaded[levels[0]][0]
     main_doc(a, levels, head, per, rows)
 
@@ -169,9 +170,7 @@ def main_doc(a, levels, head, per, rows):
         "threads": {l: head[l].get("threads") for l in LIBS if l in head},
         "rounds": max((len(v) for lib in per.values() for v in lib.values()), default=0),
         "levels": levels,
-        "level_caps": "v4: TENSORSCOPE_SIMD=v4, ATEN_CPU_CAPABILITY=avx512, MKL_ENABLE_INSTRUCTIONS=AVX512, "
-        "ONEDNN_MAX_CPU_ISA=AVX512_CORE; v3: TENSORSCOPE_SIMD=v3, ATEN_CPU_CAPABILITY=avx2, "
-        "MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2",
+        "level_caps": a.level_caps,
         "method": "per library and row: one cold call, one timed call as the estimate t, batch = ceil(1 ms / t) "
         "calls per sample, batch - 1 more warm-up calls, samples filling the row's budget (min 3-10, max 50); each "
         "round's figure is the median sample, the reported figure the median of the rounds; ratio = "

@@ -16,6 +16,7 @@
 # MKL_ENABLE_INSTRUCTIONS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/levels.sh
 ROUNDS=${ROUNDS:-3}
 FILTER=${FILTER:-}
 OUT=bench/results
@@ -27,7 +28,7 @@ LOG=$OUT/$NAME.log
 COMMAND="bash bench/run_gemm_race.sh (NAME=$NAME ROUNDS=$ROUNDS FILTER=$FILTER)"
 exec > >(tee "$LOG") 2>&1
 echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD)"
-echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), family $(sed -n 's/^cpu family\s*: //p' /proc/cpuinfo | head -1), model $(sed -n 's/^model\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
+echo "== CPU: $CPU_LINE"
 echo "== load before: $(cat /proc/loadavg)"
 ps -eo pcpu,etime,comm --sort=-pcpu | head -4
 
@@ -40,17 +41,16 @@ RACE=bench/gemm-race/target/release/tensorscope-gemm-race
 "$RACE" peak | tee "$RAW/peak.jsonl"
 "$RACE" shapes > "$RAW/shapes.json"
 
-LEVELS=(v3)
-if grep -qw avx512f /proc/cpuinfo; then LEVELS=(v4 v3); fi
 for r in $(seq 1 "$ROUNDS"); do
-    for lv in "${LEVELS[@]}"; do
-        if [ "$lv" = v4 ]; then OB=SkylakeX; BL=0; AT=avx512; MK=AVX512; OD=AVX512_CORE; else OB=Haswell; BL=3; AT=avx2; MK=AVX2; OD=AVX2; fi
+    for lv in $LEVELS; do
+        if [ "$lv" = v4 ]; then OB=SkylakeX; BL=0; else OB=Haswell; BL=3; fi
+        mapfile -t CAPS < <(torch_caps "$lv")
         echo "== round $r, level $lv"
         "$RACE" gemm019 "$lv" "$FILTER" >> "$RAW/gemm019.jsonl"
         "$RACE" pgx "$lv" "$FILTER" >> "$RAW/pgx.jsonl"
         OPENBLAS_CORETYPE=$OB "$RACE" openblas "$lv" "$FILTER" >> "$RAW/openblas.jsonl"
         BLIS_ARCH_TYPE=$BL "$RACE" blis "$lv" "$FILTER" >> "$RAW/blis.jsonl"
-        ATEN_CPU_CAPABILITY=$AT MKL_ENABLE_INSTRUCTIONS=$MK ONEDNN_MAX_CPU_ISA=$OD "$PY" bench/torch_gemm_race.py "$lv" "$FILTER" \
+        env "${CAPS[@]}" "$PY" bench/torch_gemm_race.py "$lv" "$FILTER" \
             < "$RAW/shapes.json" >> "$RAW/torch.jsonl"
     done
 done

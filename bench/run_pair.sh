@@ -10,7 +10,8 @@
 # Both sides run at every dispatch level in LEVELS (default: every level
 # this CPU has, v4 = AVX-512 and v3 = AVX2+FMA on x86-64), each capped the
 # same way: TENSORSCOPE_SIMD for tensorscope; ATEN_CPU_CAPABILITY,
-# MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA for PyTorch.
+# MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA for PyTorch
+# (bench/levels.sh).
 #
 # Environment: ROUNDS (default 2), FILTER (comma-separated name parts),
 # NAME (the results' name: NAME.md, NAME.json, NAME.log, raw-NAME/;
@@ -36,20 +37,14 @@ NAME=${NAME:-$KIND}
 RAW=$OUT/raw-$NAME
 mkdir -p "$RAW"
 rm -rf "$RAW"/*.json "$RAW"/v4 "$RAW"/v3 "$RAW"/neon "$RAW"/scalar
-if [ -z "${LEVELS:-}" ]; then
-    case "$(uname -m)" in
-    x86_64) if grep -qw avx512f /proc/cpuinfo; then LEVELS="v4 v3"; else LEVELS="v3"; fi ;;
-    aarch64) LEVELS="neon" ;;
-    *) LEVELS="scalar" ;;
-    esac
-fi
+source bench/levels.sh
 LOG=$OUT/$NAME.log
 COMMAND="bash bench/run_$KIND.sh (NAME=$NAME ROUNDS=$ROUNDS FILTER=$FILTER THREADS=${THREADS:-default} LEVELS=$LEVELS)"
 if [ -n "${THREADS:-}" ]; then export RAYON_NUM_THREADS=$THREADS; fi
 
 exec > >(tee "$LOG") 2>&1
 echo "== $COMMAND, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "== CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), family $(sed -n 's/^cpu family\s*: //p' /proc/cpuinfo | head -1), model $(sed -n 's/^model\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
+echo "== CPU: $CPU_LINE"
 LOAD_BEFORE=$(cat /proc/loadavg)
 BUSY=$(ps -eo pcpu,etime,comm --sort=-pcpu | head -6)
 echo "== load before: $LOAD_BEFORE"
@@ -68,11 +63,7 @@ if [ -n "$FILTER" ]; then FARGS=(--filter "$FILTER"); fi
 RUN_START=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     for lv in $LEVELS; do
-        case "$lv" in
-        v4) CAPS=(ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE) ;;
-        v3) CAPS=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
-        *) CAPS=() ;;
-        esac
+        mapfile -t CAPS < <(torch_caps "$lv")
         mkdir -p "$RAW/$lv"
         echo "== round $r, level $lv: tensorscope"
         TENSORSCOPE_SIMD=$lv cargo bench --bench "$BENCH" "${FEATURES[@]}" -- --json "$RAW/$lv/tensorscope-r$r.json" "${FARGS[@]}"
@@ -85,5 +76,6 @@ LOAD_AFTER=$(cat /proc/loadavg)
 echo "== load after: $LOAD_AFTER; rounds took $(($(date +%s) - RUN_START)) s"
 
 "$PY" bench/report_ops.py --kind "$KIND" --raw "$RAW" --out "$OUT" --name "$NAME" --command "$COMMAND" --note "${NOTE:-}" \
+    --level-caps "$LEVEL_CAPS" \
     --load-before "$LOAD_BEFORE" --load-after "$LOAD_AFTER" --busy "$BUSY"
 cat "$OUT/$NAME.md"

@@ -10,25 +10,23 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import measure  # noqa: E402
+
 import torch
 
 
 def timed(f):
+    """The race binary's rule (bench/gemm-race's `time`): one cold call,
+    one timed as the estimate, batch = ceil(2 ms / t), 3-40 samples in a
+    0.4 s budget; the middle sample."""
     f()
     t0 = time.perf_counter()
     f()
     est = max(time.perf_counter() - t0, 1e-7)
     batch = int(-(-2e-3 // est))
-    for _ in range(batch - 1):
-        f()
     n = min(max(int(0.4 / (est * batch)), 3), 40)
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter()
-        for _ in range(batch):
-            f()
-        samples.append((time.perf_counter() - t) / batch)
-    samples.sort()
+    samples = sorted(measure(batch - 1, n, batch, f))
     return samples[len(samples) // 2]
 
 

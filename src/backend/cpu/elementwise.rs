@@ -493,7 +493,6 @@ pub(super) unsafe fn transpose_rows<T: Copy + Default + Send + Sync>(
     [rows, cols]: [usize; 2],
     (dst, d0): (*mut T, usize),
 ) {
-    let (os, od) = (0, 0);
     let pd = SendPtr(dst);
     let ps = SendPtr(src as *mut T);
     // 4-byte elements at AVX2 or above: each full block in registers
@@ -508,16 +507,13 @@ pub(super) unsafe fn transpose_rows<T: Copy + Default + Send + Sync>(
         while r0 < rows {
             let br = TBLOCK.min(rows - r0);
             // SAFETY: rows `r0..r0 + br` and columns `c0..c0 + bc` are in
-            // the plan's shape, so every offset is inside the layouts,
-            // which fit the storages (the caller's contract); the two
-            // storages differ, and destination columns `c0..c0 + bc` are
-            // this band's alone. `fast4`: the process runs at AVX2 or
-            // above, so the CPU has it, and `T` is 4 bytes wide.
+            // the `[rows, cols]` both pointers hold at their strides (the
+            // caller's contract), and the two do not overlap; destination
+            // columns `c0..c0 + bc` are this band's alone. `fast4`: the
+            // process runs at AVX2 or above, so the CPU has it, and `T` is
+            // 4 bytes wide.
             unsafe {
-                let (s, d) = (
-                    ps.get().add(os + c0 * s1 + r0),
-                    pd.get().add(od + r0 * d0 + c0),
-                );
+                let (s, d) = (ps.get().add(c0 * s1 + r0), pd.get().add(r0 * d0 + c0));
                 if br == TBLOCK && bc == TBLOCK && fast4 {
                     #[cfg(target_arch = "x86_64")]
                     super::transpose_avx2::block16(s.cast(), s1, d.cast(), d0);

@@ -211,13 +211,29 @@ pub(super) fn fast_kernels<T: 'static>() -> bool {
         && super::simd::level() != super::simd::Level::Scalar
 }
 
+/// The instruction set private-gemm-x86 runs products of `T` at here (the
+/// level every other kernel runs), when [`fast_kernels`] says it runs them.
+#[cfg(target_arch = "x86_64")]
+fn instr_set<T: 'static>() -> Option<private_gemm_x86::InstrSet> {
+    use super::simd::{level, Level};
+    use private_gemm_x86::InstrSet;
+    if !fast_kernels::<T>() {
+        return None;
+    }
+    match level() {
+        Level::V4 => Some(InstrSet::Avx512),
+        Level::V3 => Some(InstrSet::Avx256),
+        Level::Scalar => None,
+    }
+}
+
 /// The instruction set `private-gemm-x86` runs a product at, or `None` for
 /// gemm 0.19: only f32 and f64 at AVX2 or AVX-512, and only the argument
 /// forms it computes as [`gemm`] means them. It leaves `dst` unwritten for
 /// `k == 0`; it only adds to the destination (`alpha == 1`) or replaces it
-/// (unread), with no other `alpha`; and a zero or negative stride (an
-/// expanded or flipped operand, rare in a product) is left to gemm 0.19,
-/// whose packing handles every stride. A matrix-vector product (`m` or `n`
+/// (unread), with no other `alpha`; and a stride of 0 (an expanded
+/// operand, rare in a product) or less is left to gemm 0.19, whose packing
+/// handles every stride. A matrix-vector product (`m` or `n`
 /// of 1, a batch-1 request) goes to gemm 0.19's `gemv`, which streams the
 /// matrix once where private-gemm-x86 packs it first.
 #[cfg(target_arch = "x86_64")]
@@ -227,25 +243,18 @@ fn fast<T: Copy + 'static>(
     alpha: T,
     strides: [isize; 6],
 ) -> Option<private_gemm_x86::InstrSet> {
-    use super::simd::{level, Level};
-    let t = TypeId::of::<T>();
-    let unit_alpha = if t == TypeId::of::<f32>() {
-        // SAFETY: `T` is f32 (same `TypeId`).
-        unsafe { *(&alpha as *const T as *const f32) == 1.0 }
-    } else if t == TypeId::of::<f64>() {
-        // SAFETY: `T` is f64 (same `TypeId`).
-        unsafe { *(&alpha as *const T as *const f64) == 1.0 }
-    } else {
-        return None;
+    let instr = instr_set::<T>()?;
+    let unit_alpha = || {
+        if TypeId::of::<T>() == TypeId::of::<f32>() {
+            // SAFETY: `T` is f32 (same `TypeId`).
+            unsafe { *(&alpha as *const T as *const f32) == 1.0 }
+        } else {
+            // SAFETY: `T` is f64 (`instr_set` admits only f32 and f64).
+            unsafe { *(&alpha as *const T as *const f64) == 1.0 }
+        }
     };
-    if m == 1 || n == 1 || k == 0 || (read_dst && !unit_alpha) || strides.iter().any(|&s| s <= 0) {
-        return None;
-    }
-    match level() {
-        Level::V4 => Some(private_gemm_x86::InstrSet::Avx512),
-        Level::V3 => Some(private_gemm_x86::InstrSet::Avx256),
-        Level::Scalar => None,
-    }
+    let admitted = m > 1 && n > 1 && k > 0 && strides.iter().all(|&s| s > 0);
+    (admitted && (!read_dst || unit_alpha())).then_some(instr)
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -273,7 +282,7 @@ mod tests {
         );
         assert!(
             fast::<f32>([2, 2, 3], false, 0.0, [1, -4, 1, 4, 1, 4]).is_none(),
-            "a flipped operand"
+            "a negative stride"
         );
         assert!(
             fast::<f16>([2, 2, 3], false, f16::ZERO, pos).is_none(),

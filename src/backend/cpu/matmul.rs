@@ -174,12 +174,11 @@ impl Blocks {
     /// whatever blocks are left.
     ///
     /// `whole`: the product runs private-gemm-x86 ([`super::gemm::fast_kernels`]),
-    /// whose own threads are rayon's, not the team's that ran the op before;
-    /// the hand-over between the two made a chunked service vary by half
-    /// again at AVX2. So it is always cut, into one block per thread (its
-    /// blocks keep a whole operand each, so its packing of the other
-    /// operand is repeated once per block, which measured cheaper than the
-    /// hand-over at every size we ran, 4096^3 included).
+    /// whose own threads are rayon's, not the team's that ran the op
+    /// before, so each product would hand its work from one set of threads
+    /// to the other and back. It is always cut instead, into one block per
+    /// thread: each block packs the whole smaller operand again, which costs
+    /// less than the hand-over (Note [gemm choice] in ARCHITECTURE.md).
     ///
     /// The longer of `m` and `n` is cut, so the operand every block reads
     /// whole (and packs again) is the smaller one.
@@ -214,7 +213,8 @@ impl Blocks {
 
 /// One product through gemm on up to `threads` threads: on this thread
 /// alone, cut into [`Blocks`] shared with the pool's helpers, or (a large
-/// product) with gemm's own parallelism inside the pool.
+/// gemm 0.19 product) with its own parallelism inside the pool; a
+/// column-major left operand copied row-major first ([`copies_lhs`]).
 ///
 /// # Safety
 /// As [`gemm_one`].
@@ -227,81 +227,33 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
     acc: bool,
     threads: usize,
 ) {
-    if super::gemm::fast_kernels::<T>() && copies_lhs(g) {
-        let words = (g.m * g.k * std::mem::size_of::<T>()).div_ceil(8);
-        let keep = words * 8 <= LINEAR_SCRATCH_KEEP;
-        let mut buf = if keep { LHS_SCRATCH.take() } else { Vec::new() };
-        if buf.len() < words {
-            buf = vec![0u64; words];
-        }
-        let row_major = buf.as_mut_ptr() as *mut T;
-        // SAFETY: `a` holds the column-major `[m, k]` at column stride
-        // `g.a.1` (the caller's contract, with `g.a.0 == 1`); `buf` holds
-        // `m * k` elements of `T` (u64 words: aligned for f32 and f64)
-        // and is this call's alone.
-        unsafe {
-            super::elementwise::transpose_rows::<T>(
-                (a.get() as *const T, g.a.1 as usize),
-                [g.m, g.k],
-                (row_major, g.k),
-            );
+    let fast = super::gemm::fast_kernels::<T>();
+    if fast && copies_lhs(g) {
+        let bytes = g.m * g.k * std::mem::size_of::<T>();
+        with_scratch(&LHS_SCRATCH, bytes, |buf| {
+            let row_major = buf as *mut T;
             let ga = Geom {
                 a: (g.k as isize, 1),
                 ..*g
             };
-            gemm_product_cut(&ga, d, SendPtr(row_major), b, units, acc, threads);
-        }
-        if keep {
-            LHS_SCRATCH.set(buf);
-        }
+            // SAFETY: `a` holds the column-major `[m, k]` at column stride
+            // `g.a.1` (the caller's contract, with `g.a.0 == 1`); `buf`
+            // holds `m * k` elements of `T` and is this call's alone; `ga`
+            // is `g` with `a` that row-major copy, which `copies_lhs`
+            // declines, so the call below multiplies.
+            unsafe {
+                super::elementwise::transpose_rows::<T>(
+                    (a.get() as *const T, g.a.1 as usize),
+                    [g.m, g.k],
+                    (row_major, g.k),
+                );
+                gemm_product(&ga, d, SendPtr(row_major), b, units, acc, threads)
+            }
+        });
         return;
     }
-    // SAFETY: the caller's contract.
-    unsafe { gemm_product_cut(g, d, a, b, units, acc, threads) }
-}
-
-/// Whether [`gemm_product`] copies the left operand row-major before
-/// private-gemm-x86 multiplies: when it is column-major (a transposed
-/// operand, as the weight gradient's `g^T` of a Linear), which that
-/// library reads markedly slower, and the product is wide enough (`n`) and
-/// large enough (`m * n * k`) to repay an `m * k` copy.
-fn copies_lhs(g: &Geom) -> bool {
-    g.a.0 == 1
-        && g.a.1 != 1
-        && g.m > 1
-        && g.k > 1
-        && g.n >= LHS_COPY_MIN_N
-        && g.flops() >= LHS_COPY_FLOPS
-}
-
-/// The narrowest product ([`copies_lhs`]) whose left operand is copied.
-const LHS_COPY_MIN_N: usize = 64;
-
-/// The smallest `m * n * k` ([`copies_lhs`]) whose left operand is copied.
-const LHS_COPY_FLOPS: usize = 1 << 22;
-
-thread_local! {
-    /// [`gemm_product`]'s reusable row-major copy of a left operand (u64
-    /// words: aligned for f32 and f64), apart from [`linear`]'s scratch,
-    /// which may be held by the caller.
-    static LHS_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// [`gemm_product`] once its operands are in the layout it multiplies.
-///
-/// # Safety
-/// As [`gemm_one`].
-unsafe fn gemm_product_cut<T: 'static + Copy + Send + Sync>(
-    g: &Geom,
-    d: SendPtr<T>,
-    a: SendPtr<T>,
-    b: SendPtr<T>,
-    units: (T, T),
-    acc: bool,
-    threads: usize,
-) {
     if threads > 1
-        && let Some(blocks) = Blocks::of(g, threads, super::gemm::fast_kernels::<T>())
+        && let Some(blocks) = Blocks::of(g, threads, fast)
     {
         par_for(blocks.count, |i| {
             let (bg, o) = blocks.block(g, i);
@@ -336,6 +288,32 @@ unsafe fn gemm_product_cut<T: 'static + Copy + Send + Sync>(
             )
         }
     });
+}
+
+/// Whether [`gemm_product`] copies the left operand row-major before
+/// private-gemm-x86 multiplies: when it is column-major (a transposed
+/// operand, as the weight gradient's `g^T` of a Linear), which that
+/// library reads markedly slower, and the product is wide enough (`n`) and
+/// large enough (`m * n * k`) to repay an `m * k` copy.
+fn copies_lhs(g: &Geom) -> bool {
+    g.a.0 == 1
+        && g.a.1 != 1
+        && g.m > 1
+        && g.k > 1
+        && g.n >= LHS_COPY_MIN_N
+        && g.flops() >= LHS_COPY_FLOPS
+}
+
+/// The narrowest product ([`copies_lhs`]) whose left operand is copied.
+const LHS_COPY_MIN_N: usize = 64;
+
+/// The smallest `m * n * k` ([`copies_lhs`]) whose left operand is copied.
+const LHS_COPY_FLOPS: usize = 1 << 22;
+
+thread_local! {
+    /// [`gemm_product`]'s row-major copy of a left operand, apart from
+    /// [`linear`]'s scratch, which the caller may be holding.
+    static LHS_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// gemm's parallelism for one product given `threads` (1: this thread).
@@ -618,15 +596,38 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
     }
 }
 
-/// Largest scratch buffer, in bytes, that [`linear`] keeps per thread for
-/// reuse; a larger column-major product gets a buffer of its own, freed
-/// after the call. (A memory bound, not a speed choice: the layout comes from
-/// [`column_major_product`] alone.)
-const LINEAR_SCRATCH_KEEP: usize = 8 << 20;
+/// Largest scratch buffer, in bytes, that [`with_scratch`] keeps per thread
+/// for reuse; a larger one is the call's own, freed after it. (A memory
+/// bound, not a speed choice: whether a scratch buffer is used at all comes
+/// from [`column_major_product`] and [`copies_lhs`] alone.)
+const SCRATCH_KEEP: usize = 8 << 20;
+
+/// Runs `f` on this thread's buffer in `cell`, grown to at least `bytes`
+/// (u64 words: aligned for f32 and f64) and kept for the next call when at
+/// most [`SCRATCH_KEEP`]; a larger buffer is the call's own. Workspace,
+/// like gemm's packing buffers, not tensor memory. A nested call on the
+/// same cell finds it empty and gets a buffer of its own.
+fn with_scratch<R>(
+    cell: &'static std::thread::LocalKey<std::cell::Cell<Vec<u64>>>,
+    bytes: usize,
+    f: impl FnOnce(*mut u64) -> R,
+) -> R {
+    let words = bytes.div_ceil(8);
+    let keep = words * 8 <= SCRATCH_KEEP;
+    let mut buf = if keep { cell.take() } else { Vec::new() };
+    if buf.len() < words {
+        buf = vec![0u64; words];
+    }
+    let r = f(buf.as_mut_ptr());
+    if keep {
+        cell.set(buf);
+    }
+    r
+}
 
 thread_local! {
     /// [`linear`]'s reusable scratch (u64 words: aligned for f32 and f64).
-    static SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+    static LINEAR_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Whether [`linear`] computes `x @ w^T` column-major (into a scratch
@@ -709,12 +710,6 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
         }
         return;
     }
-    let words = (m * n * esz).div_ceil(8);
-    let keep = words * 8 <= LINEAR_SCRATCH_KEEP;
-    let mut buf = if keep { SCRATCH.take() } else { Vec::new() };
-    if buf.len() < words {
-        buf = vec![0u64; words];
-    }
     let g = Geom {
         m,
         n,
@@ -724,42 +719,41 @@ pub(crate) fn linear(x: &Operand, wt: &Operand, bias: Option<&Operand>, dst: &Op
         d: (1, m as isize),
     };
     let bias = bias.map(|b| (b.storage, b.layout.offset(), b.layout.strides()[1]));
-    let s = SendPtr(buf.as_mut_ptr());
-    macro_rules! go {
-        ($t:ty, $one:expr, $zero:expr) => {{
-            let s = SendPtr(s.get() as *mut $t);
-            // SAFETY: the operand layouts fit their storages (the op layer
-            // checked them); `s` holds m * n elements; dst does not overlap
-            // the inputs (a fresh output); the caller holds the locks.
-            let (px, pw) = unsafe {
-                (
-                    SendPtr(ptr::<$t>(x.storage).add(x.layout.offset())),
-                    SendPtr(ptr::<$t>(wt.storage).add(wt.layout.offset())),
-                )
-            };
-            // Inside a rayon worker there is no pool: one gemm, not blocks
-            // run one after another.
-            let threads = match kernel_pool() {
-                Some(p) if g.splits() => p.current_num_threads(),
-                _ => 1,
-            };
-            // SAFETY: as above.
-            unsafe { gemm_product(&g, s, px, pw, ($one, $zero), false, threads) };
-            // SAFETY: as above; the bias holds n elements at its increment.
-            unsafe {
-                let pb = bias.map(|(st, off, inc)| (ptr::<$t>(st).add(off) as *const $t, inc));
-                let pd = ptr::<$t>(dst.storage).add(dst.layout.offset());
-                transpose_into(s.get(), m, n, pb, pd, st(&dst.layout));
-            }
-        }};
-    }
-    match dst.dtype {
-        DType::F32 => go!(f32, 1f32, 0f32),
-        _ => go!(f64, 1f64, 0f64),
-    }
-    if keep {
-        SCRATCH.set(buf);
-    }
+    with_scratch(&LINEAR_SCRATCH, m * n * esz, |buf| {
+        let s = SendPtr(buf);
+        macro_rules! go {
+            ($t:ty, $one:expr, $zero:expr) => {{
+                let s = SendPtr(s.get() as *mut $t);
+                // SAFETY: the operand layouts fit their storages (the op layer
+                // checked them); `s` holds m * n elements; dst does not overlap
+                // the inputs (a fresh output); the caller holds the locks.
+                let (px, pw) = unsafe {
+                    (
+                        SendPtr(ptr::<$t>(x.storage).add(x.layout.offset())),
+                        SendPtr(ptr::<$t>(wt.storage).add(wt.layout.offset())),
+                    )
+                };
+                // Inside a rayon worker there is no pool: one gemm, not blocks
+                // run one after another.
+                let threads = match kernel_pool() {
+                    Some(p) if g.splits() => p.current_num_threads(),
+                    _ => 1,
+                };
+                // SAFETY: as above.
+                unsafe { gemm_product(&g, s, px, pw, ($one, $zero), false, threads) };
+                // SAFETY: as above; the bias holds n elements at its increment.
+                unsafe {
+                    let pb = bias.map(|(st, off, inc)| (ptr::<$t>(st).add(off) as *const $t, inc));
+                    let pd = ptr::<$t>(dst.storage).add(dst.layout.offset());
+                    transpose_into(s.get(), m, n, pb, pd, st(&dst.layout));
+                }
+            }};
+        }
+        match dst.dtype {
+            DType::F32 => go!(f32, 1f32, 0f32),
+            _ => go!(f64, 1f64, 0f64),
+        }
+    });
 }
 
 /// `dst[i, j] = src[i + j m] (+ bias[j])`: a column-major `[m, n]` written

@@ -156,6 +156,45 @@ fn every_rank_case_and_broadcast_batch() {
     }
 }
 
+/// A transposed left operand whose column stride is a multiple of 4 KiB is
+/// multiplied from a padded copy (`matmul::padded_lhs_stride`); the result
+/// is the product's, with the transposed operand and its copy unchanged
+/// and the two neighbouring strides read in place.
+#[test]
+fn a_transposed_left_operand_at_a_4k_stride_multiplies_exactly() {
+    let _g = lock();
+    for (dt, m) in [
+        (DType::F32, 1024),
+        (DType::F64, 512),
+        (DType::F32, 1000),
+        (DType::F32, 1040),
+    ] {
+        let (k, n) = (96, 96);
+        let base = tensor(&[k, m], 21, dt);
+        let before = base.to_vec::<f64>().unwrap();
+        let a = base.t().unwrap();
+        let b = tensor(&[k, n], 22, dt);
+        check(
+            &format!("{dt} g^T at m = {m}"),
+            &a,
+            &b,
+            &a.matmul(&b).unwrap(),
+        );
+        assert_eq!(
+            base.to_vec::<f64>().unwrap(),
+            before,
+            "{dt}: the operand is unchanged"
+        );
+        // Twice on one thread: the second call reuses the scratch buffer.
+        check(&format!("{dt} g^T again"), &a, &b, &a.matmul(&b).unwrap());
+    }
+    // A batch of such operands (each its own copy).
+    let base = tensor(&[3, 64, 1024], 23, DType::F32);
+    let a = base.transpose(1, 2).unwrap();
+    let b = tensor(&[3, 64, 80], 24, DType::F32);
+    check("batched g^T", &a, &b, &a.matmul(&b).unwrap());
+}
+
 #[test]
 fn strided_operands_are_read_in_place() {
     let _g = lock();

@@ -214,7 +214,8 @@ impl Blocks {
 /// One product through gemm on up to `threads` threads: on this thread
 /// alone, cut into [`Blocks`] shared with the pool's helpers, or (a large
 /// gemm 0.19 product) with its own parallelism inside the pool; a
-/// column-major left operand copied row-major first ([`copies_lhs`]).
+/// column-major left operand at an aliasing stride copied first
+/// ([`padded_lhs_stride`]).
 ///
 /// # Safety
 /// As [`gemm_one`].
@@ -228,26 +229,34 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
     threads: usize,
 ) {
     let fast = super::gemm::fast_kernels::<T>();
-    if fast && copies_lhs(g) {
-        let bytes = g.m * g.k * std::mem::size_of::<T>();
+    if fast && let Some(ld) = padded_lhs_stride(g, std::mem::size_of::<T>()) {
+        let bytes = ld * g.k * std::mem::size_of::<T>();
         with_scratch(&LHS_SCRATCH, bytes, |buf| {
-            let row_major = buf as *mut T;
+            let padded = buf as *mut T;
             let ga = Geom {
-                a: (g.k as isize, 1),
+                a: (1, ld as isize),
                 ..*g
             };
             // SAFETY: `a` holds the column-major `[m, k]` at column stride
-            // `g.a.1` (the caller's contract, with `g.a.0 == 1`); `buf`
-            // holds `m * k` elements of `T` and is this call's alone; `ga`
-            // is `g` with `a` that row-major copy, which `copies_lhs`
-            // declines, so the call below multiplies.
+            // `g.a.1` (the caller's contract, with `g.a.0 == 1`), so each
+            // column is `m` contiguous elements; `buf` holds `ld * k >= m *
+            // k` elements of `T`, is this call's alone and so overlaps no
+            // operand; `ga` is `g` with `a` that copy, whose stride
+            // `padded_lhs_stride` declines, so the call below multiplies.
             unsafe {
-                super::elementwise::transpose_rows::<T>(
-                    (a.get() as *const T, g.a.1 as usize),
-                    [g.m, g.k],
-                    (row_major, g.k),
-                );
-                gemm_product(&ga, d, SendPtr(row_major), b, units, acc, threads)
+                let (src, s1) = (SendPtr(a.get()), g.a.1 as usize);
+                let dst = SendPtr(padded);
+                let cols = (LHS_COPY_COLUMNS_BYTES / (g.m * std::mem::size_of::<T>())).max(1);
+                par_for(g.k.div_ceil(cols), |i| {
+                    for c in i * cols..((i + 1) * cols).min(g.k) {
+                        std::ptr::copy_nonoverlapping(
+                            src.get().add(c * s1) as *const T,
+                            dst.get().add(c * ld),
+                            g.m,
+                        );
+                    }
+                });
+                gemm_product(&ga, d, SendPtr(padded), b, units, acc, threads)
             }
         });
         return;
@@ -290,28 +299,41 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
     });
 }
 
-/// Whether [`gemm_product`] copies the left operand row-major before
-/// private-gemm-x86 multiplies: when it is column-major (a transposed
-/// operand, as the weight gradient's `g^T` of a Linear), which that
-/// library reads markedly slower, and the product is wide enough (`n`) and
-/// large enough (`m * n * k`) to repay an `m * k` copy.
-fn copies_lhs(g: &Geom) -> bool {
-    g.a.0 == 1
-        && g.a.1 != 1
-        && g.m > 1
-        && g.k > 1
-        && g.n >= LHS_COPY_MIN_N
-        && g.flops() >= LHS_COPY_FLOPS
+/// The column stride, in elements, of the copy [`gemm_product`] makes of a
+/// column-major left operand (a transposed one, as the weight gradient's
+/// `g^T` of a Linear) before private-gemm-x86 multiplies, or `None` for no
+/// copy. A column stride that is a multiple of 4 KiB maps every column's
+/// start to the same cache sets, and that library's packing then reads the
+/// operand far slower (Note [lhs stride] in `bench/results/ops-why.md`); the copy
+/// keeps the layout and pads the stride, so it is `k` contiguous runs of
+/// `m` elements.
+fn padded_lhs_stride(g: &Geom, elem: usize) -> Option<usize> {
+    let aliased = |ld: usize| (ld * elem).is_multiple_of(ALIAS_BYTES);
+    if g.a.0 != 1 || g.a.1 <= 1 || g.m <= 1 || g.k <= 1 || g.flops() < LHS_COPY_FLOPS {
+        return None;
+    }
+    if !aliased(g.a.1 as usize) {
+        return None;
+    }
+    let ld = g.m.next_multiple_of(LHS_PAD);
+    Some(if aliased(ld) { ld + LHS_PAD } else { ld })
 }
 
-/// The narrowest product ([`copies_lhs`]) whose left operand is copied.
-const LHS_COPY_MIN_N: usize = 64;
+/// The stride period (bytes) whose multiples [`padded_lhs_stride`] avoids.
+const ALIAS_BYTES: usize = 4096;
 
-/// The smallest `m * n * k` ([`copies_lhs`]) whose left operand is copied.
+/// The padded stride's granule, in elements (64 bytes of f32).
+const LHS_PAD: usize = 16;
+
+/// The smallest `m * n * k` ([`padded_lhs_stride`]) whose left operand is
+/// copied.
 const LHS_COPY_FLOPS: usize = 1 << 22;
 
+/// About how many bytes of columns one task of the copy moves.
+const LHS_COPY_COLUMNS_BYTES: usize = 256 << 10;
+
 thread_local! {
-    /// [`gemm_product`]'s row-major copy of a left operand, apart from
+    /// [`gemm_product`]'s padded copy of a left operand, apart from
     /// [`linear`]'s scratch, which the caller may be holding.
     static LHS_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
 }
@@ -599,7 +621,7 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
 /// Largest scratch buffer, in bytes, that [`with_scratch`] keeps per thread
 /// for reuse; a larger one is the call's own, freed after it. (A memory
 /// bound, not a speed choice: whether a scratch buffer is used at all comes
-/// from [`column_major_product`] and [`copies_lhs`] alone.)
+/// from [`column_major_product`] and [`padded_lhs_stride`] alone.)
 const SCRATCH_KEEP: usize = 8 << 20;
 
 /// Runs `f` on this thread's buffer in `cell`, grown to at least `bytes`
@@ -882,6 +904,54 @@ mod tests {
         assert_eq!((b.rows, b.size, b.count), (false, 256, 4));
         assert_eq!(Blocks::of(&g(1024, 1024, 1024), 1, true), None);
         assert_eq!(Blocks::of(&g(16, 16, 4096), 2, true), None);
+    }
+
+    #[test]
+    fn only_a_left_operand_at_a_4k_column_stride_is_copied_padded() {
+        // A column-major `[m, k]` (column stride `m`), as `g^T`.
+        let g = |m: usize, k: usize, n: usize| Geom {
+            m,
+            n,
+            k,
+            a: (1, m as isize),
+            b: (n as isize, 1),
+            d: (n as isize, 1),
+        };
+        // f32 at 1024 and 2048 rows: padded by one granule.
+        assert_eq!(padded_lhs_stride(&g(1024, 512, 128), 4), Some(1040));
+        assert_eq!(padded_lhs_stride(&g(2048, 512, 16), 4), Some(2064));
+        // f64 at 512 rows is the same 4 KiB.
+        assert_eq!(padded_lhs_stride(&g(512, 512, 128), 8), Some(528));
+        // Strides off the period, as the transformer's weight gradients:
+        // read in place.
+        for m in [1000, 1152, 384, 512, 128] {
+            assert_eq!(padded_lhs_stride(&g(m, 1024, 128), 4), None, "m = {m}");
+        }
+        // A padded stride that would land on the period again skips it:
+        // 4090 rows round up to 4096.
+        assert_eq!(
+            padded_lhs_stride(
+                &Geom {
+                    a: (1, 4096),
+                    ..g(4090, 64, 64)
+                },
+                4
+            ),
+            Some(4112)
+        );
+        // Row-major, too small, or a vector: no copy.
+        assert_eq!(
+            padded_lhs_stride(
+                &Geom {
+                    a: (1024, 1),
+                    ..g(1024, 1024, 64)
+                },
+                4
+            ),
+            None
+        );
+        assert_eq!(padded_lhs_stride(&g(1024, 2, 2), 4), None);
+        assert_eq!(padded_lhs_stride(&g(1024, 1, 4096), 4), None);
     }
 
     #[test]

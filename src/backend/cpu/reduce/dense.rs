@@ -1,7 +1,8 @@
 //! Dense float sums accumulated in f64: the inner loops of `sum`, `mean`
 //! and `var` over contiguous runs.
 //!
-//! Every element is widened to f64 before it is added, in independent
+//! Every element (for the f32 total, every pair of elements: see
+//! [`pair_lanes`]) is widened to f64 before it is added, in independent
 //! lanes (lane `j` adds the elements `j mod L`) folded pairwise at the end
 //! by [`fold_lanes`], so the result does not depend on the SIMD level: the
 //! x86 paths of the f32 total are its plain loop written with intrinsics,
@@ -26,6 +27,38 @@ const PREFETCH_BYTES: usize = 4096;
 /// sixteen lanes at every level, `sum` over rows is slower than PyTorch's at
 /// AVX-512 (see [`total32_avx512`]).
 const TOTAL_LANES: usize = 32;
+
+/// Elements per step of the f32 total: two per lane ([`pair_lanes`]).
+const TOTAL_STEP: usize = 2 * TOTAL_LANES;
+
+/// The f32 total's plain loop: lane `j` of each [`TOTAL_STEP`] elements
+/// adds `x[j] + x[j + 32]`, rounded once to f32, widened to f64. The
+/// widening (`vcvtps2pd`) bounds the loop, one per cycle on the Zen 5
+/// machine at either width, so a pair per widened lane halves it (Note
+/// [f32 sum lanes] in `bench/results/ops-why.md`). The pair's rounding
+/// is the only f32 one: the total's error is at most `2^-24` of the sum of
+/// the pairs' magnitudes, plus the f64 lanes' (tested below), where an f32
+/// accumulation grows with the length.
+///
+/// # Safety
+/// `p[0..len]` is in bounds and initialised.
+#[inline(always)]
+unsafe fn pair_lanes(p: *const f32, len: usize) -> f64 {
+    let mut l = [0f64; TOTAL_LANES];
+    let body = len / TOTAL_STEP * TOTAL_STEP;
+    let mut k = 0;
+    while k < body {
+        for (j, lj) in l.iter_mut().enumerate() {
+            // SAFETY: `k + j + 32 < body <= len`: in bounds and initialised
+            // (this fn's contract).
+            let (a, b) = unsafe { (p.add(k + j).read(), p.add(k + j + TOTAL_LANES).read()) };
+            *lj += (a + b) as f64;
+        }
+        k += TOTAL_STEP;
+    }
+    // SAFETY: `body <= len`: the rest of the caller's elements.
+    fold_lanes(&mut l) + unsafe { tail(p, body, len) }
+}
 
 /// Dense f64 accumulation of `f(p[k])` in `L` independent lanes, folded
 /// by [`fold_lanes`] (vectorises: with 16 lanes, four AVX2 accumulators,
@@ -78,10 +111,9 @@ impl DenseSum for f32 {
         // initialised.
         unsafe { sum_lanes::<_, 16>(p, len, |x| f(x as f64)) }
     }
-    /// [`sum_lanes`] of the widened elements in [`TOTAL_LANES`] lanes; on
-    /// x86-64 above the baseline the same sum (the same lanes, order and
-    /// fold: bit for bit) written with intrinsics ([`total32_avx2`],
-    /// [`total32_avx512`]).
+    /// [`pair_lanes`]; on x86-64 above the baseline the same sum (the same
+    /// pairs, lanes, order and fold: bit for bit) written with intrinsics
+    /// ([`total32_avx2`], [`total32_avx512`]).
     #[inline(always)]
     unsafe fn dense_total(p: *const f32, len: usize) -> f64 {
         #[cfg(target_arch = "x86_64")]
@@ -96,16 +128,15 @@ impl DenseSum for f32 {
         }
         // SAFETY: the caller's `len` contiguous elements from `p` are in bounds and
         // initialised.
-        unsafe { sum_lanes::<_, TOTAL_LANES>(p, len, |x| x as f64) }
+        unsafe { pair_lanes(p, len) }
     }
 }
 
-/// [`sum_lanes`] of f32 elements widened to f64 in 32 lanes, with the
-/// widening written as `vcvtps2pd` of four elements: LLVM's own
-/// vectorisation of the plain loop widened two at a time (xmm, seen in
-/// `perf annotate`), and the widening bounded the loop, at twice PyTorch's
-/// time (Note [f32 sum lanes] in `bench/results/ops-why.md`). Accumulator `a`
-/// holds lanes `4a..4a + 4`.
+/// [`pair_lanes`] with the widening written as `vcvtps2pd` of four pair
+/// sums: LLVM's own vectorisation of a plain loop widened two at a time
+/// (xmm, seen in `perf annotate`), at twice PyTorch's time (Note [f32 sum
+/// lanes] in `bench/results/ops-why.md`). Accumulator `a` holds lanes
+/// `4a..4a + 4`.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; `p[0..len]` is in bounds and initialised.
@@ -113,19 +144,26 @@ impl DenseSum for f32 {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
     use std::arch::x86_64::{
-        _mm256_add_pd, _mm256_cvtps_pd, _mm256_setzero_pd, _mm256_storeu_pd, _mm_loadu_ps,
+        _mm256_add_pd, _mm256_cvtps_pd, _mm256_setzero_pd, _mm256_storeu_pd, _mm_add_ps,
+        _mm_loadu_ps,
     };
     let mut acc = [_mm256_setzero_pd(); TOTAL_LANES / 4];
-    let body = len / TOTAL_LANES * TOTAL_LANES;
+    let body = len / TOTAL_STEP * TOTAL_STEP;
     let mut k = 0;
     while k < body {
-        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * size_of::<f32>());
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_STEP * size_of::<f32>());
         for (j, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `k + 4 j + 4 <= body <= len`: in bounds (this fn's contract).
-            let v = unsafe { _mm_loadu_ps(p.add(k + 4 * j)) };
+            // SAFETY: `k + 4 j + 36 <= body <= len`: both in bounds (this
+            // fn's contract).
+            let v = unsafe {
+                _mm_add_ps(
+                    _mm_loadu_ps(p.add(k + 4 * j)),
+                    _mm_loadu_ps(p.add(k + 4 * j + TOTAL_LANES)),
+                )
+            };
             *a = _mm256_add_pd(*a, _mm256_cvtps_pd(v));
         }
-        k += TOTAL_LANES;
+        k += TOTAL_STEP;
     }
     let mut l = [0f64; TOTAL_LANES];
     for (j, a) in acc.iter().enumerate() {
@@ -137,9 +175,8 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
 }
 
 /// [`total32_avx2`] with AVX-512: accumulator `a` holds lanes
-/// `8a..8a + 8`, each step widens eight elements (`vcvtps2pd` to a zmm):
-/// about two thirds of the time of a 16-lane AVX2 loop, level with
-/// PyTorch (Note [f32 sum lanes] in `bench/results/ops-why.md`).
+/// `8a..8a + 8`, each step widens eight pair sums (`vcvtps2pd` to a zmm)
+/// (Note [f32 sum lanes] in `bench/results/ops-why.md`).
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `p[0..len]` is in bounds and initialised.
@@ -147,19 +184,26 @@ unsafe fn total32_avx2(p: *const f32, len: usize) -> f64 {
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn total32_avx512(p: *const f32, len: usize) -> f64 {
     use std::arch::x86_64::{
-        _mm256_loadu_ps, _mm512_add_pd, _mm512_cvtps_pd, _mm512_setzero_pd, _mm512_storeu_pd,
+        _mm256_add_ps, _mm256_loadu_ps, _mm512_add_pd, _mm512_cvtps_pd, _mm512_setzero_pd,
+        _mm512_storeu_pd,
     };
     let mut acc = [_mm512_setzero_pd(); TOTAL_LANES / 8];
-    let body = len / TOTAL_LANES * TOTAL_LANES;
+    let body = len / TOTAL_STEP * TOTAL_STEP;
     let mut k = 0;
     while k < body {
-        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_LANES * size_of::<f32>());
+        prefetch_ahead(p.wrapping_add(k).cast(), TOTAL_STEP * size_of::<f32>());
         for (j, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `k + 8 j + 8 <= body <= len`: in bounds (this fn's contract).
-            let v = unsafe { _mm256_loadu_ps(p.add(k + 8 * j)) };
+            // SAFETY: `k + 8 j + 40 <= body <= len`: both in bounds (this
+            // fn's contract).
+            let v = unsafe {
+                _mm256_add_ps(
+                    _mm256_loadu_ps(p.add(k + 8 * j)),
+                    _mm256_loadu_ps(p.add(k + 8 * j + TOTAL_LANES)),
+                )
+            };
             *a = _mm512_add_pd(*a, _mm512_cvtps_pd(v));
         }
-        k += TOTAL_LANES;
+        k += TOTAL_STEP;
     }
     let mut l = [0f64; TOTAL_LANES];
     for (j, a) in acc.iter().enumerate() {
@@ -191,12 +235,11 @@ pub(super) fn prefetch_ahead(p: *const u8, bytes: usize) {
     let _ = (p, bytes);
 }
 
-/// `p[from..len]` summed in order in f64: the tail [`sum_lanes`] adds
+/// `p[from..len]` summed in order in f64: the tail [`pair_lanes`] adds
 /// after its lanes.
 ///
 /// # Safety
 /// `p[from..len]` is in bounds and initialised.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tail(p: *const f32, from: usize, len: usize) -> f64 {
     let mut t = 0.0;
@@ -268,10 +311,10 @@ mod tests {
     #[test]
     fn x86_f32_totals_are_the_plain_loop_bit_for_bit() {
         let xs = values(5000);
-        let lens = [0, 1, 15, 31, 32, 33, 255, 1024, 4999, 5000];
+        let lens = [0, 1, 15, 31, 32, 33, 63, 64, 65, 255, 1024, 4999, 5000];
         let plain = |len: usize| {
             // SAFETY: every `len` below is at most `xs.len()`.
-            unsafe { sum_lanes::<_, TOTAL_LANES>(xs.as_ptr(), len, |x| x as f64) }
+            unsafe { pair_lanes(xs.as_ptr(), len) }
         };
         let mut ran = 0;
         if simd::Level::V3.is_available() {
@@ -293,20 +336,53 @@ mod tests {
         println!("intrinsic totals checked: {ran} of 2 (the others' level is absent here)");
     }
 
-    /// The lanes change the rounding, not the accuracy class: the f32 total
-    /// of 5000 values is within 1e-12 relative of a compensated f64 sum.
+    /// The f32 total errs by at most its pairs' roundings (2^-24 of the sum
+    /// of their magnitudes) plus the f64 lanes' own, against a compensated
+    /// f64 sum; and it is that bound, not a bit pattern, that the pairs
+    /// change: the total of values whose pairs are exact is the f64 sum.
     #[test]
-    fn the_f32_total_is_an_f64_sum() {
-        let xs = values(5000);
-        // SAFETY: `xs` holds 5000 initialised values.
-        let got = unsafe { f32::dense_total(xs.as_ptr(), xs.len()) };
-        let (mut s, mut c) = (0f64, 0f64);
-        for &x in &xs {
-            let y = x as f64 - c;
-            let t = s + y;
-            c = (t - s) - y;
-            s = t;
+    fn the_f32_total_errs_by_at_most_its_pair_roundings() {
+        let compensated = |xs: &[f32]| {
+            let (mut s, mut c) = (0f64, 0f64);
+            for &x in xs {
+                let y = x as f64 - c;
+                let t = s + y;
+                c = (t - s) - y;
+                s = t;
+            }
+            s
+        };
+        for n in [64, 5000, 100_000] {
+            let xs = values(n);
+            // SAFETY: `xs` holds `n` initialised values.
+            let got = unsafe { f32::dense_total(xs.as_ptr(), xs.len()) };
+            let want = compensated(&xs);
+            let body = n / TOTAL_STEP * TOTAL_STEP;
+            let pairs: f64 = (0..body / TOTAL_STEP)
+                .flat_map(|s| {
+                    (0..TOTAL_LANES)
+                        .map(move |j| (s * TOTAL_STEP + j, s * TOTAL_STEP + j + TOTAL_LANES))
+                })
+                .map(|(a, b)| (xs[a] as f64 + xs[b] as f64).abs())
+                .sum();
+            let bound = pairs * f32::EPSILON as f64 / 2.0 + 1e-12 * want.abs().max(1.0);
+            assert!(
+                (got - want).abs() <= bound,
+                "n = {n}: {got} vs {want} (bound {bound})"
+            );
+            // A plain f32 accumulation of the same values is further off.
+            let naive = xs.iter().fold(0f32, |s, &x| s + x) as f64;
+            assert!(
+                (naive - want).abs() > (got - want).abs(),
+                "n = {n}: the pairs beat f32"
+            );
         }
-        assert!((got - s).abs() <= 1e-12 * s.abs().max(1.0), "{got} vs {s}");
+        // Integers below 2^23: every pair sum is exact, so the total is.
+        let ints: Vec<f32> = (0..10_000)
+            .map(|i| ((i * 7919) % 4001) as f32 - 2000.0)
+            .collect();
+        // SAFETY: `ints` holds 10,000 initialised values.
+        let got = unsafe { f32::dense_total(ints.as_ptr(), ints.len()) };
+        assert_eq!(got, ints.iter().map(|&x| x as f64).sum::<f64>());
     }
 }

@@ -241,7 +241,8 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
             // `g.a.1` (the caller's contract, with `g.a.0 == 1`), so each
             // column is `m` contiguous elements; `buf` holds `ld * k >= m *
             // k` elements of `T`, is this call's alone and so overlaps no
-            // operand; `ga` is `g` with `a` that copy, whose stride
+            // operand, and each task of the copy writes its own columns;
+            // `ga` is `g` with `a` that copy, whose stride
             // `padded_lhs_stride` declines, so the call below multiplies.
             unsafe {
                 let (src, s1) = (SendPtr(a.get()), g.a.1 as usize);
@@ -309,10 +310,8 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
 /// `m` elements.
 fn padded_lhs_stride(g: &Geom, elem: usize) -> Option<usize> {
     let aliased = |ld: usize| (ld * elem).is_multiple_of(ALIAS_BYTES);
-    if g.a.0 != 1 || g.a.1 <= 1 || g.m <= 1 || g.k <= 1 || g.flops() < LHS_COPY_FLOPS {
-        return None;
-    }
-    if !aliased(g.a.1 as usize) {
+    let column_major = g.a.0 == 1 && g.a.1 > 1 && g.m > 1 && g.k > 1;
+    if !column_major || g.flops() < LHS_COPY_FLOPS || !aliased(g.a.1 as usize) {
         return None;
     }
     let ld = g.m.next_multiple_of(LHS_PAD);

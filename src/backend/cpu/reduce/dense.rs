@@ -33,9 +33,9 @@ const TOTAL_STEP: usize = 2 * TOTAL_LANES;
 
 /// The f32 total's plain loop: lane `j` of each [`TOTAL_STEP`] elements
 /// adds `x[j] + x[j + 32]`, rounded once to f32, widened to f64. The
-/// widening (`vcvtps2pd`) bounds the loop, one per cycle on the Zen 5
-/// machine at either width, so a pair per widened lane halves it (Note
-/// [f32 sum lanes] in `bench/results/ops-why.md`). The pair's rounding
+/// widening (`vcvtps2pd`) bounds the loop, so one widening per pair
+/// halves that bound (Note [f32 sum lanes] in `bench/results/ops-why.md`).
+/// The pair's rounding
 /// is the only f32 one: the total's error is at most `2^-24` of the sum of
 /// the pairs' magnitudes, plus the f64 lanes' (tested below), where an f32
 /// accumulation grows with the length.

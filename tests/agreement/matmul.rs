@@ -156,27 +156,31 @@ fn every_rank_case_and_broadcast_batch() {
     }
 }
 
-/// A transposed left operand whose column stride is a multiple of 4 KiB is
-/// multiplied from a padded copy (`matmul::padded_lhs_stride`): the result
-/// is the product's and the operand is unchanged, at that stride (f32 at
-/// 1024 rows, f64 at 512, a batch) and at two strides read in place (1000
-/// and 1040 rows).
+/// A transposed left operand is multiplied from a padded copy when its
+/// column stride is a multiple of 4 KiB, and from a row-major copy when the
+/// product has 512 columns or more (`matmul::lhs_copy`): the result is the
+/// product's and the operand is unchanged, padded (f32 at 1024 rows, f64
+/// at 512, a batch), read in place (1000 and 1040 rows), and transposed
+/// (f32 at 1024 and 1000 rows, f64 at 200, sizes off the copy's 16-element
+/// blocks included).
 #[test]
-fn a_transposed_left_operand_at_a_4k_stride_multiplies_exactly() {
+fn a_transposed_left_operand_multiplies_exactly_from_either_copy() {
     let _g = lock();
-    for (dt, m) in [
-        (DType::F32, 1024),
-        (DType::F64, 512),
-        (DType::F32, 1000),
-        (DType::F32, 1040),
+    for (dt, m, k, n) in [
+        (DType::F32, 1024, 96, 96),
+        (DType::F64, 512, 96, 96),
+        (DType::F32, 1000, 96, 96),
+        (DType::F32, 1040, 96, 96),
+        (DType::F32, 1024, 40, 512),
+        (DType::F32, 1000, 37, 520),
+        (DType::F64, 200, 77, 600),
     ] {
-        let (k, n) = (96, 96);
         let base = tensor(&[k, m], 21, dt);
         let before = base.to_vec::<f64>().unwrap();
         let a = base.t().unwrap();
         let b = tensor(&[k, n], 22, dt);
         check(
-            &format!("{dt} g^T at m = {m}"),
+            &format!("{dt} g^T at m = {m}, k = {k}, n = {n}"),
             &a,
             &b,
             &a.matmul(&b).unwrap(),

@@ -488,7 +488,7 @@ unsafe fn transpose_copy<T: Copy + Default + Send + Sync>(src: &Operand, dst: &O
 /// # Safety
 /// Both pointers hold the `[rows, cols]` at their strides, and the two do
 /// not overlap.
-unsafe fn transpose_rows<T: Copy + Default + Send + Sync>(
+pub(super) unsafe fn transpose_rows<T: Copy + Default + Send + Sync>(
     (src, s1): (*const T, usize),
     [rows, cols]: [usize; 2],
     (dst, d0): (*mut T, usize),

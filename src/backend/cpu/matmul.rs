@@ -19,6 +19,9 @@ use super::numeric_traits::Num;
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use super::thread_pool::{install, kernel_pool, par_for};
+use lhs_copy::LhsCopy;
+
+mod lhs_copy;
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::layout::Layout;
@@ -214,7 +217,8 @@ impl Blocks {
 /// One product through gemm on up to `threads` threads: on this thread
 /// alone, cut into [`Blocks`] shared with the pool's helpers, or (a large
 /// gemm 0.19 product) with its own parallelism inside the pool; a
-/// column-major left operand copied first where [`lhs_copy`] says so.
+/// column-major left operand copied first where [`lhs_copy::lhs_copy`]
+/// says so.
 ///
 /// # Safety
 /// As [`gemm_one`].
@@ -228,7 +232,7 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
     threads: usize,
 ) {
     let fast = super::gemm::fast_kernels::<T>();
-    if fast && let Some(copy) = lhs_copy(g, std::mem::size_of::<T>()) {
+    if fast && let Some(copy) = lhs_copy::lhs_copy(g, std::mem::size_of::<T>()) {
         let ld = match copy {
             LhsCopy::RowMajor => g.m,
             LhsCopy::Padded(ld) => ld,
@@ -252,30 +256,12 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
             // `a` that copy, which `lhs_copy` declines (row-major, or not at
             // an aliasing stride), so the call below multiplies.
             unsafe {
-                let (src, s1) = (SendPtr(a.get()), g.a.1 as usize);
-                match copy {
-                    LhsCopy::RowMajor => {
-                        super::elementwise::transpose_rows(
-                            (src.get() as *const T, s1),
-                            [g.m, g.k],
-                            (copied, g.k),
-                        );
-                    }
-                    LhsCopy::Padded(ld) => {
-                        let dst = SendPtr(copied);
-                        let cols =
-                            (LHS_COPY_COLUMNS_BYTES / (g.m * std::mem::size_of::<T>())).max(1);
-                        par_for(g.k.div_ceil(cols), |i| {
-                            for c in i * cols..((i + 1) * cols).min(g.k) {
-                                std::ptr::copy_nonoverlapping(
-                                    src.get().add(c * s1) as *const T,
-                                    dst.get().add(c * ld),
-                                    g.m,
-                                );
-                            }
-                        });
-                    }
-                }
+                lhs_copy::copy(
+                    copy,
+                    (a.get() as *const T, g.a.1 as usize),
+                    [g.m, g.k],
+                    copied,
+                );
                 gemm_product(&ga, d, SendPtr(copied), b, units, acc, threads)
             }
         });
@@ -318,59 +304,6 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
         }
     });
 }
-
-/// How [`gemm_product`] copies a column-major left operand (a transposed
-/// one, as the weight gradient's `g^T` of a Linear) before
-/// private-gemm-x86 multiplies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LhsCopy {
-    /// Transposed to row-major, `[m, k]` at row stride `k`.
-    RowMajor,
-    /// Kept column-major, `k` contiguous runs of `m` elements, at this
-    /// column stride (in elements).
-    Padded(usize),
-}
-
-/// The copy [`gemm_product`] makes of a column-major left operand, or
-/// `None` to read it in place (Note [lhs stride] in
-/// `bench/results/ops-why.md`). From [`ROW_MAJOR_MIN_N`] columns of the
-/// product it is transposed to row-major: the copy moves `m k` elements
-/// for `2 m k n` flops, and on Zen 3 the library reads a row-major left
-/// operand 15-30% faster. Below, only an operand whose column stride is a
-/// multiple of 4 KiB is copied, at a padded stride: such a stride maps
-/// every column's start to the same cache sets, and the library's
-/// packing then reads it far slower.
-fn lhs_copy(g: &Geom, elem: usize) -> Option<LhsCopy> {
-    let aliased = |ld: usize| (ld * elem).is_multiple_of(ALIAS_BYTES);
-    let column_major = g.a.0 == 1 && g.a.1 > 1 && g.m > 1 && g.k > 1;
-    if !column_major || g.flops() < LHS_COPY_FLOPS {
-        return None;
-    }
-    if g.n >= ROW_MAJOR_MIN_N {
-        return Some(LhsCopy::RowMajor);
-    }
-    if !aliased(g.a.1 as usize) {
-        return None;
-    }
-    let ld = g.m.next_multiple_of(LHS_PAD);
-    Some(LhsCopy::Padded(if aliased(ld) { ld + LHS_PAD } else { ld }))
-}
-
-/// The fewest product columns at which [`lhs_copy`] transposes a
-/// column-major left operand to row-major.
-const ROW_MAJOR_MIN_N: usize = 512;
-
-/// The stride period (bytes) whose multiples [`lhs_copy`] avoids.
-const ALIAS_BYTES: usize = 4096;
-
-/// The padded stride's granule, in elements (64 bytes of f32).
-const LHS_PAD: usize = 16;
-
-/// The smallest `m * n * k` ([`lhs_copy`]) whose left operand is copied.
-const LHS_COPY_FLOPS: usize = 1 << 22;
-
-/// About how many bytes of columns one task of the copy moves.
-const LHS_COPY_COLUMNS_BYTES: usize = 256 << 10;
 
 thread_local! {
     /// [`gemm_product`]'s copy of a left operand, apart from
@@ -661,7 +594,7 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
 /// Largest scratch buffer, in bytes, that [`with_scratch`] keeps per thread
 /// for reuse; a larger one is the call's own, freed after it. (A memory
 /// bound, not a speed choice: whether a scratch buffer is used at all comes
-/// from [`column_major_product`] and [`lhs_copy`] alone.)
+/// from [`column_major_product`] and [`lhs_copy::lhs_copy`] alone.)
 const SCRATCH_KEEP: usize = 8 << 20;
 
 /// Runs `f` on this thread's buffer in `cell`, grown to at least `bytes`
@@ -944,66 +877,6 @@ mod tests {
         assert_eq!((b.rows, b.size, b.count), (false, 256, 4));
         assert_eq!(Blocks::of(&g(1024, 1024, 1024), 1, true), None);
         assert_eq!(Blocks::of(&g(16, 16, 4096), 2, true), None);
-    }
-
-    #[test]
-    fn a_column_major_left_operand_is_transposed_for_wide_products_and_padded_at_4k_strides() {
-        // A column-major `[m, k]` (column stride `m`), as `g^T`.
-        let g = |m: usize, k: usize, n: usize| Geom {
-            m,
-            n,
-            k,
-            a: (1, m as isize),
-            b: (n as isize, 1),
-            d: (n as isize, 1),
-        };
-        // f32 at 1024 and 2048 rows: padded by one granule.
-        assert_eq!(lhs_copy(&g(1024, 512, 128), 4), Some(LhsCopy::Padded(1040)));
-        assert_eq!(lhs_copy(&g(2048, 512, 16), 4), Some(LhsCopy::Padded(2064)));
-        // f64 at 512 rows is the same 4 KiB.
-        assert_eq!(lhs_copy(&g(512, 512, 128), 8), Some(LhsCopy::Padded(528)));
-        // Strides off the period, as the transformer's weight gradients:
-        // read in place.
-        for m in [1000, 1152, 384, 512, 128] {
-            assert_eq!(lhs_copy(&g(m, 1024, 128), 4), None, "m = {m}");
-        }
-        // A padded stride that would land on the period again skips it:
-        // 4090 rows round up to 4096.
-        assert_eq!(
-            lhs_copy(
-                &Geom {
-                    a: (1, 4096),
-                    ..g(4090, 64, 64)
-                },
-                4
-            ),
-            Some(LhsCopy::Padded(4112))
-        );
-        // Row-major, too small, or a vector: no copy.
-        assert_eq!(
-            lhs_copy(
-                &Geom {
-                    a: (1024, 1),
-                    ..g(1024, 1024, 64)
-                },
-                4
-            ),
-            None
-        );
-        // From 512 product columns, transposed, aliased or not (the
-        // Linear's weight gradient at 1024 and 1000 outputs).
-        for m in [1024, 1000, 128] {
-            assert_eq!(
-                lhs_copy(&g(m, 512, 1024), 4),
-                Some(LhsCopy::RowMajor),
-                "m = {m}"
-            );
-        }
-        assert_eq!(lhs_copy(&g(128, 1024, 512), 8), Some(LhsCopy::RowMajor));
-        assert_eq!(lhs_copy(&g(1024, 512, 511), 4), Some(LhsCopy::Padded(1040)));
-        assert_eq!(lhs_copy(&g(32, 64, 1024), 4), None);
-        assert_eq!(lhs_copy(&g(1024, 2, 2), 4), None);
-        assert_eq!(lhs_copy(&g(1024, 1, 4096), 4), None);
     }
 
     #[test]

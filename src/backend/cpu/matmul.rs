@@ -19,13 +19,12 @@ use super::numeric_traits::Num;
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use super::thread_pool::{install, kernel_pool, par_for};
-use lhs_copy::LhsCopy;
-
-mod lhs_copy;
 use crate::backend::Operand;
 use crate::dtype::DType;
 use crate::layout::Layout;
 use half::{bf16, f16};
+
+mod lhs_copy;
 
 /// Total `m * n * k` of a batch at and above which its products are worth
 /// spreading over the pool: below it the pool's wake-up costs more than it
@@ -233,28 +232,17 @@ unsafe fn gemm_product<T: 'static + Copy + Default + Send + Sync>(
 ) {
     let fast = super::gemm::fast_kernels::<T>();
     if fast && let Some(copy) = lhs_copy::lhs_copy(g, std::mem::size_of::<T>()) {
-        let ld = match copy {
-            LhsCopy::RowMajor => g.m,
-            LhsCopy::Padded(ld) => ld,
-        };
-        let bytes = ld * g.k * std::mem::size_of::<T>();
-        with_scratch(&LHS_SCRATCH, bytes, |buf| {
+        let (len, strides) = copy.layout(g.m, g.k);
+        with_scratch(&LHS_SCRATCH, len * std::mem::size_of::<T>(), |buf| {
             let copied = buf as *mut T;
-            let ga = Geom {
-                a: match copy {
-                    LhsCopy::RowMajor => (g.k as isize, 1),
-                    LhsCopy::Padded(ld) => (1, ld as isize),
-                },
-                ..*g
-            };
+            let ga = Geom { a: strides, ..*g };
             // SAFETY: `a` holds the column-major `[m, k]` at column stride
             // `g.a.1` (the caller's contract, with `g.a.0 == 1`, which
-            // `lhs_copy` checked), so each column is `m` contiguous
-            // elements; `buf` holds `ld * k >= m * k` elements of `T`, is
-            // this call's alone and so overlaps no operand, and each task of
-            // either copy writes its own rows or columns; `ga` is `g` with
-            // `a` that copy, which `lhs_copy` declines (row-major, or not at
-            // an aliasing stride), so the call below multiplies.
+            // `lhs_copy` checked); `buf` holds the `len` elements of `T`
+            // the copy writes, is this call's alone and so overlaps no
+            // operand; `ga` is `g` with `a` that copy, which `lhs_copy`
+            // declines (row-major, or not at an aliasing stride), so the
+            // call below multiplies.
             unsafe {
                 lhs_copy::copy(
                     copy,

@@ -18,12 +18,23 @@ pub(super) enum LhsCopy {
     Padded(usize),
 }
 
+impl LhsCopy {
+    /// The copy of a column-major `[m, k]`: how many elements it takes, and
+    /// its row and column strides.
+    pub(super) fn layout(self, m: usize, k: usize) -> (usize, (isize, isize)) {
+        match self {
+            LhsCopy::RowMajor => (m * k, (k as isize, 1)),
+            LhsCopy::Padded(ld) => (ld * k, (1, ld as isize)),
+        }
+    }
+}
+
 /// The copy [`gemm_product`](super::gemm_product) makes of a column-major left operand, or
 /// `None` to read it in place (Note [lhs stride] in
 /// `bench/results/ops-why.md`). From [`ROW_MAJOR_MIN_N`] columns of the
 /// product it is transposed to row-major: the copy moves `m k` elements
 /// for `2 m k n` flops, and on Zen 3 the library reads a row-major left
-/// operand 15-30% faster. Below, only an operand whose column stride is a
+/// operand 10-30% faster. Below, only an operand whose column stride is a
 /// multiple of 4 KiB is copied, at a padded stride: such a stride maps
 /// every column's start to the same cache sets, and the library's
 /// packing then reads it far slower.
@@ -65,8 +76,8 @@ const LHS_COPY_COLUMNS_BYTES: usize = 256 << 10;
 ///
 /// # Safety
 /// `src` holds the `[m, k]` at column stride `s1` (so each column is `m`
-/// contiguous elements); `dst` holds `m * k` elements, or `ld * k` for
-/// `Padded(ld)`, is the caller's alone and overlaps nothing `src` reaches.
+/// contiguous elements); `dst` holds the elements [`LhsCopy::layout`]
+/// counts, is the caller's alone and overlaps nothing `src` reaches.
 pub(super) unsafe fn copy<T: Copy + Default + Send + Sync>(
     how: LhsCopy,
     (src, s1): (*const T, usize),

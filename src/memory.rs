@@ -64,6 +64,15 @@ pub fn memory_allocated(device: Device) -> usize {
     with_alloc(device, |a| a.stats().allocated_bytes.all.current as usize)
 }
 
+/// Bytes of the CPU tensors that live over file mappings now: the
+/// zero-copy tensors of a [`Checkpoint`](crate::nn::Checkpoint), which the
+/// caching allocator does not hold and [`memory_allocated`] does not count.
+/// The pages are read from the file as they are touched, and are the page
+/// cache's until a tensor writes them.
+pub fn mapped_memory() -> usize {
+    crate::backend::cpu::mapped::live_bytes()
+}
+
 /// Peak of [`memory_allocated`] since start or the last [`reset_peak_memory_stats`].
 pub fn max_memory_allocated(device: Device) -> usize {
     with_alloc(device, |a| a.stats().allocated_bytes.all.peak as usize)

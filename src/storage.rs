@@ -174,8 +174,7 @@ impl Storage {
     }
 
     /// A storage over `block`, which came from outside the device's caching
-    /// allocator (a pinned host block) and goes back to `sink`.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// allocator (a pinned host block, a file mapping) and goes back to `sink`.
     pub(crate) fn from_external(
         device: Device,
         nbytes: usize,

@@ -27,11 +27,9 @@
 //! dataset keeps reading the old file's pages, which stay valid.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use ::safetensors::tensor::Metadata;
 use memmap2::Mmap;
 
 use super::{check_slot, index_error, Dataset, Field, Slot};
@@ -71,9 +69,6 @@ pub struct SafetensorsDataset {
     stamp: (u64, Option<SystemTime>),
 }
 
-/// The largest header the safetensors format allows (its parser's limit).
-const MAX_HEADER: u64 = 100_000_000;
-
 impl SafetensorsDataset {
     /// Opens `path` with the tensors named in `fields` as the fields of each
     /// sample, in that order. An `Err` naming `SafetensorsDataset::open` and
@@ -88,31 +83,9 @@ impl SafetensorsDataset {
         };
         let io = |e: std::io::Error| bad(e.to_string());
         let mut file = File::open(&path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        let stamp = (meta.len(), meta.modified().ok());
-        // The header, read (not mapped) and checked before any mapping.
-        let mut n = [0u8; 8];
-        file.read_exact(&mut n)
-            .map_err(|e| bad(format!("no safetensors header ({e})")))?;
-        let n = u64::from_le_bytes(n);
-        if n > MAX_HEADER || 8 + n > stamp.0 {
-            return Err(bad(format!(
-                "a header of {n} bytes in a file of {} bytes",
-                stamp.0
-            )));
-        }
-        let mut header = vec![0u8; n as usize];
-        file.read_exact(&mut header).map_err(io)?;
-        let metadata: Metadata = serde_json::from_slice(&header)
-            .map_err(|e| bad(format!("a malformed safetensors header ({e})")))?;
-        let want = 8 + n + metadata.data_len() as u64;
-        if stamp.0 != want {
-            return Err(bad(format!(
-                "{} bytes, but its header describes {want}{}",
-                stamp.0,
-                if stamp.0 < want { " (truncated)" } else { "" }
-            )));
-        }
+        let (metadata, data_start, len) =
+            crate::nn::checkpoint::read_header("SafetensorsDataset::open", &mut file, &path)?;
+        let stamp = (len, file.metadata().map_err(io)?.modified().ok());
         let mut out_fields = Vec::with_capacity(fields.len());
         let mut starts = Vec::with_capacity(fields.len());
         let mut len = None;
@@ -150,7 +123,7 @@ impl SafetensorsDataset {
                 .try_fold(dtype.size_in_bytes(), |a, &d| a.checked_mul(d))
                 .ok_or_else(|| bad(format!("tensor {name:?}: a sample of {sample:?} overflows")))?;
             out_fields.push(Field::new(name, sample, dtype));
-            starts.push(8 + n as usize + info.data_offsets.0);
+            starts.push(data_start + info.data_offsets.0);
         }
         let len = len.ok_or_else(|| bad("no fields asked for".into()))?;
         // SAFETY: the mapping is read-only and private to this dataset. The

@@ -28,6 +28,7 @@
 //! ```
 
 mod activation;
+pub(crate) mod checkpoint;
 mod conv;
 mod dropout;
 mod embedding;
@@ -48,6 +49,7 @@ pub use crate::ops::attention::{
 pub use activation::{
     Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU,
 };
+pub use checkpoint::{Checkpoint, TensorInfo};
 pub use conv::{
     AdaptiveAvgPool2d, AvgPool2d, Conv, Conv1d, Conv2d, ConvTranspose2d, Flatten, MaxPool2d,
 };

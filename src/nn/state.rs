@@ -33,7 +33,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype as StDtype, TensorView};
 
 use super::Module;
 use crate::device::Device;
@@ -61,83 +61,227 @@ pub fn snapshot(model: &dyn Module) -> Result<Vec<(String, Tensor)>> {
     state_dict(model)
 }
 
-/// Overwrites the model's parameters in place (under `no_grad`) with the
-/// values of `state`. Everything is checked first; an `Err` lists every
-/// missing key, unexpected key, shape mismatch and dtype mismatch, and
-/// leaves the model untouched. Values on another device are moved to the
-/// parameter's device before anything is written.
-pub fn load_state_dict(model: &mut dyn Module, state: &[(String, Tensor)]) -> Result<()> {
-    let refs: Vec<(String, &Tensor)> = state.iter().map(|(n, t)| (n.clone(), t)).collect();
-    load_checked(model, refs, Vec::new(), &[], "load_state_dict")
+/// How [`Checkpoint::load_into`](super::Checkpoint::load_into) maps a
+/// module's parameters to a checkpoint's keys: PyTorch's
+/// `load_state_dict(strict=...)` with a prefix and two hooks.
+///
+/// The key of parameter `name` is `prefix + rename(name)` (by default
+/// `prefix + name`). Keys under the prefix that no parameter takes are
+/// *unexpected*; parameters whose key is absent are *missing*. Strict (the
+/// default) makes either an error; otherwise both are returned in the
+/// [`LoadReport`] and the missing parameters keep their values. A shape
+/// that does not match is an error either way (as in PyTorch). A dtype
+/// that does not match is converted, as `param.copy_(value)` converts.
+///
+/// ```
+/// use tensorscope::nn::LoadOptions;
+/// // GPT-2's `Conv1D` stores `[in, out]`: transpose into a `Linear`'s
+/// // `[out, in]` (a view: the copy into the parameter reads it strided).
+/// let opts = LoadOptions::new()
+///     .prefix("transformer.")
+///     .strict(false)
+///     .rename(|name| name.replace("blocks.", "h."))
+///     .transform(|name, t| if name.ends_with("c_attn.weight") { t.t() } else { Ok(t) });
+/// # let _ = opts;
+/// ```
+#[allow(clippy::type_complexity)]
+pub struct LoadOptions<'a> {
+    prefix: String,
+    strict: bool,
+    rename: Option<Box<dyn Fn(&str) -> String + 'a>>,
+    transform: Option<Box<dyn Fn(&str, Tensor) -> Result<Tensor> + 'a>>,
 }
 
-fn load_checked(
-    model: &mut dyn Module,
-    state: Vec<(String, &Tensor)>,
-    mut problems: Vec<String>,
-    unusable: &[String],
-    op: &'static str,
-) -> Result<()> {
-    let mut by_name: HashMap<&str, &Tensor> = HashMap::new();
-    for (n, t) in &state {
-        if by_name.insert(n.as_str(), *t).is_some() {
-            problems.push(format!("duplicate key {n:?}"));
+impl Default for LoadOptions<'_> {
+    fn default() -> Self {
+        LoadOptions::new()
+    }
+}
+
+impl<'a> LoadOptions<'a> {
+    /// Strict, no prefix, names as they are.
+    pub fn new() -> Self {
+        LoadOptions {
+            prefix: String::new(),
+            strict: true,
+            rename: None,
+            transform: None,
         }
     }
+
+    /// Keys are `prefix` followed by the parameter's (renamed) name; only
+    /// keys under `prefix` can be unexpected.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// `false` reports missing and unexpected keys instead of refusing them.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Maps a parameter's name to its key (before the prefix).
+    pub fn rename(mut self, f: impl Fn(&str) -> String + 'a) -> Self {
+        self.rename = Some(Box::new(f));
+        self
+    }
+
+    /// Turns the checkpoint's tensor for parameter `name` into the value
+    /// to copy (a transpose, a slice, a reshape); its shape is then checked
+    /// against the parameter's. An `Err` from it is listed with the others.
+    pub fn transform(mut self, f: impl Fn(&str, Tensor) -> Result<Tensor> + 'a) -> Self {
+        self.transform = Some(Box::new(f));
+        self
+    }
+
+    fn key(&self, name: &str) -> String {
+        match &self.rename {
+            Some(f) => format!("{}{}", self.prefix, f(name)),
+            None => format!("{}{name}", self.prefix),
+        }
+    }
+}
+
+/// What a load left out: PyTorch's `_IncompatibleKeys`. Both lists are
+/// empty after a strict load (which refuses otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Keys the model's parameters asked for that the checkpoint lacks
+    /// (those parameters kept their values), in the model's order.
+    pub missing_keys: Vec<String>,
+    /// Keys under the prefix that no parameter took, sorted.
+    pub unexpected_keys: Vec<String>,
+    /// The number of parameters and buffers written.
+    pub loaded: usize,
+}
+
+/// Overwrites the model's parameters in place (under `no_grad`) with the
+/// values of `state`: a strict [`LoadOptions::new`] load. Everything is
+/// checked first; an `Err` lists every missing key, unexpected key and
+/// shape mismatch, and leaves the model untouched. A value of another dtype
+/// is converted, one on another device copied across, as PyTorch's
+/// `load_state_dict` does.
+pub fn load_state_dict(model: &mut dyn Module, state: &[(String, Tensor)]) -> Result<()> {
+    load_state_dict_with(model, state, &LoadOptions::new()).map(|_| ())
+}
+
+/// [`load_state_dict`] with [`LoadOptions`] (prefix, strictness, hooks).
+pub fn load_state_dict_with(
+    model: &mut dyn Module,
+    state: &[(String, Tensor)],
+    options: &LoadOptions,
+) -> Result<LoadReport> {
+    const OP: &str = "load_state_dict";
+    let mut by_name: HashMap<&str, &Tensor> = HashMap::new();
+    let mut dups = Vec::new();
+    for (n, t) in state {
+        if by_name.insert(n.as_str(), t).is_some() {
+            dups.push(format!("duplicate key {n:?}"));
+        }
+    }
+    if !dups.is_empty() {
+        bail!(Error::arg(
+            OP,
+            format!("the checkpoint does not fit the model: {}", dups.join("; "))
+        ));
+    }
+    let mut keys: Vec<&str> = by_name.keys().copied().collect();
+    keys.sort_unstable();
+    let mut fetch = |k: &str| by_name.get(k).map(|t| Ok(t.alias()));
+    load_checked(
+        model,
+        Sources {
+            keys: &keys,
+            fetch: &mut fetch,
+            unusable: &|_| None,
+        },
+        options,
+        OP,
+    )
+}
+
+/// The tensors a load reads: every key (sorted), and each key's tensor, or
+/// why it cannot be used (a dtype tensorscope does not have).
+#[allow(clippy::type_complexity)]
+pub(crate) struct Sources<'a, 'k> {
+    pub keys: &'a [&'k str],
+    pub fetch: &'a mut dyn FnMut(&str) -> Option<std::result::Result<Tensor, String>>,
+    /// Why a key's tensor cannot be used, without making it.
+    pub unusable: &'a dyn Fn(&str) -> Option<String>,
+}
+
+pub(crate) fn load_checked(
+    model: &mut dyn Module,
+    src: Sources,
+    options: &LoadOptions,
+    op: &'static str,
+) -> Result<LoadReport> {
     let _g = crate::autograd::no_grad_guard();
     let mut params = model.named_parameters_mut();
-    let known: HashSet<String> = params.iter().map(|(n, _)| n.clone()).collect();
+    let mut problems = Vec::new();
     let mut missing = Vec::new();
-    let mut sources: Vec<Option<Tensor>> = Vec::with_capacity(params.len());
+    let mut taken: HashSet<String> = HashSet::new();
+    let mut values: Vec<Option<Tensor>> = Vec::with_capacity(params.len());
     for (name, p) in params.iter() {
-        let Some(src) = by_name.get(name.as_str()) else {
-            if !unusable.contains(name) {
-                missing.push(name.clone());
-            }
-            sources.push(None);
-            continue;
+        let key = options.key(name);
+        let label = if key == *name {
+            format!("{name:?}")
+        } else {
+            format!("{key:?} (parameter {name:?})")
         };
-        if src.shape() != p.shape() {
+        let got = (src.fetch)(&key);
+        if got.is_some() {
+            taken.insert(key.clone());
+        }
+        let value = match got {
+            None => {
+                missing.push(key);
+                None
+            }
+            Some(Err(why)) => {
+                problems.push(format!("{label}: {why}"));
+                None
+            }
+            Some(Ok(t)) => match &options.transform {
+                Some(f) => match f(name, t) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        problems.push(format!("{label}: the transform failed: {e}"));
+                        None
+                    }
+                },
+                None => Some(t),
+            },
+        };
+        if let Some(v) = value.as_ref().filter(|v| v.shape() != p.shape()) {
             problems.push(format!(
-                "{name:?}: shape {:?} in the checkpoint, {:?} in the model",
-                src.shape(),
+                "{label}: shape {:?} in the checkpoint, {:?} in the model",
+                v.shape(),
                 p.shape()
             ));
         }
-        if src.dtype() != p.dtype() {
-            problems.push(format!(
-                "{name:?}: dtype {} in the checkpoint, {} in the model",
-                src.dtype(),
-                p.dtype()
-            ));
-        }
-        sources.push(if src.device() == p.device() {
-            Some(src.alias())
-        } else {
-            match src.to_device(p.device()) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    problems.push(format!("{name:?}: cannot move to {}: {e}", p.device()));
-                    None
-                }
-            }
-        });
+        values.push(value);
     }
-    let mut unexpected: Vec<&str> = by_name
-        .keys()
-        .copied()
-        .chain(unusable.iter().map(String::as_str))
-        .filter(|n| !known.contains(*n))
+    let unexpected: Vec<String> = src
+        .keys
+        .iter()
+        .filter(|k| k.starts_with(options.prefix.as_str()) && !taken.contains(**k))
+        .map(|k| k.to_string())
         .collect();
-    unexpected.sort_unstable();
-    if !missing.is_empty() {
-        problems.insert(0, format!("missing keys {missing:?}"));
-    }
-    if !unexpected.is_empty() {
-        problems.insert(
-            usize::from(!missing.is_empty()),
-            format!("unexpected keys {unexpected:?}"),
-        );
+    if options.strict {
+        for k in &unexpected {
+            if let Some(why) = (src.unusable)(k) {
+                problems.push(format!("{k:?}: {why}"));
+            }
+        }
+        if !unexpected.is_empty() {
+            problems.insert(0, format!("unexpected keys {unexpected:?}"));
+        }
+        if !missing.is_empty() {
+            problems.insert(0, format!("missing keys {missing:?}"));
+        }
     }
     if !problems.is_empty() {
         bail!(Error::arg(
@@ -148,10 +292,18 @@ fn load_checked(
             )
         ));
     }
-    for ((_, p), src) in params.iter_mut().zip(sources) {
-        p.copy_(&src.expect("checked above"))?;
+    let mut loaded = 0;
+    for ((_, p), v) in params.iter_mut().zip(values) {
+        if let Some(v) = v {
+            p.copy_(&v)?;
+            loaded += 1;
+        }
     }
-    Ok(())
+    Ok(LoadReport {
+        missing_keys: missing,
+        unexpected_keys: unexpected,
+        loaded,
+    })
 }
 
 fn to_st_dtype(d: DType) -> StDtype {
@@ -200,32 +352,6 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
         DType::I32 => le(&t, i32::to_le_bytes),
         DType::U8 => le(&t, |v: u8| [v]),
         DType::Bool => le(&t, |v: bool| [u8::from(v)]),
-    }
-}
-
-/// A CPU tensor from little-endian bytes (the length was checked by the
-/// safetensors parser).
-fn tensor_from_bytes(dt: DType, shape: &[usize], b: &[u8]) -> Result<Tensor> {
-    fn parse<T: crate::dtype::Element, const N: usize>(
-        b: &[u8],
-        shape: &[usize],
-        f: impl Fn([u8; N]) -> T,
-    ) -> Result<Tensor> {
-        let v: Vec<T> = b
-            .chunks_exact(N)
-            .map(|c| f(c.try_into().expect("chunk of N bytes")))
-            .collect();
-        Tensor::from_vec(v, shape, Device::Cpu)
-    }
-    match dt {
-        DType::F32 => parse(b, shape, f32::from_le_bytes),
-        DType::F64 => parse(b, shape, f64::from_le_bytes),
-        DType::F16 => parse(b, shape, crate::f16::from_le_bytes),
-        DType::BF16 => parse(b, shape, crate::bf16::from_le_bytes),
-        DType::I64 => parse(b, shape, i64::from_le_bytes),
-        DType::I32 => parse(b, shape, i32::from_le_bytes),
-        DType::U8 => parse(b, shape, |c: [u8; 1]| c[0]),
-        DType::Bool => parse(b, shape, |c: [u8; 1]| c[0] != 0),
     }
 }
 
@@ -287,9 +413,26 @@ fn write_file(op: &'static str, tensors: &[(&str, &Tensor)], path: &Path) -> Res
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::tensor::serialize_to_file(views, None, path).map_err(|e| Error::Backend {
+    // A new file renamed over the old one: a checkpoint mapped from `path`
+    // keeps reading the old file, where a write in place would truncate
+    // it under the mapping (`checkpoint`'s module docs).
+    let name = path.file_name().ok_or_else(|| Error::Backend {
         op,
-        msg: format!("{}: {e}", path.display()),
+        msg: format!("{}: not a file name", path.display()),
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = safetensors::tensor::serialize_to_file(views, None, &tmp)
+        .map_err(|e| e.to_string())
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Backend {
+            op,
+            msg: format!("{}: {e}", path.display()),
+        }
     })
 }
 
@@ -298,34 +441,18 @@ fn write_file(op: &'static str, tensors: &[(&str, &Tensor)], path: &Path) -> Res
 /// everything is checked first, one `Err` lists every problem (including
 /// tensors of a dtype tensorscope does not have), and a failed load leaves
 /// the model untouched. An unreadable or malformed file is an
-/// [`Error::Backend`] naming `load_safetensors` and the path.
+/// [`Error::Backend`] naming `load_safetensors` and the path. For a
+/// prefix, a non-strict load or a sharded checkpoint, open a
+/// [`Checkpoint`](super::Checkpoint).
 pub fn load_safetensors(model: &mut dyn Module, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
-    let data = std::fs::read(path).map_err(|e| Error::Backend {
-        op: "load_safetensors",
-        msg: format!("{}: {e}", path.display()),
+    let ckpt = super::Checkpoint::open_files(&[path]).map_err(|e| match e {
+        Error::Backend { msg, .. } => Error::Backend {
+            op: "load_safetensors",
+            msg,
+        },
+        e => e,
     })?;
-    let st = SafeTensors::deserialize(&data).map_err(|e| Error::Backend {
-        op: "load_safetensors",
-        msg: format!("{}: {e}", path.display()),
-    })?;
-    let mut problems = Vec::new();
-    let mut unusable = Vec::new();
-    let mut tensors = Vec::new();
-    let mut names: Vec<(String, TensorView)> = st.tensors();
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, view) in names {
-        match from_st_dtype(view.dtype()) {
-            Some(dt) => tensors.push((name, tensor_from_bytes(dt, view.shape(), view.data())?)),
-            None => {
-                problems.push(format!(
-                    "{name:?}: dtype {:?} is not supported by tensorscope",
-                    view.dtype()
-                ));
-                unusable.push(name);
-            }
-        }
-    }
-    let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    load_checked(model, refs, problems, &unusable, "load_safetensors")
+    ckpt.load_as("load_safetensors", model, &LoadOptions::new())
+        .map(|_| ())
 }

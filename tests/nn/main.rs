@@ -10,6 +10,7 @@ mod common;
 
 mod activations_losses;
 mod attention;
+mod checkpoint;
 mod conv;
 mod conv_winograd;
 mod fused;

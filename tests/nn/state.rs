@@ -242,7 +242,8 @@ fn a_failed_load_lists_every_problem_and_changes_nothing() {
         Tensor::zeros(&[1], DType::F32, CPU).unwrap(),
     )); // unexpected
     bad[0].1 = Tensor::zeros(&[4, 3], DType::F32, CPU).unwrap(); // wrong shape (layer.f32)
-    bad[1].1 = Tensor::zeros(&[3, 4], DType::F32, CPU).unwrap(); // wrong dtype (layer.f16)
+                                                                 // Another dtype is converted, as PyTorch's `copy_` converts: not a problem.
+    bad[1].1 = Tensor::zeros(&[3, 4], DType::F32, CPU).unwrap();
     let e = load_state_dict(&mut m, &bad).unwrap_err();
     let s = e.to_string();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
@@ -255,10 +256,13 @@ fn a_failed_load_lists_every_problem_and_changes_nothing() {
         "\"extra.weight\"",
         "\"layer.f32\": shape [4, 3]",
         "[3, 4] in the model",
-        "\"layer.f16\": dtype float32 in the checkpoint, float16 in the model",
     ] {
         assert!(s.contains(needle), "{s}\n  should contain {needle}");
     }
+    assert!(
+        !s.contains("layer.f16"),
+        "a dtype is converted, not refused: {s}"
+    );
     assert_eq!(model_bits(&m), before, "bit-identical after a failed load");
     assert_eq!(identity(&m), ids, "no storage written or replaced");
 
@@ -274,7 +278,7 @@ fn a_failed_load_lists_every_problem_and_changes_nothing() {
         "{s}"
     );
     assert!(
-        s.contains("\"layer.f32\": shape") && s.contains("\"layer.f16\": dtype"),
+        s.contains("\"layer.f32\": shape") && !s.contains("layer.f16"),
         "{s}"
     );
     assert_eq!(model_bits(&m), before);
@@ -358,10 +362,8 @@ fn unreadable_malformed_and_unsupported_files_are_errors() {
         !e.contains("missing keys") && !e.contains("unexpected keys"),
         "{e}"
     );
-    assert!(
-        e.contains("\"layer.f32\": dtype float64 in the checkpoint, float32 in the model"),
-        "{e}"
-    );
+    // f64 values for the f32, f16 and bf16 parameters are converted.
+    assert!(!e.contains("layer."), "{e}");
     assert_eq!(model_bits(&m), before);
     let e = save_safetensors(
         &m,

@@ -13,6 +13,7 @@ pub(crate) mod fused;
 pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod lanes;
+pub(crate) mod mapped;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod norm_sums;

@@ -1,5 +1,6 @@
 //! `Embedding`: a lookup table.
 
+use super::module::check_parts;
 use super::{init, Module};
 use crate::autograd::no_grad;
 use crate::device::Device;
@@ -33,7 +34,7 @@ impl Default for EmbeddingOptions {
 }
 
 /// A table of `num_embeddings` vectors of size `embedding_dim`, initialised
-/// from `N(0, 1)` as in PyTorch. The forward takes i64 indices of any shape
+/// from `N(0, 1)` as in PyTorch. The forward takes i64 (or i32) indices of any shape
 /// and returns `indices.shape + [embedding_dim]`; the gradient is summed into
 /// the looked-up rows (except the `padding_idx` row, see
 /// [`EmbeddingOptions`]).
@@ -141,6 +142,41 @@ impl Embedding {
         .map_err(|e| e.reported_as("Embedding"))
     }
 
+    /// A table over an existing `[num_embeddings, embedding_dim]` float
+    /// tensor (a checkpoint's, say; PyTorch's `Embedding.from_pretrained`
+    /// with `freeze` as the tensor's `requires_grad` says), used as it is,
+    /// with the default [`EmbeddingOptions`]. An `Err` naming
+    /// `Embedding::from_parts` for another rank or a non-float dtype.
+    ///
+    /// ```
+    /// use tensorscope::nn::{Embedding, Module};
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let w = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.view(&[3, 2])?;
+    /// let emb = Embedding::from_parts(w)?;
+    /// let ids = Tensor::from_vec(vec![2i64, 0], &[2], Device::Cpu)?;
+    /// assert_eq!(emb.forward(&ids)?.to_vec::<f32>()?, [4.0, 5.0, 0.0, 1.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn from_parts(weight: Tensor) -> Result<Embedding> {
+        const OP: &str = "Embedding::from_parts";
+        if weight.rank() != 2 {
+            bail!(Error::shape(
+                OP,
+                weight.shape(),
+                &[],
+                "the weight must be [num_embeddings, embedding_dim]"
+            ));
+        }
+        check_parts(OP, &weight, None)?;
+        let opts = EmbeddingOptions::default();
+        Ok(Embedding {
+            weight,
+            padding_idx: None,
+            max_norm: opts.max_norm,
+            norm_type: opts.norm_type,
+        })
+    }
+
     /// The padding row, if any (normalised to `0..num_embeddings`).
     pub fn padding_idx(&self) -> Option<usize> {
         self.padding_idx
@@ -173,9 +209,16 @@ impl Embedding {
 impl Module for Embedding {
     fn forward(&self, idx: &Tensor) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context("embedding");
-        if idx.dtype() != DType::I64 {
-            bail!(Error::dtype("Embedding", "i64 indices", idx.dtype()));
-        }
+        let wide;
+        let idx = match idx.dtype() {
+            DType::I64 => idx,
+            // As PyTorch, i32 ids too; widened (ids are small next to rows).
+            DType::I32 => {
+                wide = idx.to_dtype(DType::I64)?;
+                &wide
+            }
+            d => bail!(Error::dtype("Embedding", "i64 or i32 indices", d)),
+        };
         let n = self.weight.shape()[0];
         if idx.numel() > 0 {
             let lo = idx.min_all()?.item::<i64>()?;

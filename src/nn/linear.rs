@@ -1,5 +1,6 @@
 //! `Linear`: `y = x W^T + b`.
 
+use super::module::check_parts;
 use super::prune::PruneMasks;
 use super::{init, Module};
 use crate::device::Device;
@@ -96,29 +97,11 @@ impl Linear {
                 "the weight must be [out_features, in_features]"
             ));
         }
-        if !weight.dtype().is_float() {
-            bail!(Error::dtype(OP, "a float dtype", weight.dtype()));
-        }
-        if let Some(b) = &bias {
-            if b.shape() != [weight.shape()[0]] {
-                bail!(Error::shape(
-                    OP,
-                    weight.shape(),
-                    b.shape(),
-                    "the bias must be [out_features]"
-                ));
-            }
-            if b.dtype() != weight.dtype() {
-                bail!(Error::dtype(OP, weight.dtype().name(), b.dtype()));
-            }
-            if b.device() != weight.device() {
-                bail!(Error::DeviceMismatch {
-                    op: OP,
-                    lhs: weight.device(),
-                    rhs: b.device()
-                });
-            }
-        }
+        let out = [weight.shape()[0]];
+        let part = bias
+            .as_ref()
+            .map(|b| (b, &out[..], "the bias must be [out_features]"));
+        check_parts(OP, &weight, part)?;
         Ok(Linear {
             weight,
             bias,

@@ -2,7 +2,7 @@
 
 use super::prune::PruneTarget;
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
 /// A layer or a model: something with a forward pass and named parameters.
@@ -154,4 +154,34 @@ pub fn module_scope(name: &str) -> ModuleScope {
     ModuleScope {
         _part: crate::alloc::history::module_context(|| name.to_string()),
     }
+}
+
+/// For a layer's `from_parts`: `weight` of a float dtype, and `part` (a
+/// bias) of the `shape` given, `weight`'s dtype and its device. The errors
+/// name `op`, the shapes, dtypes or devices.
+pub(crate) fn check_parts(
+    op: &'static str,
+    weight: &Tensor,
+    part: Option<(&Tensor, &[usize], &str)>,
+) -> Result<()> {
+    if !weight.dtype().is_float() {
+        bail!(Error::dtype(op, "a float dtype", weight.dtype()));
+    }
+    let Some((b, shape, what)) = part else {
+        return Ok(());
+    };
+    if b.shape() != shape {
+        bail!(Error::shape(op, weight.shape(), b.shape(), what));
+    }
+    if b.dtype() != weight.dtype() {
+        bail!(Error::dtype(op, weight.dtype().name(), b.dtype()));
+    }
+    if b.device() != weight.device() {
+        bail!(Error::DeviceMismatch {
+            op,
+            lhs: weight.device(),
+            rhs: b.device()
+        });
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@
 //! [`fused_norm`]; `BatchNorm1d` is a composition of differentiable ops
 //! (mean, sub, mul, rsqrt, ...), so its gradients come from autograd.
 
+use super::module::check_parts;
 use super::Module;
 use crate::autograd::no_grad;
 use crate::backend::nn::NormKind;
@@ -87,6 +88,47 @@ impl LayerNorm {
         })()
         .map_err(|e| e.reported_as("LayerNorm"))
     }
+
+    /// A layer over existing tensors (a checkpoint's, say): `weight` and
+    /// `bias` of one float dtype, shape (`normalized_shape`) and device,
+    /// used as they are (not copied, `requires_grad` left as given). An
+    /// `Err` naming `LayerNorm::from_parts` otherwise, or for an `eps` that
+    /// is negative or not finite.
+    ///
+    /// ```
+    /// use tensorscope::nn::{LayerNorm, Module};
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let w = Tensor::full(&[2], 2.0, DType::F32, Device::Cpu)?;
+    /// let b = Tensor::ones(&[2], DType::F32, Device::Cpu)?;
+    /// let ln = LayerNorm::from_parts(w, b, 0.0)?;
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0], &[1, 2], Device::Cpu)?;
+    /// assert_eq!(ln.forward(&x)?.to_vec::<f32>()?, [-1.0, 3.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn from_parts(weight: Tensor, bias: Tensor, eps: f64) -> Result<LayerNorm> {
+        const OP: &str = "LayerNorm::from_parts";
+        if weight.rank() == 0 {
+            bail!(Error::arg(
+                OP,
+                "the weight must have at least one dimension"
+            ));
+        }
+        let shape = weight.shape().to_vec();
+        let what = "the bias must have the weight's shape";
+        check_parts(OP, &weight, Some((&bias, &shape, what)))?;
+        if !(eps.is_finite() && eps >= 0.0) {
+            bail!(Error::arg(
+                OP,
+                format!("eps must be finite and non-negative, got {eps}")
+            ));
+        }
+        Ok(LayerNorm {
+            normalized_shape: shape,
+            eps,
+            weight,
+            bias,
+        })
+    }
 }
 
 impl Module for LayerNorm {
@@ -101,6 +143,20 @@ impl Module for LayerNorm {
                 "the input's trailing dimensions must equal normalized_shape"
             ));
         }
+        if !x.dtype().is_float() {
+            bail!(Error::dtype("LayerNorm", "a float input", x.dtype()));
+        }
+        // The fields are public: a replaced weight or bias is checked here.
+        for (what, t) in [("weight", &self.weight), ("bias", &self.bias)] {
+            if t.shape() != self.normalized_shape.as_slice() {
+                bail!(Error::shape(
+                    "LayerNorm",
+                    &self.normalized_shape,
+                    t.shape(),
+                    format!("the {what} must have normalized_shape")
+                ));
+            }
+        }
         if x.dtype() == self.weight.dtype() && x.numel() > 0 {
             let cols = crate::layout::numel(&self.normalized_shape);
             let (w, b) = (Some(&self.weight), Some(&self.bias));
@@ -109,11 +165,14 @@ impl Module for LayerNorm {
         // An input of another dtype than the layer's (or an empty one): the
         // composition of elementwise ops and reductions, which promotes.
         let dims: Vec<isize> = (1..=k as isize).map(|i| -i).collect();
-        let mean = x.mean(&dims, true)?;
-        let xc = x.sub(&mean)?;
-        let var = xc.square()?.mean(&dims, true)?;
-        let inv = var.add_scalar(self.eps)?.rsqrt()?;
-        xc.mul(&inv)?.mul(&self.weight)?.add(&self.bias)
+        (|| {
+            let mean = x.mean(&dims, true)?;
+            let xc = x.sub(&mean)?;
+            let var = xc.square()?.mean(&dims, true)?;
+            let inv = var.add_scalar(self.eps)?.rsqrt()?;
+            xc.mul(&inv)?.mul(&self.weight)?.add(&self.bias)
+        })()
+        .map_err(|e| e.reported_as("LayerNorm"))
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {

@@ -6,6 +6,7 @@
 //! `normalized_shape` dimensions, one fused kernel forward and one backward
 //! on the CPU and on CUDA (see [`fused_norm`]).
 
+use super::module::check_parts;
 use super::Module;
 use crate::backend::nn::NormKind;
 use crate::device::Device;
@@ -190,6 +191,34 @@ impl RMSNorm {
             normalized_shape: normalized_shape.to_vec(),
             eps,
             weight,
+        })
+    }
+
+    /// A layer over an existing weight (a checkpoint's, say), of a float
+    /// dtype, whose shape is `normalized_shape`; used as it is (not copied).
+    /// `eps` as in [`with_options`](RMSNorm::with_options). An `Err`
+    /// naming `RMSNorm::from_parts` for a scalar or non-float weight or a
+    /// bad `eps`.
+    ///
+    /// ```
+    /// use tensorscope::nn::{Module, RMSNorm};
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let w = Tensor::full(&[2], 2.0, DType::F32, Device::Cpu)?;
+    /// let norm = RMSNorm::from_parts(w, Some(0.0))?;
+    /// let x = Tensor::from_vec(vec![3.0f32, 4.0], &[1, 2], Device::Cpu)?;
+    /// let y = norm.forward(&x)?.to_vec::<f32>()?; // x / rms(x) * 2, rms = 3.5355
+    /// assert!((y[0] - 1.6970563).abs() < 1e-6 && (y[1] - 2.2627417).abs() < 1e-6);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn from_parts(weight: Tensor, eps: Option<f64>) -> Result<RMSNorm> {
+        const OP: &str = "RMSNorm::from_parts";
+        check_normalized_shape(OP, weight.shape())?;
+        check_eps(OP, eps)?;
+        check_parts(OP, &weight, None)?;
+        Ok(RMSNorm {
+            normalized_shape: weight.shape().to_vec(),
+            eps,
+            weight: Some(weight),
         })
     }
 

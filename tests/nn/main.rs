@@ -13,6 +13,7 @@ mod attention;
 mod checkpoint;
 mod conv;
 mod conv_winograd;
+mod from_parts;
 mod fused;
 mod mha;
 mod nn;

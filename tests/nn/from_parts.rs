@@ -1,0 +1,156 @@
+//! Layers over existing tensors (`from_parts`, a checkpoint's tensors) and
+//! the input checks the peer's hostile run asked for: each layer computes
+//! what the constructed layer with the same values computes, on both
+//! devices, and bad parts are `Err`s naming the op and what is wrong.
+
+use crate::common;
+use common::tensor;
+use tensorscope::nn::{Embedding, LayerNorm, Linear, Module, RMSNorm};
+use tensorscope::{autograd, DType, Device, Tensor};
+
+const F32: DType = DType::F32;
+
+fn vals(n: usize, scale: f64) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 7 % 11) as f64 - 5.0) * scale)
+        .collect()
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_device(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
+}
+
+fn layers_from_parts_compute_what_constructed_layers_do(dev: Device) {
+    let x = tensor(&vals(24, 0.25), &[4, 6], F32, dev);
+    let (w, b) = (
+        tensor(&vals(6, 0.5), &[6], F32, dev),
+        tensor(&vals(6, 0.1), &[6], F32, dev),
+    );
+
+    let ln = LayerNorm::from_parts(w.deep_clone().unwrap(), b.deep_clone().unwrap(), 1e-5).unwrap();
+    let mut reference = LayerNorm::with_options(&[6], 1e-5, F32, dev).unwrap();
+    autograd::no_grad(|| {
+        reference.weight.copy_(&w)?;
+        reference.bias.copy_(&b).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(
+        host(&ln.forward(&x).unwrap()),
+        host(&reference.forward(&x).unwrap())
+    );
+
+    let rms = RMSNorm::from_parts(w.deep_clone().unwrap(), Some(1e-6)).unwrap();
+    let mut reference = RMSNorm::with_options(&[6], Some(1e-6), true, F32, dev).unwrap();
+    autograd::no_grad(|| reference.weight.as_mut().unwrap().copy_(&w).map(|_| ())).unwrap();
+    assert_eq!(
+        host(&rms.forward(&x).unwrap()),
+        host(&reference.forward(&x).unwrap())
+    );
+
+    // Embedding: i32 ids give what i64 ids give, forward and gradient.
+    let table = tensor(&vals(10, 1.0), &[5, 2], F32, dev)
+        .requires_grad_(true)
+        .unwrap();
+    let emb = Embedding::from_parts(table).unwrap();
+    let ids64 = Tensor::from_vec(vec![4i64, 0, 4, 2], &[2, 2], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let ids32 = ids64.to_dtype(DType::I32).unwrap();
+    let y64 = emb.forward(&ids64).unwrap();
+    let y32 = emb.forward(&ids32).unwrap();
+    assert_eq!(y32.shape(), &[2, 2, 2]);
+    assert_eq!(host(&y32), host(&y64));
+    y32.sum_all().unwrap().backward().unwrap();
+    let g = host(&emb.weight.grad().unwrap());
+    assert_eq!(g, [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 2.0, 2.0]);
+}
+
+fn bad_parts_and_inputs_are_errors_naming_the_layer(dev: Device) {
+    let w = tensor(&vals(6, 0.5), &[6], F32, dev);
+    let e = LayerNorm::from_parts(w.alias(), tensor(&vals(5, 1.0), &[5], F32, dev), 1e-5)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("LayerNorm::from_parts") && e.contains("[6]") && e.contains("[5]"),
+        "{e}"
+    );
+    let e = LayerNorm::from_parts(w.alias(), w.to_dtype(DType::F64).unwrap(), 1e-5)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("LayerNorm::from_parts") && e.contains("float64"),
+        "{e}"
+    );
+    let e = LayerNorm::from_parts(w.alias(), w.alias(), -1.0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("eps"), "{e}");
+    let ids = Tensor::zeros(&[6], DType::I64, dev).unwrap();
+    let e = RMSNorm::from_parts(ids.alias(), None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("RMSNorm::from_parts") && e.contains("int64"),
+        "{e}"
+    );
+    let e = Embedding::from_parts(w.alias()).err().unwrap().to_string();
+    assert!(
+        e.contains("Embedding::from_parts") && e.contains("[6]"),
+        "{e}"
+    );
+    let e = Linear::from_parts(
+        tensor(&vals(6, 1.0), &[2, 3], F32, dev),
+        Some(tensor(&vals(3, 1.0), &[3], F32, dev)),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("Linear::from_parts") && e.contains("[out_features]"),
+        "{e}"
+    );
+
+    // LayerNorm refuses an integer input by its own name, and a weight
+    // replaced through the public field by one of another shape.
+    let mut ln = LayerNorm::with_options(&[4], 1e-5, F32, dev).unwrap();
+    let e = ln
+        .forward(&Tensor::zeros(&[3, 4], DType::I64, dev).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("LayerNorm") && e.contains("int64") && !e.contains("mean"),
+        "{e}"
+    );
+    ln.weight = tensor(&vals(5, 1.0), &[5], F32, dev);
+    let e = ln
+        .forward(&tensor(&vals(12, 1.0), &[3, 4], F32, dev))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("LayerNorm") && e.contains("[5]") && e.contains("weight"),
+        "{e}"
+    );
+    let e = Embedding::new(3, 2)
+        .unwrap()
+        .forward(&Tensor::zeros(&[2], DType::U8, Device::Cpu).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Embedding") && e.contains("i64 or i32"), "{e}");
+}
+
+#[cfg(feature = "cuda")]
+common::devices::on_both!(
+    layers_from_parts_compute_what_constructed_layers_do,
+    bad_parts_and_inputs_are_errors_naming_the_layer,
+);
+
+#[cfg(not(feature = "cuda"))]
+common::on_cpu!(
+    layers_from_parts_compute_what_constructed_layers_do,
+    bad_parts_and_inputs_are_errors_naming_the_layer,
+);

@@ -84,7 +84,7 @@ impl SafetensorsDataset {
         let io = |e: std::io::Error| bad(e.to_string());
         let mut file = File::open(&path).map_err(io)?;
         let (metadata, data_start, len) =
-            crate::nn::checkpoint::read_header("SafetensorsDataset::open", &mut file, &path)?;
+            crate::nn::checkpoint::read_header(&mut file).map_err(bad)?;
         let stamp = (len, file.metadata().map_err(io)?.modified().ok());
         let mut out_fields = Vec::with_capacity(fields.len());
         let mut starts = Vec::with_capacity(fields.len());

@@ -105,20 +105,28 @@ pub struct TensorInfo<'a> {
     pub file: &'a Path,
 }
 
+/// One file of a checkpoint, open, and mapped read-only: the header's
+/// validation and the tensors that are copied read the mapping; tensors
+/// over the file map their own bytes.
+struct Shard {
+    path: PathBuf,
+    file: File,
+    map: Mmap,
+}
+
 /// Safetensors files opened as name -> tensor (module docs).
 pub struct Checkpoint {
-    files: Vec<PathBuf>,
-    /// Each file, open, and mapped read-only (the header's validation and
-    /// the tensors that are copied read it; tensors over the file map
-    /// their own bytes).
-    maps: Vec<(File, Mmap)>,
+    shards: Vec<Shard>,
     entries: BTreeMap<String, Entry>,
 }
 
 impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkpoint")
-            .field("files", &self.files)
+            .field(
+                "files",
+                &self.shards.iter().map(|f| &f.path).collect::<Vec<_>>(),
+            )
             .field("tensors", &self.entries.len())
             .finish()
     }
@@ -132,35 +140,28 @@ fn backend(op: &'static str, path: &Path, msg: impl std::fmt::Display) -> Error 
 }
 
 /// Reads and checks one file's header with ordinary reads (nothing mapped
-/// yet): the parsed metadata and the offset of the data. An `Err` naming
-/// `op` and the file for an unreadable, malformed or truncated file.
-pub(crate) fn read_header(
-    op: &'static str,
-    file: &mut File,
-    path: &Path,
-) -> Result<(Metadata, usize, u64)> {
-    let bad = |msg: String| backend(op, path, msg);
-    let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
+/// yet): the parsed metadata, the offset of the data and the file's
+/// length. An `Err` saying what is wrong (unreadable, malformed or
+/// truncated), for the caller to report under its own op.
+pub(crate) fn read_header(file: &mut File) -> std::result::Result<(Metadata, usize, u64), String> {
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
     let mut n = [0u8; 8];
     file.read_exact(&mut n)
-        .map_err(|e| bad(format!("no safetensors header ({e})")))?;
+        .map_err(|e| format!("no safetensors header ({e})"))?;
     let n = u64::from_le_bytes(n);
     if n > MAX_HEADER || 8 + n > len {
-        return Err(bad(format!(
-            "a header of {n} bytes in a file of {len} bytes"
-        )));
+        return Err(format!("a header of {n} bytes in a file of {len} bytes"));
     }
     let mut header = vec![0u8; n as usize];
-    file.read_exact(&mut header)
-        .map_err(|e| bad(e.to_string()))?;
+    file.read_exact(&mut header).map_err(|e| e.to_string())?;
     let metadata: Metadata = serde_json::from_slice(&header)
-        .map_err(|e| bad(format!("a malformed safetensors header ({e})")))?;
+        .map_err(|e| format!("a malformed safetensors header ({e})"))?;
     let want = 8 + n + metadata.data_len() as u64;
     if len != want {
-        return Err(bad(format!(
+        return Err(format!(
             "{len} bytes, but its header describes {want}{}",
             if len < want { " (truncated)" } else { "" }
-        )));
+        ));
     }
     Ok((metadata, 8 + n as usize, len))
 }
@@ -230,7 +231,7 @@ impl Checkpoint {
             .filter(|(name, shard)| {
                 ckpt.entries
                     .get(*name)
-                    .is_none_or(|e| ckpt.files[e.file] != dir.join(shard))
+                    .is_none_or(|e| ckpt.shards[e.file].path != dir.join(shard))
             })
             .map(|(name, shard)| format!("{name:?} (in {shard})"))
             .collect();
@@ -253,14 +254,13 @@ impl Checkpoint {
     pub fn open_files(paths: &[impl AsRef<Path>]) -> Result<Checkpoint> {
         const OP: &str = "Checkpoint::open";
         let mut ckpt = Checkpoint {
-            files: Vec::with_capacity(paths.len()),
-            maps: Vec::with_capacity(paths.len()),
+            shards: Vec::with_capacity(paths.len()),
             entries: BTreeMap::new(),
         };
         for (k, path) in paths.iter().enumerate() {
             let path = path.as_ref();
             let mut file = File::open(path).map_err(|e| backend(OP, path, e))?;
-            let (_, data_start, len) = read_header(OP, &mut file, path)?;
+            let (_, data_start, len) = read_header(&mut file).map_err(|e| backend(OP, path, e))?;
             // SAFETY: the file's length was checked against its header just
             // above; a truncation while the mapping lives is the hazard the
             // module docs state (tensorscope's own writers rename instead).
@@ -288,20 +288,23 @@ impl Checkpoint {
                         path,
                         format!(
                             "tensor {name:?} is also in {}",
-                            ckpt.files[other.file].display()
+                            ckpt.shards[other.file].path.display()
                         ),
                     ));
                 }
             }
-            ckpt.files.push(path.to_path_buf());
-            ckpt.maps.push((file, map));
+            ckpt.shards.push(Shard {
+                path: path.to_path_buf(),
+                file,
+                map,
+            });
         }
         Ok(ckpt)
     }
 
     /// The files read, in the order their tensors were indexed.
-    pub fn files(&self) -> &[PathBuf] {
-        &self.files
+    pub fn files(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.shards.iter().map(|f| f.path.as_path())
     }
 
     /// The number of tensors.
@@ -330,11 +333,11 @@ impl Checkpoint {
             shape: &e.shape,
             dtype: e.dtype,
             file_dtype: format!("{:?}", e.file_dtype),
-            file: &self.files[e.file],
+            file: &self.shards[e.file].path,
         })
     }
 
-    /// The bytes of the parameters a file holds, over every tensor.
+    /// The bytes of every tensor in the files.
     pub fn nbytes(&self) -> usize {
         self.entries.values().map(|e| e.len).sum()
     }
@@ -351,17 +354,10 @@ impl Checkpoint {
     /// itself when both already match). Errors as [`get`](Checkpoint::get),
     /// and the conversion's or the copy's.
     pub fn get_as(&self, name: &str, dtype: DType, device: Device) -> Result<Tensor> {
-        let t = self.tensor("Checkpoint::get_as", name)?;
-        let t = if t.dtype() == dtype {
-            t
-        } else {
-            t.to_dtype(dtype)?
-        };
-        if t.device() == device {
-            Ok(t)
-        } else {
-            t.to_device(device)
-        }
+        // Both are the tensor itself (an alias) when nothing changes.
+        self.tensor("Checkpoint::get_as", name)?
+            .to_dtype(dtype)?
+            .to_device(device)
     }
 
     /// Writes `model`'s parameters and buffers from this checkpoint (module
@@ -394,8 +390,8 @@ impl Checkpoint {
         let mut fetch = |key: &str| -> Option<std::result::Result<Tensor, String>> {
             self.entries.get(key)?;
             Some(match unusable(key) {
-                None => self.tensor(op, key).map_err(|err| err.to_string()),
                 Some(why) => Err(why),
+                None => self.tensor(op, key).map_err(|err| err.to_string()),
             })
         };
         load_checked(
@@ -407,6 +403,7 @@ impl Checkpoint {
             },
             options,
             op,
+            Vec::new(),
         )
     }
 
@@ -424,7 +421,7 @@ impl Checkpoint {
                 ),
             )
         })?;
-        let (file, map) = &self.maps[e.file];
+        let shard = &self.shards[e.file];
         let layout = Layout::contiguous(&e.shape);
         let size = dtype.size_in_bytes();
         // A mapping starts on a page, so the tensor's address is aligned as
@@ -434,12 +431,12 @@ impl Checkpoint {
         if zero_copy {
             // SAFETY: the range is inside the file (validated against its
             // length at open); truncation is the hazard the module docs state.
-            let storage = unsafe { mapped_storage(file, e.start as u64, e.len) }
-                .map_err(|err| backend(op, &self.files[e.file], err))?;
+            let storage = unsafe { mapped_storage(&shard.file, e.start as u64, e.len) }
+                .map_err(|err| backend(op, &shard.path, err))?;
             return Ok(Tensor::from_parts(storage, layout, dtype));
         }
         let out = Tensor::alloc(&e.shape, dtype, Device::Cpu)?;
-        let src = &map[e.start..e.start + e.len];
+        let src = &shard.map[e.start..e.start + e.len];
         // SAFETY: `out` was just allocated: contiguous, `e.len` bytes (the
         // header's size, validated against the shape and dtype by
         // `read_metadata`), and no other handle to it exists.

@@ -6,6 +6,7 @@
 //! (mean, sub, mul, rsqrt, ...), so its gradients come from autograd.
 
 use super::module::check_parts;
+use super::rms_norm::{check_eps, check_normalized_shape};
 use super::Module;
 use crate::autograd::no_grad;
 use crate::backend::nn::NormKind;
@@ -64,21 +65,11 @@ impl LayerNorm {
         device: Device,
     ) -> Result<LayerNorm> {
         (|| -> Result<LayerNorm> {
-            if normalized_shape.is_empty() {
-                bail!(Error::arg(
-                    "LayerNorm",
-                    "normalized_shape must name at least one dimension"
-                ));
-            }
+            check_normalized_shape("LayerNorm", normalized_shape)?;
             if !dtype.is_float() {
                 bail!(Error::dtype("LayerNorm", "a float dtype", dtype));
             }
-            if !(eps.is_finite() && eps >= 0.0) {
-                bail!(Error::arg(
-                    "LayerNorm",
-                    format!("eps must be finite and non-negative, got {eps}")
-                ));
-            }
+            check_eps("LayerNorm", Some(eps))?;
             Ok(LayerNorm {
                 normalized_shape: normalized_shape.to_vec(),
                 eps,
@@ -107,21 +98,11 @@ impl LayerNorm {
     /// ```
     pub fn from_parts(weight: Tensor, bias: Tensor, eps: f64) -> Result<LayerNorm> {
         const OP: &str = "LayerNorm::from_parts";
-        if weight.rank() == 0 {
-            bail!(Error::arg(
-                OP,
-                "the weight must have at least one dimension"
-            ));
-        }
+        check_normalized_shape(OP, weight.shape())?;
         let shape = weight.shape().to_vec();
         let what = "the bias must have the weight's shape";
         check_parts(OP, &weight, Some((&bias, &shape, what)))?;
-        if !(eps.is_finite() && eps >= 0.0) {
-            bail!(Error::arg(
-                OP,
-                format!("eps must be finite and non-negative, got {eps}")
-            ));
-        }
+        check_eps(OP, Some(eps))?;
         Ok(LayerNorm {
             normalized_shape: shape,
             eps,

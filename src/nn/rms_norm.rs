@@ -29,7 +29,8 @@ pub fn rms_norm_default_eps(dtype: DType) -> f64 {
     }
 }
 
-fn check_eps(op: &'static str, eps: Option<f64>) -> Result<()> {
+/// `eps`, when given, finite and non-negative (LayerNorm's and RMSNorm's rule).
+pub(super) fn check_eps(op: &'static str, eps: Option<f64>) -> Result<()> {
     if let Some(e) = eps
         && !(e.is_finite() && e >= 0.0)
     {
@@ -41,7 +42,8 @@ fn check_eps(op: &'static str, eps: Option<f64>) -> Result<()> {
     Ok(())
 }
 
-fn check_normalized_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
+/// At least one normalised dimension (LayerNorm's and RMSNorm's rule).
+pub(super) fn check_normalized_shape(op: &'static str, normalized_shape: &[usize]) -> Result<()> {
     if normalized_shape.is_empty() {
         bail!(Error::arg(
             op,

@@ -162,7 +162,8 @@ pub struct LoadReport {
 /// checked first; an `Err` lists every missing key, unexpected key and
 /// shape mismatch, and leaves the model untouched. A value of another dtype
 /// is converted, one on another device copied across, as PyTorch's
-/// `load_state_dict` does.
+/// `load_state_dict` does (each straight into its parameter: nothing is
+/// staged on the parameter's device first).
 pub fn load_state_dict(model: &mut dyn Module, state: &[(String, Tensor)]) -> Result<()> {
     load_state_dict_with(model, state, &LoadOptions::new()).map(|_| ())
 }
@@ -181,12 +182,6 @@ pub fn load_state_dict_with(
             dups.push(format!("duplicate key {n:?}"));
         }
     }
-    if !dups.is_empty() {
-        bail!(Error::arg(
-            OP,
-            format!("the checkpoint does not fit the model: {}", dups.join("; "))
-        ));
-    }
     let mut keys: Vec<&str> = by_name.keys().copied().collect();
     keys.sort_unstable();
     let mut fetch = |k: &str| by_name.get(k).map(|t| Ok(t.alias()));
@@ -199,6 +194,7 @@ pub fn load_state_dict_with(
         },
         options,
         OP,
+        dups,
     )
 }
 
@@ -212,15 +208,19 @@ pub(crate) struct Sources<'a, 'k> {
     pub unusable: &'a dyn Fn(&str) -> Option<String>,
 }
 
+/// Checks every parameter's key, value and shape, and only when nothing is
+/// wrong (`problems`, found by the caller, included) copies the values in.
+/// The copies come after every check, so only a device failing during one
+/// (a lost GPU) can leave the parameters partly written.
 pub(crate) fn load_checked(
     model: &mut dyn Module,
     src: Sources,
     options: &LoadOptions,
     op: &'static str,
+    mut problems: Vec<String>,
 ) -> Result<LoadReport> {
     let _g = crate::autograd::no_grad_guard();
     let mut params = model.named_parameters_mut();
-    let mut problems = Vec::new();
     let mut missing = Vec::new();
     let mut taken: HashSet<String> = HashSet::new();
     let mut values: Vec<Option<Tensor>> = Vec::with_capacity(params.len());

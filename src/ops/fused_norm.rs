@@ -47,7 +47,17 @@ pub(crate) fn fused_norm(
                 rhs: t.device(),
             });
         }
-        debug_assert_eq!(t.dtype(), dt);
+        // The kernels read `cols` elements of each: a smaller weight would
+        // be read past its end, so this is checked even though every
+        // caller checks the shape first.
+        if t.dtype() != dt || t.numel() != cols {
+            bail!(Error::shape(
+                op,
+                x.shape(),
+                t.shape(),
+                format!("a weight or bias of {cols} {dt} elements, one per normalised element")
+            ));
+        }
     }
     let rows = x.numel() / cols;
     let rc = [rows as isize, cols as isize];

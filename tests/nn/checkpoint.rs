@@ -477,3 +477,22 @@ common::devices::on_both!(a_checkpoint_loads_into_a_model_on_its_device);
 
 #[cfg(not(feature = "cuda"))]
 common::on_cpu!(a_checkpoint_loads_into_a_model_on_its_device);
+
+#[test]
+fn a_duplicate_key_is_listed_with_the_other_problems() {
+    let _shared = common::shared();
+    let sd = vec![
+        ("w".to_string(), ramp(&[4, 3], 0.0, DType::F32)),
+        ("w".to_string(), ramp(&[4, 3], 1.0, DType::F32)),
+        ("b".to_string(), ramp(&[5], 0.0, DType::F32)),
+    ];
+    let mut m = model(DType::F32);
+    let e = load_state_dict_with(&mut m, &sd, &LoadOptions::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("duplicate key \"w\"") && e.contains("\"b\": shape [5] in the checkpoint"),
+        "{e}"
+    );
+    assert_eq!(f32s(&m.0[0].1), vec![0.0; 12], "nothing written");
+}

@@ -16,6 +16,14 @@ fn vals(n: usize, scale: f64) -> Vec<f64> {
         .collect()
 }
 
+/// The error's text (a test that gets `Ok` fails here).
+fn err<T>(r: tensorscope::Result<T>) -> String {
+    match r {
+        Ok(_) => panic!("expected an Err"),
+        Err(e) => e.to_string(),
+    }
+}
+
 fn host(t: &Tensor) -> Vec<f32> {
     t.to_device(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
 }
@@ -68,48 +76,41 @@ fn layers_from_parts_compute_what_constructed_layers_do(dev: Device) {
 
 fn bad_parts_and_inputs_are_errors_naming_the_layer(dev: Device) {
     let w = tensor(&vals(6, 0.5), &[6], F32, dev);
-    let e = LayerNorm::from_parts(w.alias(), tensor(&vals(5, 1.0), &[5], F32, dev), 1e-5)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = err(LayerNorm::from_parts(
+        w.alias(),
+        tensor(&vals(5, 1.0), &[5], F32, dev),
+        1e-5,
+    ));
     assert!(
         e.contains("LayerNorm::from_parts") && e.contains("[6]") && e.contains("[5]"),
         "{e}"
     );
-    let e = LayerNorm::from_parts(w.alias(), w.to_dtype(DType::F64).unwrap(), 1e-5)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = err(LayerNorm::from_parts(
+        w.alias(),
+        w.to_dtype(DType::F64).unwrap(),
+        1e-5,
+    ));
     assert!(
         e.contains("LayerNorm::from_parts") && e.contains("float64"),
         "{e}"
     );
-    let e = LayerNorm::from_parts(w.alias(), w.alias(), -1.0)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = err(LayerNorm::from_parts(w.alias(), w.alias(), -1.0));
     assert!(e.contains("eps"), "{e}");
     let ids = Tensor::zeros(&[6], DType::I64, dev).unwrap();
-    let e = RMSNorm::from_parts(ids.alias(), None)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = err(RMSNorm::from_parts(ids.alias(), None));
     assert!(
         e.contains("RMSNorm::from_parts") && e.contains("int64"),
         "{e}"
     );
-    let e = Embedding::from_parts(w.alias()).err().unwrap().to_string();
+    let e = err(Embedding::from_parts(w.alias()));
     assert!(
         e.contains("Embedding::from_parts") && e.contains("[6]"),
         "{e}"
     );
-    let e = Linear::from_parts(
+    let e = err(Linear::from_parts(
         tensor(&vals(6, 1.0), &[2, 3], F32, dev),
         Some(tensor(&vals(3, 1.0), &[3], F32, dev)),
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    ));
     assert!(
         e.contains("Linear::from_parts") && e.contains("[out_features]"),
         "{e}"
@@ -118,28 +119,29 @@ fn bad_parts_and_inputs_are_errors_naming_the_layer(dev: Device) {
     // LayerNorm refuses an integer input by its own name, and a weight
     // replaced through the public field by one of another shape.
     let mut ln = LayerNorm::with_options(&[4], 1e-5, F32, dev).unwrap();
-    let e = ln
-        .forward(&Tensor::zeros(&[3, 4], DType::I64, dev).unwrap())
-        .unwrap_err()
-        .to_string();
+    let e = err(ln.forward(&Tensor::zeros(&[3, 4], DType::I64, dev).unwrap()));
     assert!(
         e.contains("LayerNorm") && e.contains("int64") && !e.contains("mean"),
         "{e}"
     );
     ln.weight = tensor(&vals(5, 1.0), &[5], F32, dev);
-    let e = ln
-        .forward(&tensor(&vals(12, 1.0), &[3, 4], F32, dev))
-        .unwrap_err()
-        .to_string();
+    let e = err(ln.forward(&tensor(&vals(12, 1.0), &[3, 4], F32, dev)));
     assert!(
         e.contains("LayerNorm") && e.contains("[5]") && e.contains("weight"),
         "{e}"
     );
-    let e = Embedding::new(3, 2)
+    // A bias of another dtype, through the public field: an Err from the
+    // fused kernel's own check, not a read of f64 bytes as f32.
+    let mut ln = LayerNorm::with_options(&[4], 1e-5, F32, dev).unwrap();
+    ln.bias = Tensor::zeros(&[4], DType::F64, dev).unwrap();
+    let e = err(ln.forward(&tensor(&vals(12, 1.0), &[3, 4], F32, dev)));
+    assert!(
+        e.contains("LayerNorm") && e.contains("4 float32 elements"),
+        "{e}"
+    );
+    let e = err(Embedding::new(3, 2)
         .unwrap()
-        .forward(&Tensor::zeros(&[2], DType::U8, Device::Cpu).unwrap())
-        .unwrap_err()
-        .to_string();
+        .forward(&Tensor::zeros(&[2], DType::U8, Device::Cpu).unwrap()));
     assert!(e.contains("Embedding") && e.contains("i64 or i32"), "{e}");
 }
 

@@ -10,7 +10,7 @@
 //! are not the caching allocator's: they are not counted in its statistics,
 //! as PyTorch's do not count a `torch.load(mmap=True)` storage either.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Mutex;
 
@@ -21,10 +21,7 @@ use crate::device::Device;
 use crate::storage::Storage;
 
 /// The mappings of the storages alive, by block id.
-static LIVE: Mutex<Option<HashMap<u32, MmapMut>>> = Mutex::new(None);
-
-/// The bytes of the storages in `LIVE`.
-static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static LIVE: Mutex<BTreeMap<u32, MmapMut>> = Mutex::new(BTreeMap::new());
 
 /// Where a mapped storage's block goes back to: its mapping is unmapped.
 /// (Not zero-sized, so its address is its own.)
@@ -34,14 +31,7 @@ static MAPPED: MappedSink = MappedSink(0);
 
 impl BlockSink for MappedSink {
     fn free(&self, b: Block) {
-        let gone = LIVE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .and_then(|m| m.remove(&b.id));
-        if gone.is_some() {
-            LIVE_BYTES.fetch_sub(b.size, std::sync::atomic::Ordering::Relaxed);
-        }
+        let gone = LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(&b.id);
         // Unmapped outside the lock.
         drop(gone);
     }
@@ -70,7 +60,6 @@ pub(crate) unsafe fn mapped_storage(
     let mut map = unsafe { MmapOptions::new().offset(offset).len(nbytes).map_copy(file) }?;
     let addr = map.as_mut_ptr() as usize;
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let live = live.get_or_insert_with(HashMap::new);
     // An id no live mapped storage holds (2^32 alive at once is beyond any
     // process).
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -81,7 +70,6 @@ pub(crate) unsafe fn mapped_storage(
         }
     };
     live.insert(id, map);
-    LIVE_BYTES.fetch_add(nbytes, std::sync::atomic::Ordering::Relaxed);
     let block = Block {
         addr,
         size: nbytes,
@@ -92,5 +80,6 @@ pub(crate) unsafe fn mapped_storage(
 
 /// The bytes of the CPU storages over file mappings alive now.
 pub(crate) fn live_bytes() -> usize {
-    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.values().map(|m| m.len()).sum()
 }

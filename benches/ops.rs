@@ -32,8 +32,8 @@
 use std::hint::black_box;
 use tensorscope::autograd::no_grad_guard;
 use tensorscope::nn::{
-    cross_entropy, scaled_dot_product_attention, scaled_dot_product_attention_with, Embedding,
-    LayerNorm, Module, SdpaKernel, SdpaOptions,
+    cross_entropy, scaled_dot_product_attention, scaled_dot_product_attention_with, CausalVariant,
+    Embedding, LayerNorm, Module, SdpaKernel, SdpaOptions,
 };
 use tensorscope::{ConvOptions, DType, Device, Padding, PoolOptions, Tensor};
 
@@ -491,6 +491,8 @@ const CAUSAL: SdpaOptions<'static> = SdpaOptions {
     attn_mask: None,
     dropout_p: 0.0,
     is_causal: true,
+    causal_variant: CausalVariant::UpperLeft,
+    enable_gqa: false,
     scale: None,
     kernel: SdpaKernel::Auto,
 };

@@ -23,7 +23,12 @@ pub(crate) struct SdpaArgs<'a> {
     pub k: &'a Operand<'a>,
     pub v: &'a Operand<'a>,
     pub mask: Option<(&'a Operand<'a>, MaskKind)>,
-    pub causal: bool,
+    /// Causal attention: query row `i` attends keys `j <= i + offset` only
+    /// (0: top-left aligned; `S - L`: bottom-right).
+    pub causal: Option<isize>,
+    /// Query heads per key/value head (grouped-query attention): query
+    /// head `n` reads key/value head `n / group`.
+    pub group: usize,
     pub scale: f64,
     /// `(p, seed)` when dropout is on (`0 < p < 1`).
     pub dropout: Option<(f64, u64)>,

@@ -1,4 +1,4 @@
-//! Elementwise activations: `ReLU`, `GELU` (exact, erf form), `Sigmoid`, `Tanh`, `SiLU`, `Softplus` (in place when they may), and `LeakyReLU`, `ELU`, `Mish`, `Hardswish`.
+//! Elementwise activations: `ReLU`, `GELU` (erf or tanh form), `Sigmoid`, `Tanh`, `SiLU`, `Softplus` (in place when they may), and `LeakyReLU`, `ELU`, `Mish`, `Hardswish`.
 //!
 //! They have no parameters, preserve the shape and can work in place: given
 //! an owned input (see [`Sequential`](super::Sequential)) that is the only
@@ -6,7 +6,7 @@
 //! (`relu_`, ...) and allocate nothing; otherwise they allocate.
 
 use super::{donation_verdict, Module, Verdict};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 macro_rules! activation {
@@ -48,10 +48,95 @@ activation!(
     /// `max(x, 0)`.
     ReLU, relu, relu_
 );
-activation!(
-    /// `x * Φ(x) = x/2 * (1 + erf(x / sqrt(2)))` (PyTorch's default, exact GELU).
-    GELU, gelu, gelu_
-);
+
+/// Which form [`GELU`] computes (PyTorch's `approximate` argument).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GeluApproximate {
+    /// `x/2 * (1 + erf(x / sqrt(2)))`, PyTorch's `"none"` ([`Tensor::gelu`]).
+    #[default]
+    None,
+    /// `x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, PyTorch's
+    /// `"tanh"` ([`Tensor::gelu_tanh`]), as GPT-2 and BERT use it.
+    Tanh,
+}
+
+/// `nn.GELU`: the exact (erf) form by default, the tanh form with
+/// [`GeluApproximate::Tanh`]. In place on an owned input, like the others.
+///
+/// ```
+/// use tensorscope::nn::{GeluApproximate, Module, Sequential, GELU};
+/// use tensorscope::{DType, Device, Tensor};
+/// let x = Tensor::randn(&[4, 8], DType::F32, Device::Cpu)?;
+/// let tanh = GELU::new("tanh")?;
+/// assert_eq!(tanh.approximate, GeluApproximate::Tanh);
+/// let d = tanh.forward(&x)?.sub(&x.gelu_tanh()?)?.abs()?.max_all()?;
+/// assert_eq!(d.item::<f32>()?, 0.0);
+/// // `GELU` alone is the exact form, as a value too.
+/// let _model = Sequential::new().add(GELU);
+/// # Ok::<(), tensorscope::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GELU {
+    /// The form computed.
+    pub approximate: GeluApproximate,
+}
+
+/// The exact GELU, so that `GELU` reads as a value as it did when the
+/// module had no options (`Sequential::new().add(GELU)`).
+pub const GELU: GELU = GELU {
+    approximate: GeluApproximate::None,
+};
+
+impl GELU {
+    /// PyTorch's `nn.GELU(approximate=...)`: `"none"` or `"tanh"`; any
+    /// other string is an error naming it.
+    pub fn new(approximate: &str) -> Result<GELU> {
+        let approximate = match approximate {
+            "none" => GeluApproximate::None,
+            "tanh" => GeluApproximate::Tanh,
+            other => {
+                return Err(Error::arg(
+                    "GELU",
+                    format!("approximate argument must be either none or tanh, got {other:?}"),
+                ))
+            }
+        };
+        Ok(GELU { approximate })
+    }
+}
+
+impl Module for GELU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self.approximate {
+            GeluApproximate::None => x.gelu(),
+            GeluApproximate::Tanh => x.gelu_tanh(),
+        }
+    }
+
+    fn forward_owned(&self, mut x: Tensor) -> Result<Tensor> {
+        if donation_verdict(&x) != Verdict::Taken {
+            return self.forward(&x);
+        }
+        match self.approximate {
+            GeluApproximate::None => x.gelu_()?,
+            GeluApproximate::Tanh => x.gelu_tanh_()?,
+        };
+        Ok(x)
+    }
+
+    fn can_work_in_place(&self) -> bool {
+        true
+    }
+
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        Vec::new()
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        Vec::new()
+    }
+}
+
 activation!(
     /// `1 / (1 + exp(-x))`.
     Sigmoid, sigmoid, sigmoid_

@@ -44,10 +44,12 @@ mod sequential;
 pub(crate) mod state;
 
 pub use crate::ops::attention::{
-    scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaKernel, SdpaOptions,
+    scaled_dot_product_attention, scaled_dot_product_attention_with, CausalVariant, SdpaKernel,
+    SdpaOptions,
 };
 pub use activation::{
-    Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh, ELU, GELU,
+    GeluApproximate, Hardswish, Identity, LeakyReLU, Mish, ReLU, SiLU, Sigmoid, Softplus, Tanh,
+    ELU, GELU,
 };
 pub use checkpoint::{Checkpoint, TensorInfo};
 pub use conv::{

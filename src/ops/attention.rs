@@ -64,13 +64,37 @@ pub struct SdpaOptions<'a> {
     /// The probability of dropping an attention weight, in `[0, 1]`.
     /// Applied whenever it is above 0 (a module passes 0 in eval mode).
     pub dropout_p: f64,
-    /// Query `i` attends keys `j <= i` only (the top-left aligned lower
-    /// triangle, as in PyTorch). Not together with `attn_mask`.
+    /// Causal attention, aligned as [`causal_variant`](Self::causal_variant)
+    /// says (PyTorch's `is_causal` is the default, upper-left). Not
+    /// together with `attn_mask`.
     pub is_causal: bool,
+    /// Which lower triangle `is_causal` keeps (PyTorch's
+    /// `torch.nn.attention.bias.CausalVariant`).
+    pub causal_variant: CausalVariant,
+    /// Grouped-query attention (PyTorch's `enable_gqa`): a key and value of
+    /// `Hkv` heads (dim -3) serve a query of `Hq` heads, `Hq / Hkv` query
+    /// heads per key/value head (head `h` reads `h / (Hq / Hkv)`, as
+    /// PyTorch's `repeat_interleave`), read in place: the key and value are
+    /// not repeated.
+    pub enable_gqa: bool,
     /// The scores' factor; `None`: `1 / sqrt(E)`.
     pub scale: Option<f64>,
     /// The kernel.
     pub kernel: SdpaKernel,
+}
+
+/// The alignment of causal attention's lower triangle when the queries
+/// and keys differ in length (`L` queries, `S` keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CausalVariant {
+    /// Query `i` attends keys `j <= i` (PyTorch's `is_causal=True`).
+    #[default]
+    UpperLeft,
+    /// Query `i` attends keys `j <= i + S - L`: the last query sees every
+    /// key, as when decoding `L` new tokens after `S - L` cached ones
+    /// (PyTorch's `causal_lower_right(L, S)`). A query with no key to
+    /// attend (`L > S`) gives 0.
+    LowerRight,
 }
 
 /// A mask as the kernels read it: a `[batch.., L, S]` view (expanded, not
@@ -136,6 +160,10 @@ pub fn scaled_dot_product_attention_with(
         vec![q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec()]
     });
     let g = check(q, k, v, o)?;
+    let causal = o.is_causal.then(|| match o.causal_variant {
+        CausalVariant::UpperLeft => 0,
+        CausalVariant::LowerRight => g.s as isize - g.l as isize,
+    });
     let scale = o.scale.unwrap_or(1.0 / (g.e as f64).sqrt());
     let dropout = (o.dropout_p > 0.0).then(|| (o.dropout_p, with_global(|r| r.next_u64())));
     let mask_grad = o
@@ -158,11 +186,12 @@ pub fn scaled_dot_product_attention_with(
     };
     if kernel == SdpaKernel::Math {
         return math(
+            &g,
             q,
             k,
             v,
             o.attn_mask,
-            o.is_causal,
+            causal,
             scale,
             dropout.map(|d| d.0),
         );
@@ -170,12 +199,13 @@ pub fn scaled_dot_product_attention_with(
     // [.., L, E] -> [N, L, E] over the broadcast batch, with dense rows
     // within each head (a copy only when the view has none: a key/value
     // cache's prefix, or one head broadcast over the batch, is read in place).
-    let flat = |t: &Tensor, rows: usize, cols: usize| -> Result<Tensor> {
-        let mut shape: Vec<isize> = g.batch.iter().map(|&d| d as isize).collect();
+    let flat = |t: &Tensor, batch: &[usize], rows: usize, cols: usize| -> Result<Tensor> {
+        let mut shape: Vec<isize> = batch.iter().map(|&d| d as isize).collect();
         shape.extend([rows as isize, cols as isize]);
+        let n = crate::layout::numel(batch) as isize;
         let t = t
             .expand(&shape)?
-            .reshape(&[g.n as isize, rows as isize, cols as isize])?;
+            .reshape(&[n, rows as isize, cols as isize])?;
         let st = t.strides();
         if (cols <= 1 || st[2] == 1) && (rows <= 1 || st[1] == cols) {
             Ok(t)
@@ -183,7 +213,11 @@ pub fn scaled_dot_product_attention_with(
             t.contiguous()
         }
     };
-    let (qc, kc, vc) = (flat(q, g.l, g.e)?, flat(k, g.s, g.e)?, flat(v, g.s, g.ev)?);
+    let (qc, kc, vc) = (
+        flat(q, &g.batch, g.l, g.e)?,
+        flat(k, &g.kv_batch, g.s, g.e)?,
+        flat(v, &g.kv_batch, g.s, g.ev)?,
+    );
     let mask = match o.attn_mask {
         None => None,
         Some(m) => {
@@ -209,7 +243,8 @@ pub fn scaled_dot_product_attention_with(
         k: &kc,
         v: &vc,
         mask: mask.as_ref(),
-        causal: o.is_causal,
+        causal,
+        group: g.group,
         scale,
         dropout,
         fused: kernel == SdpaKernel::Fused,
@@ -222,8 +257,12 @@ pub fn scaled_dot_product_attention_with(
 
 /// The checked sizes of a call.
 struct Geometry {
+    /// The queries' (broadcast) batch dimensions, and the keys' and
+    /// values': the same, but for `Hkv` heads in dim -3 under GQA.
     batch: Vec<usize>,
-    n: usize,
+    kv_batch: Vec<usize>,
+    /// Query heads per key/value head (1 without GQA).
+    group: usize,
     l: usize,
     s: usize,
     e: usize,
@@ -282,8 +321,66 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &SdpaOptions<'_>) -> Result<Geom
             "key and value need the same sequence length S (dim -2)"
         ));
     }
-    let b = broadcast_shapes(OP, &qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
-    let batch = broadcast_shapes(OP, &b, &vs[..vs.len() - 2])?.to_vec();
+    let (qb, kb, vb) = (
+        &qs[..qs.len() - 2],
+        &ks[..ks.len() - 2],
+        &vs[..vs.len() - 2],
+    );
+    let heads = |b: &[usize]| b.last().copied();
+    let (hq, hk, hv) = (heads(qb), heads(kb), heads(vb));
+    let gqa = o.enable_gqa && hq.is_some() && hk.is_some() && hk != hq;
+    if gqa {
+        let (hq, hk) = (hq.unwrap_or(1), hk.unwrap_or(1));
+        if hk == 0 || hq % hk != 0 || hv != Some(hk) {
+            bail!(Error::shape(
+                OP,
+                qs,
+                ks,
+                format!(
+                    "grouped-query attention needs the key's and value's heads (dim -3) to be equal and to divide the query's: query {hq}, key {hk}, value {}",
+                    hv.map_or("none".to_string(), |h| h.to_string())
+                )
+            ));
+        }
+    }
+    // Under GQA the key's heads broadcast as if repeated to the query's.
+    let as_q = |b: &[usize]| -> Vec<usize> {
+        let mut b = b.to_vec();
+        if let (true, Some(last), Some(h)) = (gqa, b.last_mut(), hq) {
+            *last = h;
+        }
+        b
+    };
+    let joined = broadcast_shapes(OP, qb, &as_q(kb))
+        .and_then(|b| broadcast_shapes(OP, &b, &as_q(vb)).map(|b| b.to_vec()));
+    let batch = match joined {
+        Ok(b) => b,
+        Err(_)
+            if !o.enable_gqa && matches!((hq, hk), (Some(q), Some(k)) if k > 0 && q % k == 0) =>
+        {
+            bail!(Error::shape(
+                OP,
+                qs,
+                ks,
+                format!(
+                    "the query has {} heads (dim -3) and the key {}: set enable_gqa for grouped-query attention",
+                    hq.unwrap_or(0),
+                    hk.unwrap_or(0)
+                )
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let (group, kv_batch) = if gqa {
+        let (hq, hk) = (hq.unwrap_or(1), hk.unwrap_or(1));
+        let mut kvb = batch.clone();
+        if let Some(last) = kvb.last_mut() {
+            *last = hk;
+        }
+        (hq / hk, kvb)
+    } else {
+        (1, batch.clone())
+    };
     if !(0.0..=1.0).contains(&o.dropout_p) {
         bail!(Error::arg(
             OP,
@@ -330,8 +427,9 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &SdpaOptions<'_>) -> Result<Geom
         }
     }
     Ok(Geometry {
-        n: crate::layout::numel(&batch),
         batch,
+        kv_batch,
+        group,
         l,
         s,
         e,
@@ -340,23 +438,50 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &SdpaOptions<'_>) -> Result<Geom
 }
 
 /// PyTorch's math backend: the scores materialised.
+#[allow(clippy::too_many_arguments)]
 fn math(
+    g: &Geometry,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
-    causal: bool,
+    causal: Option<isize>,
     scale: f64,
     dropout: Option<f64>,
 ) -> Result<Tensor> {
-    let mut s = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
-    let (l, sl) = (s.shape()[s.rank() - 2], s.shape()[s.rank() - 1]);
+    // GQA: a group's query heads in a dimension of their own, against the
+    // key/value head broadcast over it (`[.., Hkv, G, L, E]` by
+    // `[.., Hkv, 1, S, E]`).
+    let grouped = |t: &Tensor, batch: &[usize], per: usize, (rows, cols)| -> Result<Tensor> {
+        if g.group == 1 {
+            return Ok(t.alias());
+        }
+        let mut shape: Vec<isize> = batch.iter().map(|&d| d as isize).collect();
+        shape.extend([rows as isize, cols as isize]);
+        let t = t.expand(&shape)?;
+        let h = shape.len() - 3;
+        let mut split = shape.clone();
+        split[h] /= per as isize;
+        split.insert(h + 1, per as isize);
+        t.reshape(&split)
+    };
+    let qg = grouped(q, &g.batch, g.group, (g.l, g.e))?;
+    let (kg, vg) = (
+        grouped(k, &g.kv_batch, 1, (g.s, g.e))?,
+        grouped(v, &g.kv_batch, 1, (g.s, g.ev))?,
+    );
+    let mut s = qg.matmul(&kg.transpose(-2, -1)?)?.mul_scalar(scale)?;
+    let (l, sl) = (g.l, g.s);
     let dev = q.device();
-    if causal {
-        let r = Tensor::arange(0.0, l as f64, 1.0, DType::I64, dev)?.view(&[l as isize, 1])?;
+    if let Some(off) = causal {
+        let r = Tensor::arange(off as f64, (l as isize + off) as f64, 1.0, DType::I64, dev)?
+            .view(&[l as isize, 1])?;
         let c = Tensor::arange(0.0, sl as f64, 1.0, DType::I64, dev)?.view(&[1, sl as isize])?;
         s = s.masked_fill(&c.gt(&r)?, f64::NEG_INFINITY)?;
     }
+    let mask = mask
+        .map(|m| grouped(m, &g.batch, g.group, (g.l, g.s)))
+        .transpose()?;
     match mask {
         Some(m) if m.dtype() == DType::Bool => {
             s = s.masked_fill(&m.logical_not()?, f64::NEG_INFINITY)?;
@@ -372,7 +497,13 @@ fn math(
         let keep = Tensor::rand(p.shape(), p.dtype(), dev)?.ge_scalar(pr)?;
         p = p.mul(&keep.to_dtype(p.dtype())?.mul_scalar(inv)?)?;
     }
-    p.matmul(v)
+    let out = p.matmul(&vg)?;
+    if g.group == 1 {
+        return Ok(out);
+    }
+    let mut shape: Vec<isize> = g.batch.iter().map(|&d| d as isize).collect();
+    shape.extend([g.l as isize, g.ev as isize]);
+    out.reshape(&shape)
 }
 
 /// A Fused or Blocked call on the flattened operands.
@@ -381,7 +512,8 @@ struct Call<'a> {
     k: &'a Tensor,
     v: &'a Tensor,
     mask: Option<&'a Mask>,
-    causal: bool,
+    causal: Option<isize>,
+    group: usize,
     scale: f64,
     dropout: Option<(f64, u64)>,
     fused: bool,
@@ -418,6 +550,7 @@ impl Call<'_> {
             v: &ov,
             mask: om.as_ref().map(|m| (m, kind)),
             causal: self.causal,
+            group: self.group,
             scale: self.scale,
             dropout: self.dropout,
         })
@@ -461,7 +594,13 @@ impl Call<'_> {
                 })
             })
             .transpose()?;
-        let (causal, scale, dropout, fused) = (self.causal, self.scale, self.dropout, self.fused);
+        let (causal, group, scale, dropout, fused) = (
+            self.causal,
+            self.group,
+            self.scale,
+            self.dropout,
+            self.fused,
+        );
         Ok(attach(
             out,
             NAME,
@@ -474,6 +613,7 @@ impl Call<'_> {
                     v,
                     mask: sm.as_ref(),
                     causal,
+                    group,
                     scale,
                     dropout,
                     fused,

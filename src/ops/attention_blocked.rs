@@ -24,14 +24,16 @@ use crate::tensor::Tensor;
 /// Keys per block.
 pub(super) const BLOCK: usize = 256;
 
-/// What one call computes (`[N, L, E]`, `[N, S, E]`, `[N, S, Ev]`; the
-/// mask a `[batch.., L, S]` view over the `N` heads).
+/// What one call computes (`[N, L, E]`, `[N / G, S, E]`, `[N / G, S, Ev]`
+/// with `G` query heads per key/value head; the mask a `[batch.., L, S]`
+/// view over the `N` query heads).
 pub(super) struct Blocked<'a> {
     pub q: &'a Tensor,
     pub k: &'a Tensor,
     pub v: &'a Tensor,
     pub mask: Option<&'a Mask>,
-    pub causal: bool,
+    /// Row `i` attends keys `j <= i + offset` only.
+    pub causal: Option<isize>,
     pub scale: f64,
     pub dropout: Option<(f64, u64)>,
 }
@@ -50,6 +52,25 @@ impl Blocked<'_> {
         (self.q.shape()[0], self.q.shape()[1], self.k.shape()[1])
     }
 
+    /// A query-side `[N, rows, c]` as `[N / G, G rows, c]`, the rows of a
+    /// group's heads stacked, so that one batched product against the
+    /// shared key/value head serves them all (a view when `t` is dense).
+    fn fold(&self, t: &Tensor) -> Result<Tensor> {
+        let nkv = self.k.shape()[0] as isize;
+        let (sh, c) = (t.shape(), t.shape()[2] as isize);
+        if sh[0] as isize == nkv {
+            return Ok(t.alias());
+        }
+        t.reshape(&[nkv, -1, c])
+    }
+
+    /// [`fold`](Self::fold)'s inverse, to `[N, rows, c]`.
+    fn unfold(&self, t: &Tensor) -> Result<Tensor> {
+        let n = self.q.shape()[0] as isize;
+        let c = t.shape()[2] as isize;
+        t.reshape(&[n, -1, c])
+    }
+
     /// The scores `qs k_blk^T` of rows `i0..i0 + rows` against keys
     /// `j0..j0 + bk`, masked (`qs`: the scaled queries of those rows).
     fn scores(
@@ -60,10 +81,13 @@ impl Blocked<'_> {
         (j0, bk): (usize, usize),
     ) -> Result<Tensor> {
         let dev = qs.device();
-        let mut s = qs.matmul(&kb.transpose(1, 2)?)?;
-        if self.causal && j0 + bk > i0 + 1 {
-            let r = Tensor::arange(i0 as f64, (i0 + rows) as f64, 1.0, DType::I64, dev)?
-                .view(&[rows as isize, 1])?;
+        let mut s = self.unfold(&self.fold(qs)?.matmul(&kb.transpose(1, 2)?)?)?;
+        if let Some(off) = self
+            .causal
+            .filter(|&off| (j0 + bk) as isize > i0 as isize + off + 1)
+        {
+            let (a, b) = (i0 as f64 + off as f64, (i0 + rows) as f64 + off as f64);
+            let r = Tensor::arange(a, b, 1.0, DType::I64, dev)?.view(&[rows as isize, 1])?;
             let c = Tensor::arange(j0 as f64, (j0 + bk) as f64, 1.0, DType::I64, dev)?
                 .view(&[1, bk as isize])?;
             s.masked_fill_(&c.gt(&r)?, f64::NEG_INFINITY)?;
@@ -111,13 +135,21 @@ impl Blocked<'_> {
         Ok(Some(u.ge_scalar(p)?.to_dtype(dt)?.mul_scalar(inv)?))
     }
 
-    /// The last key any row sees.
+    /// The end of the keys any row sees.
     fn key_end(&self) -> usize {
         let (_, l, s) = self.dims();
-        if self.causal {
-            s.min(l)
-        } else {
-            s
+        match self.causal {
+            Some(off) => (l as isize + off).clamp(0, s as isize) as usize,
+            None => s,
+        }
+    }
+
+    /// The first row that sees key `j0`.
+    fn first_row(&self, j0: usize) -> usize {
+        let (_, l, _) = self.dims();
+        match self.causal {
+            Some(off) => (j0 as isize - off).clamp(0, l as isize) as usize,
+            None => 0,
         }
     }
 
@@ -153,7 +185,7 @@ impl Blocked<'_> {
                     p.mul_(&keep)?;
                 }
                 acc.mul_(&alpha)?;
-                acc.add_(&p.matmul(&vb)?)?;
+                acc.add_(&self.unfold(&self.fold(&p)?.matmul(&vb)?)?)?;
                 m = m_new;
                 j0 += bk;
             }
@@ -186,13 +218,14 @@ impl Blocked<'_> {
             let dd = doc.mul(&out.to_dtype(c)?)?.sum(&[-1], true)?; // [N, L, 1]
             let lse3 = lse.unsqueeze(-1)?;
             let dq = Tensor::zeros(&[n, l, e], c, dev)?;
-            let dk = Tensor::zeros(&[n, s, e], c, dev)?;
-            let dv = Tensor::zeros(&[n, s, ev], c, dev)?;
+            let nkv = self.k.shape()[0];
+            let dk = Tensor::zeros(&[nkv, s, e], c, dev)?;
+            let dv = Tensor::zeros(&[nkv, s, ev], c, dev)?;
             let mut j0 = 0;
             while j0 < s {
                 let bk = BLOCK.min(s - j0);
-                // Causal: rows before j0 see none of these keys.
-                let i0 = if self.causal { j0.min(l) } else { 0 };
+                // Causal: rows before the first that sees j0 see none of these keys.
+                let i0 = self.first_row(j0);
                 let rows = l - i0;
                 if rows == 0 {
                     break;
@@ -208,9 +241,12 @@ impl Blocked<'_> {
                     Some(z) => p.mul(z)?,
                     None => p.alias(),
                 };
+                // A group's rows folded together: the products over them sum
+                // the group's contributions to its key/value head.
+                let (dorf, qrf) = (self.fold(&dor)?, self.fold(&qr)?);
                 dv.narrow(1, j0, bk)?
-                    .copy_(&pd.transpose(1, 2)?.matmul(&dor)?)?;
-                let mut dp = dor.matmul(&vb.transpose(1, 2)?)?;
+                    .copy_(&self.fold(&pd)?.transpose(1, 2)?.matmul(&dorf)?)?;
+                let mut dp = self.unfold(&dorf.matmul(&vb.transpose(1, 2)?)?)?;
                 if let Some(z) = &keep {
                     dp.mul_(z)?;
                 }
@@ -218,10 +254,11 @@ impl Blocked<'_> {
                 dp.mul_(&p)?;
                 drop(p);
                 let ds = dp;
+                let dsf = self.fold(&ds)?;
                 dq.narrow(1, i0, rows)?
-                    .add_(&ds.matmul(&kb)?.mul_scalar(self.scale)?)?;
+                    .add_(&self.unfold(&dsf.matmul(&kb)?)?.mul_scalar(self.scale)?)?;
                 dk.narrow(1, j0, bk)?
-                    .copy_(&ds.transpose(1, 2)?.matmul(&qr)?)?;
+                    .copy_(&dsf.transpose(1, 2)?.matmul(&qrf)?)?;
                 j0 += bk;
             }
             Ok((dq.to_dtype(dt)?, dk.to_dtype(dt)?, dv.to_dtype(dt)?))

@@ -27,8 +27,9 @@ use common::devices::on_both;
 use common::Params;
 use tensorscope::nn::{
     bce_with_logits, binary_cross_entropy, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss,
-    nll_loss, prune, scaled_dot_product_attention_with, smooth_l1_loss, BatchNorm2d, GroupNorm,
-    LayerNorm, Linear, MhaForward, MhaOptions, Module, MultiheadAttention, SdpaOptions, Sequential,
+    nll_loss, prune, scaled_dot_product_attention_with, smooth_l1_loss, BatchNorm2d, CausalVariant,
+    GroupNorm, LayerNorm, Linear, MhaForward, MhaOptions, Module, MultiheadAttention, SdpaOptions,
+    Sequential,
 };
 use tensorscope::optim::{
     Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, Lion, LionConfig, Optimizer, RMSprop,
@@ -452,7 +453,14 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "sdpa" => {
             let o = SdpaOptions {
                 attn_mask: x.get(3),
-                is_causal: c.f("causal") == 1.0,
+                is_causal: c.f("causal") > 0.0,
+                causal_variant: if c.f("causal") == 2.0 {
+                    CausalVariant::LowerRight
+                } else {
+                    CausalVariant::UpperLeft
+                },
+                // Only the cases since issue 48 have `gqa`.
+                enable_gqa: c.params.iter().any(|(k, v)| k == "gqa" && v == "1"),
                 scale: c.opt("scale"),
                 ..Default::default()
             };

@@ -3,8 +3,8 @@
 //! gradients against PyTorch are in the differential suite).
 
 use tensorscope::nn::{
-    binary_cross_entropy, huber_loss, kl_div, l1_loss, nll_loss, smooth_l1_loss, Hardswish,
-    LeakyReLU, Mish, Module, Sequential, SiLU, Softplus, ELU,
+    binary_cross_entropy, huber_loss, kl_div, l1_loss, nll_loss, smooth_l1_loss, GeluApproximate,
+    Hardswish, LeakyReLU, Mish, Module, Sequential, SiLU, Softplus, ELU, GELU,
 };
 
 #[cfg(feature = "cuda")]
@@ -166,10 +166,41 @@ fn gradients_at_the_joins_are_pytorchs(dev: Device) {
         .contains("huber_loss"));
 }
 
+/// `GELU` computes the form it is given (PyTorch's `approximate`), bit for
+/// bit the tensor op's, and overwrites an owned input in place: no bytes
+/// allocated. An unknown form is an error naming the module and the string.
+fn gelu_module_forms(dev: Device) {
+    let _serial = crate::common::serial();
+    let vals = [-3.0f32, -1.0, -0.25, 0.0, 0.5, 2.0, 4.0, 7.5];
+    let x = Tensor::from_slice(&vals, &[2, 4], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let tanh = GELU::new("tanh").unwrap();
+    assert_eq!(tanh.approximate, GeluApproximate::Tanh);
+    assert_eq!(GELU::new("none").unwrap(), GELU);
+    assert_eq!(GELU::default(), GELU);
+    let v = |t: &Tensor| t.to_vec::<f32>().unwrap();
+    let (exact, approx) = (v(&x.gelu().unwrap()), v(&x.gelu_tanh().unwrap()));
+    assert_ne!(exact, approx, "the two forms differ at these points");
+    assert_eq!(v(&GELU.forward(&x).unwrap()), exact);
+    assert_eq!(v(&tanh.forward(&x).unwrap()), approx);
+    for (m, want) in [(GELU, &exact), (tanh, &approx)] {
+        let owned = x.deep_clone().unwrap();
+        let before = tensorscope::memory::memory_allocated(dev);
+        let y = m.forward_owned(owned).unwrap();
+        assert_eq!(tensorscope::memory::memory_allocated(dev), before);
+        assert_eq!(&v(&y), want);
+    }
+    let e = GELU::new("sigmoid").unwrap_err().to_string();
+    assert!(e.contains("GELU") && e.contains("sigmoid"), "{e}");
+}
+
 #[cfg(feature = "cuda")]
 on_both!(
     edge_values_follow_pytorch,
     gradients_at_the_joins_are_pytorchs,
+    gelu_module_forms,
 );
 
 #[cfg(not(feature = "cuda"))]
@@ -184,5 +215,9 @@ mod cpu {
     fn gradients_at_the_joins_are_pytorchs() {
         let _shared = crate::common::shared();
         super::gradients_at_the_joins_are_pytorchs(Device::Cpu)
+    }
+    #[test]
+    fn gelu_module_forms() {
+        super::gelu_module_forms(Device::Cpu)
     }
 }

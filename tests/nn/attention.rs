@@ -12,7 +12,9 @@ use crate::common;
 use common::devices::on_both;
 use common::{assert_close, read, tensor};
 use tensorscope::memory::{self, round_size};
-use tensorscope::nn::{scaled_dot_product_attention_with as sdpa, SdpaKernel, SdpaOptions};
+use tensorscope::nn::{
+    scaled_dot_product_attention_with as sdpa, CausalVariant, SdpaKernel, SdpaOptions,
+};
 use tensorscope::{manual_seed, DType, Device, Error, Tensor};
 
 /// Values in about [-2, 2], deterministic.
@@ -442,6 +444,131 @@ fn memory_is_the_output_and_o_of_l(dev: Device) {
     );
 }
 
+/// The gradients of `(y * w).sum()` for each leaf, with `y` itself.
+fn grads(y: Tensor, leaves: &[&Tensor]) -> Vec<Vec<f64>> {
+    let wv = values(y.numel(), 7);
+    let w = tensor(&wv, y.shape(), y.dtype(), y.device());
+    y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    let mut r = vec![read(&y)];
+    for t in leaves {
+        r.push(t.grad().map(|g| read(&g)).unwrap_or_default());
+        t.zero_grad();
+    }
+    r
+}
+
+/// Grouped-query attention (`enable_gqa`, G query heads per key/value
+/// head) and the lower-right causal triangle, on every kernel: the output
+/// against the direct f64 reference with head `h` reading key/value head
+/// `h / G` and row `i` seeing keys `j <= i + S - L`; the gradients against
+/// Math over the key and value repeated explicitly (PyTorch's
+/// `repeat_interleave`), whose backward sums the group's contributions.
+/// Sizes cross both kernels' blocks; `L > S` leaves rows that see no key
+/// (output 0).
+fn gqa_and_lower_right_causal(dev: Device) {
+    for (dt, tol) in [(DType::F64, 1e-10), (DType::F32, 2e-4)] {
+        for (l, s, variant, group) in [
+            (5, 7, CausalVariant::LowerRight, 3),
+            (150, 300, CausalVariant::LowerRight, 3),
+            (9, 4, CausalVariant::LowerRight, 1),
+            (130, 70, CausalVariant::LowerRight, 2),
+            (150, 300, CausalVariant::UpperLeft, 6),
+            (7, 7, CausalVariant::UpperLeft, 2),
+        ] {
+            let (b, hq, e, ev) = (2, 6, 8, 5);
+            let hkv = hq / group;
+            let q = leaf(&[b, hq, l, e], 1, dt, dev);
+            let k = leaf(&[b, hkv, s, e], 2, dt, dev);
+            let v = leaf(&[b, hkv, s, ev], 3, dt, dev);
+            let off = match variant {
+                CausalVariant::LowerRight => s as isize - l as isize,
+                CausalVariant::UpperLeft => 0,
+            };
+            let (qv, kv, vv) = (read(&q), read(&k), read(&v));
+            let scale = 1.0 / (e as f64).sqrt();
+            let mut want = Vec::new();
+            for bh in 0..b * hq {
+                let kvh = bh / group;
+                want.extend(reference_head(
+                    &qv[bh * l * e..(bh + 1) * l * e],
+                    &kv[kvh * s * e..(kvh + 1) * s * e],
+                    &vv[kvh * s * ev..(kvh + 1) * s * ev],
+                    (l, s, e, ev),
+                    scale,
+                    &|i, j| j as isize <= i as isize + off,
+                    &|_, _| 0.0,
+                ));
+            }
+            let repeat = |t: &Tensor, c: usize| {
+                let sh = [
+                    b as isize,
+                    hkv as isize,
+                    group as isize,
+                    s as isize,
+                    c as isize,
+                ];
+                t.unsqueeze(2)
+                    .unwrap()
+                    .expand(&sh)
+                    .unwrap()
+                    .reshape(&[b as isize, hq as isize, s as isize, c as isize])
+                    .unwrap()
+            };
+            let o = |kernel, enable_gqa| SdpaOptions {
+                is_causal: true,
+                causal_variant: variant,
+                enable_gqa,
+                kernel,
+                ..Default::default()
+            };
+            let math = grads(
+                sdpa(
+                    &q,
+                    &repeat(&k, e),
+                    &repeat(&v, ev),
+                    &o(SdpaKernel::Math, false),
+                )
+                .unwrap(),
+                &[&q, &k, &v],
+            );
+            assert_close(&math[0], &want, tol, "repeated Math: output");
+            for kernel in kernels(dev) {
+                let ctx = format!("{kernel:?} {dt} L={l} S={s} {variant:?} G={group}");
+                let got = grads(sdpa(&q, &k, &v, &o(kernel, true)).unwrap(), &[&q, &k, &v]);
+                assert_close(&got[0], &want, tol, &format!("{ctx}: output"));
+                for (i, what) in ["dq", "dk", "dv"].iter().enumerate() {
+                    assert_close(&got[i + 1], &math[i + 1], tol, &format!("{ctx}: {what}"));
+                }
+            }
+        }
+    }
+}
+
+/// GQA reads the shared key and value in place: the fused forward
+/// allocates its output only, as without GQA, where repeating the key and
+/// value (8 query heads over 2) would allocate 4x their bytes.
+fn gqa_does_not_copy_the_key_and_value(dev: Device) {
+    if !dev.is_cpu() {
+        return; // the Blocked kernel's temporaries are measured above
+    }
+    let (hq, hkv, l, e) = (8, 2, 256, 64);
+    let q = tensor(&values(hq * l * e, 1), &[1, hq, l, e], DType::F32, dev);
+    let k = tensor(&values(hkv * l * e, 2), &[1, hkv, l, e], DType::F32, dev);
+    let v = tensor(&values(hkv * l * e, 3), &[1, hkv, l, e], DType::F32, dev);
+    let before = memory::memory_allocated(dev);
+    memory::reset_peak_memory_stats(dev);
+    let o = SdpaOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    let y = sdpa(&q, &k, &v, &o).unwrap();
+    assert_eq!(y.shape(), &[1, hq, l, e]);
+    assert_eq!(
+        memory::max_memory_allocated(dev) - before,
+        round_size(hq * l * e * 4)
+    );
+}
+
 /// Bad input is an `Err` naming the op.
 fn errors_name_the_op(dev: Device) {
     let t = |shape: &[usize], dt| Tensor::zeros(shape, dt, dev).unwrap();
@@ -505,6 +632,30 @@ fn errors_name_the_op(dev: Device) {
             ),
         ),
         (
+            "gqa heads do not divide",
+            sdpa(
+                &t(&[1, 6, 3, 4], DType::F32),
+                &t(&[1, 4, 5, 4], DType::F32),
+                &t(&[1, 4, 5, 6], DType::F32),
+                &SdpaOptions {
+                    enable_gqa: true,
+                    ..d
+                },
+            ),
+        ),
+        (
+            "gqa value heads",
+            sdpa(
+                &t(&[1, 6, 3, 4], DType::F32),
+                &t(&[1, 2, 5, 4], DType::F32),
+                &t(&[1, 3, 5, 6], DType::F32),
+                &SdpaOptions {
+                    enable_gqa: true,
+                    ..d
+                },
+            ),
+        ),
+        (
             "dropout",
             sdpa(
                 &q,
@@ -521,6 +672,19 @@ fn errors_name_the_op(dev: Device) {
         let e = r.expect_err(what).to_string();
         assert!(e.starts_with("scaled_dot_product_attention"), "{what}: {e}");
     }
+    // GQA shapes without enable_gqa: the error says what to set.
+    let e = sdpa(
+        &t(&[1, 6, 3, 4], DType::F32),
+        &t(&[1, 2, 5, 4], DType::F32),
+        &t(&[1, 2, 5, 6], DType::F32),
+        &d,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("enable_gqa") && e.contains("[1, 6, 3, 4]"),
+        "{e}"
+    );
     let mask = tensor(&[0.0f32; 15], &[3, 5], DType::F32, dev)
         .requires_grad_(true)
         .unwrap();
@@ -568,6 +732,8 @@ on_both!(
     half_precision_inputs,
     strided_operands_are_read_in_place,
     memory_is_the_output_and_o_of_l,
+    gqa_and_lower_right_causal,
+    gqa_does_not_copy_the_key_and_value,
     errors_name_the_op,
 );
 
@@ -579,5 +745,7 @@ common::on_cpu!(
     half_precision_inputs,
     strided_operands_are_read_in_place,
     memory_is_the_output_and_o_of_l,
+    gqa_and_lower_right_causal,
+    gqa_does_not_copy_the_key_and_value,
     errors_name_the_op,
 );

@@ -4,14 +4,15 @@
 //! independent of the sequence length in the forward (`BQ x BK + BQ x Ev`
 //! values in `T::C`, plus `BQ x E + BK x (E + Ev)` for f16 and bf16, which
 //! are widened to f32 block by block; f32 and f64 are read in place); the
-//! backward of one head also keeps its query gradient in `T::C` (and, for
-//! f16 and bf16, its queries and output gradient widened): O(L), not
-//! O(L S). The block products are the `gemm` crate's, on one thread each
+//! backward of one key/value head also keeps its query gradient and its
+//! key and value gradients in `T::C` (and, for f16 and bf16, its queries
+//! and output gradient widened): O(L + S), not O(L S). The block products are the `gemm` crate's, on one thread each
 //! (the units of work are spread over the pool), with the score scale as
 //! gemm's `beta`.
 //!
-//! Operands (the op layer makes them so): `q [N, L, E]`, `k [N, S, E]`,
-//! `v [N, S, Ev]` with dense rows within each head (heads at any distance:
+//! Operands (the op layer makes them so): `q [N, L, E]`, `k [N / G, S, E]`,
+//! `v [N / G, S, Ev]` (`G` query heads share a key/value head: query head
+//! `n` reads head `n / G`) with dense rows within each head (heads at any distance:
 //! a key/value cache's prefix is read in place), dense `out [N, L, Ev]`, all
 //! of one float dtype `T`; `lse [N, L]`
 //! dense in `T::C` (f32 for f32/f16/bf16, f64 for f64); an optional mask as
@@ -29,12 +30,13 @@
 //! masked has `l = 0`: its output is 0 (PyTorch's safe softmax since 2.5)
 //! and its `lse` is `+inf`, so the backward's `exp(s - lse)` is 0 there.
 //!
-//! Backward, per head, per key block, per query block (FlashAttention-2's
-//! loop order on one thread: no atomics): `p = exp(s - lse)`, `dV += pd^T
+//! Backward, per key/value head, per query head of its group, per key
+//! block, per query block (FlashAttention-2's loop order on one thread: no
+//! atomics; the group's `dK` and `dV` accumulate in one buffer): `p = exp(s - lse)`, `dV += pd^T
 //! dO`, `dpd = dO V^T`, `ds = p (dp - D)` with `D = rowsum(dO * O)`,
-//! `dQ += scale ds K`, `dK += scale ds^T Q`. Causal attention skips the
-//! key blocks after a query block (forward) and the query blocks before a
-//! key block (backward).
+//! `dQ += scale ds K`, `dK += scale ds^T Q`. Causal attention (row `i` sees
+//! keys `j <= i + offset`) skips the key blocks after a query block
+//! (forward) and the query blocks before a key block (backward).
 //!
 //! Dropout: element `(n, i, j)` is kept when a hash of the seed and
 //! `(n L + i) S + j` (SplitMix64's finaliser) gives a uniform number
@@ -61,6 +63,8 @@ const BK: usize = 64;
 #[derive(Clone, Copy)]
 struct Dims {
     n: usize,
+    /// Query heads per key/value head.
+    group: usize,
     l: usize,
     s: usize,
     e: usize,
@@ -72,6 +76,7 @@ impl SdpaArgs<'_> {
         let (qs, vs) = (self.q.layout.shape(), self.v.layout.shape());
         Dims {
             n: qs[0],
+            group: self.group,
             l: qs[1],
             s: self.k.layout.shape()[1],
             e: qs[2],
@@ -180,7 +185,7 @@ fn same_type<A: 'static, B: 'static>() -> bool {
 /// The mask and causal structure of one call, read per block.
 struct Masker<T> {
     mask: Option<MaskView>,
-    causal: bool,
+    causal: Option<isize>,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -248,10 +253,11 @@ impl<T: Flt> Masker<T> {
         (j0, bk): (usize, usize),
     ) {
         let ninf = <T::C as Float>::neg_infinity();
-        if self.causal && j0 + bk > i0 + 1 {
+        if let Some(off) = self.causal {
             for r in 0..bq {
-                let first = (i0 + r + 1).saturating_sub(j0);
-                for x in s[r * bk..(r + 1) * bk].iter_mut().skip(first) {
+                // Keys from `i + off + 1` on are masked.
+                let first = ((i0 + r) as isize + off + 1 - j0 as isize).clamp(0, bk as isize);
+                for x in s[r * bk..(r + 1) * bk].iter_mut().skip(first as usize) {
                     *x = ninf;
                 }
             }
@@ -313,14 +319,20 @@ impl<T: Flt> Shared<T> {
         }
     }
 
-    /// The query rows `i0..i0 + bq` of head `n` whose keys reach into the
-    /// block from `j0`, and the keys end: causal attention stops at the
-    /// last row's position.
+    /// The end of the keys that rows `i0..i0 + bq` see: causal attention
+    /// stops after the last row's diagonal.
     fn key_end(&self, i0: usize, bq: usize) -> usize {
-        if self.masker.causal {
-            self.d.s.min(i0 + bq)
-        } else {
-            self.d.s
+        match self.masker.causal {
+            Some(off) => ((i0 + bq) as isize + off).clamp(0, self.d.s as isize) as usize,
+            None => self.d.s,
+        }
+    }
+
+    /// The first query row that sees key `j0` (causal: `i + off >= j0`).
+    fn first_row(&self, j0: usize) -> usize {
+        match self.masker.causal {
+            Some(off) => (j0 as isize - off).clamp(0, self.d.l as isize) as usize,
+            None => 0,
         }
     }
 }
@@ -372,11 +384,12 @@ where
         let mut j0 = 0;
         while j0 < kend {
             let bk = BK.min(kend - j0);
-            // SAFETY: keys j0..j0 + bk of head n are inside k [N, S, E] and v [N, S, Ev].
+            let kv = n / sh.d.group;
+            // SAFETY: keys j0..j0 + bk of head kv are inside k [N / G, S, E] and v [N / G, S, Ev].
             let (kb, vb) = unsafe {
                 (
-                    rows::<T>(sh.pk, n * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
-                    rows::<T>(sh.pv, n * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
+                    rows::<T>(sh.pk, kv * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
+                    rows::<T>(sh.pv, kv * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
                 )
             };
             let sblk = &mut sc[..bq * bk];
@@ -522,7 +535,7 @@ pub(crate) fn forward(a: &SdpaArgs, out: &Operand, lse: Option<&Operand>) {
     })
 }
 
-/// One backward unit: head `n`, all of it.
+/// One backward unit: key/value head `kv` and its group of query heads.
 struct BwdUnit<'a, T: Flt> {
     sh: &'a Shared<T>,
     po: SendPtr<T>,
@@ -531,7 +544,7 @@ struct BwdUnit<'a, T: Flt> {
     pdq: SendPtr<T>,
     pdk: SendPtr<T>,
     pdv: SendPtr<T>,
-    n: usize,
+    kv: usize,
 }
 
 impl<T: Flt> simd::Kernel for BwdUnit<'_, T>
@@ -551,9 +564,11 @@ where
             pdq,
             pdk,
             pdv,
-            n,
+            kv,
         } = self;
-        let Dims { l, s, e, ev, .. } = sh.d;
+        let Dims {
+            l, s, e, ev, group, ..
+        } = sh.d;
         let (zero, one) = (<T::C as Zero>::zero(), <T::C as One>::one());
         let scale: T::C = num_traits::cast(sh.scale).unwrap_or(one);
         let widen = !same_type::<T, T::C>();
@@ -562,158 +577,163 @@ where
         let (mut kbuf, mut vbuf) = (scratch(BK * e), scratch(BK * ev));
         let mut dq = vec![zero; l * e];
         let mut dd = vec![zero; l];
-        let mut dkb = vec![zero; BK * e];
-        let mut dvb = vec![zero; BK * ev];
+        // The whole head's dK and dV: the group's query heads add to them in turn.
+        let mut dk = vec![zero; s * e];
+        let mut dv = vec![zero; s * ev];
         let blk = BQ.min(l) * BK.min(s);
         let (mut p, mut pd, mut dp) = (vec![zero; blk], vec![zero; blk], vec![zero; blk]);
-        // SAFETY: head n's rows of the dense q, dout and out [N, L, _], and of lse [N, L].
-        let (qs, dob, lse) = unsafe {
-            let qs = rows::<T>(sh.pq, n * sh.heads[0], l, e, &mut qbuf);
-            let dob = rows::<T>(pdo, n * l * ev, l, ev, &mut dobuf);
-            let o = std::slice::from_raw_parts(po.get().add(n * l * ev), l * ev);
-            for (i, d) in dd.iter_mut().enumerate() {
-                let mut acc = zero;
-                for c in 0..ev {
-                    acc = acc + dob[i * ev + c] * o[i * ev + c].up();
-                }
-                *d = acc;
-            }
-            (
-                qs,
-                dob,
-                std::slice::from_raw_parts(plse.get().add(n * l), l),
-            )
-        };
         let inv: T::C = sh.dropout.map_or(one, |(p, _)| {
             num_traits::cast(1.0 / (1.0 - p)).unwrap_or(one)
         });
-        let mut j0 = 0;
-        while j0 < s {
-            let bk = BK.min(s - j0);
-            // SAFETY: keys j0..j0 + bk of head n in k [N, S, E] and v [N, S, Ev].
-            let (kb, vb) = unsafe {
+        for n in kv * group..(kv + 1) * group {
+            // SAFETY: head n's rows of the dense q, dout and out [N, L, _], and of lse [N, L].
+            let (qs, dob, lse) = unsafe {
+                let qs = rows::<T>(sh.pq, n * sh.heads[0], l, e, &mut qbuf);
+                let dob = rows::<T>(pdo, n * l * ev, l, ev, &mut dobuf);
+                let o = std::slice::from_raw_parts(po.get().add(n * l * ev), l * ev);
+                for (i, d) in dd.iter_mut().enumerate() {
+                    let mut acc = zero;
+                    for c in 0..ev {
+                        acc = acc + dob[i * ev + c] * o[i * ev + c].up();
+                    }
+                    *d = acc;
+                }
                 (
-                    rows::<T>(sh.pk, n * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
-                    rows::<T>(sh.pv, n * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
+                    qs,
+                    dob,
+                    std::slice::from_raw_parts(plse.get().add(n * l), l),
                 )
             };
-            dkb[..bk * e].iter_mut().for_each(|x| *x = zero);
-            dvb[..bk * ev].iter_mut().for_each(|x| *x = zero);
-            // Causal: rows before j0 see none of these keys.
-            let mut i0 = if sh.masker.causal { j0.min(l) } else { 0 };
-            while i0 < l {
-                let bq = BQ.min(l - i0);
-                let (pb, pdb, dpb) = (&mut p[..bq * bk], &mut pd[..bq * bk], &mut dp[..bq * bk]);
-                mm(
-                    (bq, bk, e),
-                    pb,
-                    bk,
-                    &qs[i0 * e..],
-                    (e, 1),
-                    kb,
-                    (1, e),
-                    false,
-                    scale,
-                );
-                // SAFETY: the op layer made the mask's layout [batch.., L, S] over N heads.
-                unsafe { sh.masker.apply(pb, n, (i0, bq), (j0, bk)) };
-                for r in 0..bq {
-                    let lr = lse[i0 + r];
-                    let (row, drow) = (
-                        &mut pb[r * bk..(r + 1) * bk],
-                        &mut pdb[r * bk..(r + 1) * bk],
+            dq.iter_mut().for_each(|x| *x = zero);
+            let mut j0 = 0;
+            while j0 < s {
+                let bk = BK.min(s - j0);
+                // SAFETY: keys j0..j0 + bk of head kv in k [N / G, S, E] and v [N / G, S, Ev].
+                let (kb, vb) = unsafe {
+                    (
+                        rows::<T>(sh.pk, kv * sh.heads[1] + j0 * e, bk, e, &mut kbuf),
+                        rows::<T>(sh.pv, kv * sh.heads[2] + j0 * ev, bk, ev, &mut vbuf),
+                    )
+                };
+                let (dkb, dvb) = (&mut dk[j0 * e..], &mut dv[j0 * ev..]);
+                // Causal: the rows before the first that sees j0 see none of these keys.
+                let mut i0 = sh.first_row(j0);
+                while i0 < l {
+                    let bq = BQ.min(l - i0);
+                    let (pb, pdb, dpb) =
+                        (&mut p[..bq * bk], &mut pd[..bq * bk], &mut dp[..bq * bk]);
+                    mm(
+                        (bq, bk, e),
+                        pb,
+                        bk,
+                        &qs[i0 * e..],
+                        (e, 1),
+                        kb,
+                        (1, e),
+                        false,
+                        scale,
                     );
-                    for (x, d) in row.iter_mut().zip(drow.iter_mut()) {
-                        *x = (*x - lr).fexp_neg::<F>();
-                        *d = *x;
-                    }
-                    if let Some((pr, seed)) = sh.dropout {
-                        let base = ((n * l + i0 + r) * s + j0) as u64;
-                        for (c, d) in drow.iter_mut().enumerate() {
-                            *d = if keep(seed, base + c as u64, pr) {
-                                *d * inv
-                            } else {
-                                zero
-                            };
+                    // SAFETY: the op layer made the mask's layout [batch.., L, S] over N heads.
+                    unsafe { sh.masker.apply(pb, n, (i0, bq), (j0, bk)) };
+                    for r in 0..bq {
+                        let lr = lse[i0 + r];
+                        let (row, drow) = (
+                            &mut pb[r * bk..(r + 1) * bk],
+                            &mut pdb[r * bk..(r + 1) * bk],
+                        );
+                        for (x, d) in row.iter_mut().zip(drow.iter_mut()) {
+                            *x = (*x - lr).fexp_neg::<F>();
+                            *d = *x;
+                        }
+                        if let Some((pr, seed)) = sh.dropout {
+                            let base = ((n * l + i0 + r) * s + j0) as u64;
+                            for (c, d) in drow.iter_mut().enumerate() {
+                                *d = if keep(seed, base + c as u64, pr) {
+                                    *d * inv
+                                } else {
+                                    zero
+                                };
+                            }
                         }
                     }
-                }
-                // dV += pd^T dO
-                mm(
-                    (bk, ev, bq),
-                    &mut dvb,
-                    ev,
-                    pdb,
-                    (1, bk),
-                    &dob[i0 * ev..],
-                    (ev, 1),
-                    true,
-                    one,
-                );
-                // dpd = dO V^T
-                mm(
-                    (bq, bk, ev),
-                    dpb,
-                    bk,
-                    &dob[i0 * ev..],
-                    (ev, 1),
-                    vb,
-                    (1, ev),
-                    false,
-                    one,
-                );
-                for r in 0..bq {
-                    let di = dd[i0 + r];
-                    let base = ((n * l + i0 + r) * s + j0) as u64;
-                    let (row, drow) = (&mut pb[r * bk..(r + 1) * bk], &dpb[r * bk..(r + 1) * bk]);
-                    for (c, (x, &g)) in row.iter_mut().zip(drow).enumerate() {
-                        let g = match sh.dropout {
-                            Some((pr, seed)) if !keep(seed, base + c as u64, pr) => zero,
-                            Some(_) => g * inv,
-                            None => g,
-                        };
-                        // ds = p (dp - D); a masked p is 0.
-                        *x = *x * (g - di);
+                    // dV += pd^T dO
+                    mm(
+                        (bk, ev, bq),
+                        dvb,
+                        ev,
+                        pdb,
+                        (1, bk),
+                        &dob[i0 * ev..],
+                        (ev, 1),
+                        true,
+                        one,
+                    );
+                    // dpd = dO V^T
+                    mm(
+                        (bq, bk, ev),
+                        dpb,
+                        bk,
+                        &dob[i0 * ev..],
+                        (ev, 1),
+                        vb,
+                        (1, ev),
+                        false,
+                        one,
+                    );
+                    for r in 0..bq {
+                        let di = dd[i0 + r];
+                        let base = ((n * l + i0 + r) * s + j0) as u64;
+                        let (row, drow) =
+                            (&mut pb[r * bk..(r + 1) * bk], &dpb[r * bk..(r + 1) * bk]);
+                        for (c, (x, &g)) in row.iter_mut().zip(drow).enumerate() {
+                            let g = match sh.dropout {
+                                Some((pr, seed)) if !keep(seed, base + c as u64, pr) => zero,
+                                Some(_) => g * inv,
+                                None => g,
+                            };
+                            // ds = p (dp - D); a masked p is 0.
+                            *x = *x * (g - di);
+                        }
                     }
+                    // dQ += scale ds K;  dK += scale ds^T Q
+                    mm(
+                        (bq, e, bk),
+                        &mut dq[i0 * e..],
+                        e,
+                        pb,
+                        (bk, 1),
+                        kb,
+                        (e, 1),
+                        true,
+                        scale,
+                    );
+                    mm(
+                        (bk, e, bq),
+                        dkb,
+                        e,
+                        pb,
+                        (1, bk),
+                        &qs[i0 * e..],
+                        (e, 1),
+                        true,
+                        scale,
+                    );
+                    i0 += bq;
                 }
-                // dQ += scale ds K;  dK += scale ds^T Q
-                mm(
-                    (bq, e, bk),
-                    &mut dq[i0 * e..],
-                    e,
-                    pb,
-                    (bk, 1),
-                    kb,
-                    (e, 1),
-                    true,
-                    scale,
-                );
-                mm(
-                    (bk, e, bq),
-                    &mut dkb,
-                    e,
-                    pb,
-                    (1, bk),
-                    &qs[i0 * e..],
-                    (e, 1),
-                    true,
-                    scale,
-                );
-                i0 += bq;
+                j0 += bk;
             }
-            for (idx, &x) in dkb[..bk * e].iter().enumerate() {
-                // SAFETY: keys j0..j0 + bk of head n in the dense dk [N, S, E], this unit's alone.
-                unsafe { pdk.get().add((n * s + j0) * e + idx).write(T::down(x)) };
+            for (idx, &x) in dq.iter().enumerate() {
+                // SAFETY: head n's rows of the dense dq [N, L, E], this unit's alone (n is in kv's group).
+                unsafe { pdq.get().add(n * l * e + idx).write(T::down(x)) };
             }
-            for (idx, &x) in dvb[..bk * ev].iter().enumerate() {
-                // SAFETY: as above, in dv [N, S, Ev].
-                unsafe { pdv.get().add((n * s + j0) * ev + idx).write(T::down(x)) };
-            }
-            j0 += bk;
         }
-        for (idx, &x) in dq.iter().enumerate() {
-            // SAFETY: head n's rows of the dense dq [N, L, E], this unit's alone.
-            unsafe { pdq.get().add(n * l * e + idx).write(T::down(x)) };
+        for (idx, &x) in dk.iter().enumerate() {
+            // SAFETY: head kv's rows of the dense dk [N / G, S, E], this unit's alone.
+            unsafe { pdk.get().add(kv * s * e + idx).write(T::down(x)) };
+        }
+        for (idx, &x) in dv.iter().enumerate() {
+            // SAFETY: as above, in dv [N / G, S, Ev].
+            unsafe { pdv.get().add(kv * s * ev + idx).write(T::down(x)) };
         }
     }
 }
@@ -732,7 +752,7 @@ where
         base(g.dv),
     );
     let plse = SendPtr(ptr::<T::C>(g.lse.storage).wrapping_add(g.lse.layout.offset()));
-    par_for(sh.d.n, |n| {
+    par_for(sh.d.n / sh.d.group, |kv| {
         simd::run(BwdUnit {
             sh: &sh,
             po,
@@ -741,7 +761,7 @@ where
             pdq,
             pdk,
             pdv,
-            n,
+            kv,
         })
     });
 }

@@ -40,6 +40,7 @@ mod module;
 mod norm;
 pub mod prune;
 mod rms_norm;
+mod rope;
 mod sequential;
 pub(crate) mod state;
 
@@ -67,6 +68,7 @@ pub use mha::{KvCache, MhaForward, MhaOptions, MultiheadAttention};
 pub use module::{module_scope, Module, ModuleScope};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm};
 pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};
+pub use rope::{apply_rotary_pos_emb, rotate_half, RopeScaling, RotaryEmbedding};
 pub use sequential::{DonationStats, Sequential};
 pub use state::*;
 

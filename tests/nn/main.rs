@@ -21,5 +21,6 @@ mod nn_options;
 mod norm2d;
 mod pool;
 mod prune;
+mod rope;
 mod sequential;
 mod state;

@@ -1,7 +1,9 @@
 //! `MultiheadAttention` (PyTorch's `nn.MultiheadAttention`) over
 //! [`scaled_dot_product_attention`](super::scaled_dot_product_attention),
-//! with a preallocated key/value cache for generation ([`KvCache`]).
+//! with grouped-query heads as an option and a preallocated key/value
+//! cache for generation ([`KvCache`]).
 
+use super::kv_cache::KvCache;
 use super::{init, Linear, Module};
 use crate::autograd::is_grad_enabled;
 use crate::device::Device;
@@ -14,7 +16,8 @@ const OP: &str = "MultiheadAttention";
 
 /// The construction options of [`MultiheadAttention`] (PyTorch's keyword
 /// arguments; the default is PyTorch's: no dropout, biases, inputs
-/// `[L, B, E]` (`batch_first: false`), f32 on the CPU).
+/// `[L, B, E]` (`batch_first: false`), f32 on the CPU, as many key/value
+/// heads as query heads).
 #[derive(Clone, Copy, Debug)]
 pub struct MhaOptions {
     /// Dropout on the attention weights in training mode.
@@ -27,6 +30,12 @@ pub struct MhaOptions {
     pub dtype: DType,
     /// The parameters' device.
     pub device: Device,
+    /// Grouped-query attention: `Hkv` key/value heads, a divisor of the
+    /// query heads `H` (`None`: `H`, PyTorch's layer). With fewer, the
+    /// key and value projections are `[Hkv hd, E]` each, so
+    /// `in_proj_weight` is `[E + 2 Hkv hd, E]`, and attention reads each
+    /// key/value head for its `H / Hkv` query heads in place.
+    pub num_kv_heads: Option<usize>,
 }
 
 impl Default for MhaOptions {
@@ -37,6 +46,7 @@ impl Default for MhaOptions {
             batch_first: false,
             dtype: DType::F32,
             device: Device::Cpu,
+            num_kv_heads: None,
         }
     }
 }
@@ -94,13 +104,15 @@ impl Default for MhaForward<'_> {
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub struct MultiheadAttention {
-    /// `[3E, E]`: the query, key and value projections stacked.
+    /// `[3E, E]` (`[E + 2 Hkv hd, E]` with grouped-query heads): the
+    /// query, key and value projections stacked.
     pub in_proj_weight: Tensor,
-    /// `[3E]`, if the layer has biases.
+    /// `[3E]` (`[E + 2 Hkv hd]`), if the layer has biases.
     pub in_proj_bias: Option<Tensor>,
     /// The output projection `[E, E]`.
     pub out_proj: Linear,
     num_heads: usize,
+    num_kv_heads: usize,
     dropout: f64,
     batch_first: bool,
     training: bool,
@@ -118,12 +130,8 @@ impl MultiheadAttention {
         num_heads: usize,
         o: MhaOptions,
     ) -> Result<MultiheadAttention> {
-        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
-            bail!(Error::arg(
-                OP,
-                format!("embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-            ));
-        }
+        let kv = check_heads(embed_dim, num_heads, o.num_kv_heads)?;
+        let rows = embed_dim + 2 * kv * (embed_dim / num_heads);
         if !(0.0..=1.0).contains(&o.dropout) {
             bail!(Error::arg(
                 OP,
@@ -134,10 +142,10 @@ impl MultiheadAttention {
             ));
         }
         (|| {
-            let mut w = Tensor::empty(&[3 * embed_dim, embed_dim], o.dtype, o.device)?;
+            let mut w = Tensor::empty(&[rows, embed_dim], o.dtype, o.device)?;
             init::xavier_uniform_(&mut w, 1.0)?;
             let bias = if o.bias {
-                Some(Tensor::zeros(&[3 * embed_dim], o.dtype, o.device)?.requires_grad_(true)?)
+                Some(Tensor::zeros(&[rows], o.dtype, o.device)?.requires_grad_(true)?)
             } else {
                 None
             };
@@ -151,6 +159,7 @@ impl MultiheadAttention {
                 in_proj_bias: bias,
                 out_proj,
                 num_heads,
+                num_kv_heads: kv,
                 dropout: o.dropout,
                 batch_first: o.batch_first,
                 training: true,
@@ -160,7 +169,9 @@ impl MultiheadAttention {
     }
 
     /// A layer over the tensors given: `in_proj_weight [3E, E]`,
-    /// `in_proj_bias [3E]`, `out_proj` `[E, E]`; used as they are.
+    /// `in_proj_bias [3E]` (`E + 2 Hkv hd` rows with
+    /// [`num_kv_heads`](MhaOptions::num_kv_heads)), `out_proj` `[E, E]`;
+    /// used as they are.
     pub fn from_parts(
         in_proj_weight: Tensor,
         in_proj_bias: Option<Tensor>,
@@ -169,28 +180,27 @@ impl MultiheadAttention {
         o: MhaOptions,
     ) -> Result<MultiheadAttention> {
         let e = out_proj.out_features();
-        if in_proj_weight.shape() != [3 * e, e] || out_proj.in_features() != e {
+        let kv = check_heads(e, num_heads, o.num_kv_heads)?;
+        let rows = e + 2 * kv * (e / num_heads);
+        if in_proj_weight.shape() != [rows, e] || out_proj.in_features() != e {
             bail!(Error::shape(
                 OP,
                 in_proj_weight.shape(),
                 out_proj.weight.shape(),
-                "in_proj_weight must be [3E, E] and out_proj [E, E]"
+                format!(
+                    "in_proj_weight must be [E + 2 Hkv hd, E] = [{rows}, {e}] and out_proj [E, E]"
+                )
             ));
         }
-        if in_proj_bias.as_ref().is_some_and(|b| b.shape() != [3 * e]) {
-            bail!(Error::arg(OP, format!("in_proj_bias must be [{}]", 3 * e)));
-        }
-        if num_heads == 0 || !e.is_multiple_of(num_heads) {
-            bail!(Error::arg(
-                OP,
-                format!("embed_dim ({e}) must be divisible by num_heads ({num_heads})")
-            ));
+        if in_proj_bias.as_ref().is_some_and(|b| b.shape() != [rows]) {
+            bail!(Error::arg(OP, format!("in_proj_bias must be [{rows}]")));
         }
         Ok(MultiheadAttention {
             in_proj_weight,
             in_proj_bias,
             out_proj,
             num_heads,
+            num_kv_heads: kv,
             dropout: o.dropout,
             batch_first: o.batch_first,
             training: true,
@@ -207,8 +217,33 @@ impl MultiheadAttention {
         self.num_heads
     }
 
+    /// `Hkv`: the key/value heads (`H` unless grouped-query).
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_kv_heads
+    }
+
     fn head_dim(&self) -> usize {
         self.embed_dim() / self.num_heads
+    }
+
+    /// The rows of the query, key or value projection (0, 1, 2) in
+    /// `in_proj_weight`: `(first, count)`.
+    fn rows(&self, which: usize) -> (usize, usize) {
+        let (e, kvd) = (self.embed_dim(), self.num_kv_heads * self.head_dim());
+        match which {
+            0 => (0, e),
+            1 => (e, kvd),
+            _ => (e + kvd, kvd),
+        }
+    }
+
+    /// The heads of projection `which`: `H` for the query, `Hkv` else.
+    fn heads_of(&self, which: usize) -> usize {
+        if which == 0 {
+            self.num_heads
+        } else {
+            self.num_kv_heads
+        }
     }
 
     /// `[B, L, E]` from the layer's input layout (`[L, E]` unbatched gives `[1, L, E]`).
@@ -235,23 +270,34 @@ impl MultiheadAttention {
         }
     }
 
-    /// The projection `rows` (0: query, 1: key, 2: value) of `x [B, L, E]`,
-    /// split into heads `[B, H, L, hd]`.
+    /// The projection `which` (0: query, 1: key, 2: value) of `x [B, L, E]`,
+    /// split into heads `[B, H or Hkv, L, hd]`.
     fn project(&self, x: &Tensor, which: usize) -> Result<Tensor> {
-        let e = self.embed_dim();
-        let w = self.in_proj_weight.narrow(0, which * e, e)?;
+        let (first, n) = self.rows(which);
+        let w = self.in_proj_weight.narrow(0, first, n)?;
         let b = self
             .in_proj_bias
             .as_ref()
-            .map(|b| b.narrow(0, which * e, e))
+            .map(|b| b.narrow(0, first, n))
             .transpose()?;
-        self.heads(&x.linear(&w, b.as_ref())?)
+        self.heads(&x.linear(&w, b.as_ref())?, self.heads_of(which))
     }
 
-    /// `[B, L, E]` -> `[B, H, L, hd]`.
-    fn heads(&self, x: &Tensor) -> Result<Tensor> {
+    /// The query, key and value heads of `x [B, L, E]` from one product
+    /// with the stacked projection (self-attention, a cached step).
+    fn project_all(&self, x: &Tensor) -> Result<[Tensor; 3]> {
+        let qkv = x.linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
+        let part = |which: usize| {
+            let (first, n) = self.rows(which);
+            self.heads(&qkv.narrow(2, first, n)?, self.heads_of(which))
+        };
+        Ok([part(0)?, part(1)?, part(2)?])
+    }
+
+    /// `[B, L, heads hd]` -> `[B, heads, L, hd]`.
+    fn heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
         let (b, l) = (x.shape()[0] as isize, x.shape()[1] as isize);
-        x.reshape(&[b, l, self.num_heads as isize, self.head_dim() as isize])?
+        x.reshape(&[b, l, heads as isize, self.head_dim() as isize])?
             .transpose(1, 2)
     }
 
@@ -315,13 +361,8 @@ impl MultiheadAttention {
             && query.layout() == key.layout()
             && key.layout() == value.layout();
         let (q, k, v) = if self_attention {
-            let e = self.embed_dim();
-            let qkv = xq.linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
-            (
-                self.heads(&qkv.narrow(2, 0, e)?)?,
-                self.heads(&qkv.narrow(2, e, e)?)?,
-                self.heads(&qkv.narrow(2, 2 * e, e)?)?,
-            )
+            let [q, k, v] = self.project_all(&xq)?;
+            (q, k, v)
         } else {
             (
                 self.project(&xq, 0)?,
@@ -351,6 +392,7 @@ impl MultiheadAttention {
             attn_mask: mask.as_ref(),
             dropout_p: p,
             is_causal: causal_only,
+            enable_gqa: self.num_kv_heads != self.num_heads,
             ..Default::default()
         };
         let y = scaled_dot_product_attention_with(&q, &k, &v, &o)?;
@@ -444,24 +486,20 @@ impl MultiheadAttention {
     }
 
     /// A cache for [`forward_cached`](Self::forward_cached) of `batch`
-    /// sequences up to `max_len` positions: two `[batch, H, max_len, hd]`
+    /// sequences up to `max_len` positions: two `[batch, Hkv, max_len, hd]`
     /// buffers of the layer's dtype and device, allocated here once.
     pub fn new_kv_cache(&self, batch: usize, max_len: usize) -> Result<KvCache> {
-        let shape = [batch, self.num_heads, max_len, self.head_dim()];
         let (dt, dev) = (self.in_proj_weight.dtype(), self.in_proj_weight.device());
-        Ok(KvCache {
-            k: Tensor::zeros(&shape, dt, dev)?,
-            v: Tensor::zeros(&shape, dt, dev)?,
-            len: 0,
-        })
+        KvCache::new(batch, self.num_kv_heads, max_len, self.head_dim(), dt, dev)
+            .map_err(|e| e.reported_as(OP))
     }
 
     /// Causal self-attention of the next tokens `x` (`[T, B, E]`, or
     /// `[B, T, E]` with `batch_first`) after the `cache.len()` positions
     /// the cache holds: their keys and values are written into the cache
     /// (no allocation for it), and each new token attends every cached
-    /// position and the new ones up to itself. For inference: an input
-    /// that requires grad in grad mode is an error.
+    /// position and the new ones up to itself ([`KvCache::attend`]). For
+    /// inference: an input that requires grad in grad mode is an error.
     ///
     /// ```
     /// use tensorscope::autograd::no_grad;
@@ -498,58 +536,43 @@ impl MultiheadAttention {
                 "a cached forward takes a batch: [T, B, E] or [B, T, E]"
             ));
         }
-        let (b, t) = (xb.shape()[0], xb.shape()[1]);
-        let (cb, cap, past) = (cache.k.shape()[0], cache.capacity(), cache.len);
-        if b != cb || cache.k.shape()[1] != self.num_heads || cache.k.shape()[3] != self.head_dim()
+        let b = xb.shape()[0];
+        let (dt, dev) = (self.in_proj_weight.dtype(), self.in_proj_weight.device());
+        if cache.dims() != (b, self.num_kv_heads, self.head_dim())
+            || cache.dtype() != dt
+            || cache.device() != dev
         {
+            let (cb, ch, cd) = cache.dims();
             bail!(Error::shape(
                 OPC,
                 x.shape(),
-                cache.k.shape(),
+                &[cb, ch, cache.capacity(), cd],
                 "the cache was made for another batch or layer"
             ));
         }
-        if past + t > cap {
-            bail!(Error::arg(
-                OPC,
-                format!("{t} new positions after {past} exceed the cache's capacity of {cap}")
-            ));
-        }
-        let e = self.embed_dim();
-        let qkv = xb.linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
-        let q = self.heads(&qkv.narrow(2, 0, e)?)?;
-        cache
-            .k
-            .narrow(2, past, t)?
-            .copy_(&self.heads(&qkv.narrow(2, e, e)?)?)?;
-        cache
-            .v
-            .narrow(2, past, t)?
-            .copy_(&self.heads(&qkv.narrow(2, 2 * e, e)?)?)?;
-        let (k, v) = (
-            cache.k.narrow(2, 0, past + t)?,
-            cache.v.narrow(2, 0, past + t)?,
-        );
-        // New token i (position past + i) sees keys j <= past + i.
-        let mask = if t > 1 {
-            let dev = x.device();
-            let r = Tensor::arange(past as f64, (past + t) as f64, 1.0, DType::I64, dev)?
-                .view(&[t as isize, 1])?;
-            let c = Tensor::arange(0.0, (past + t) as f64, 1.0, DType::I64, dev)?
-                .view(&[1, (past + t) as isize])?;
-            Some(c.le(&r)?)
-        } else {
-            None
-        };
-        let o = SdpaOptions {
-            attn_mask: mask.as_ref(),
-            ..Default::default()
-        };
-        let y = scaled_dot_product_attention_with(&q, &k, &v, &o)?;
-        // Counted once the step has succeeded (a failed one is overwritten).
-        cache.len = past + t;
+        let [q, k, v] = self.project_all(&xb)?;
+        let y = cache.attend(&q, &k, &v).map_err(|e| e.reported_as(OPC))?;
         self.merge(&y, false)
     }
+}
+
+/// The key/value heads: `num_kv_heads` (default `num_heads`), which must
+/// divide `num_heads`, which must divide `embed_dim`.
+fn check_heads(embed_dim: usize, num_heads: usize, kv: Option<usize>) -> Result<usize> {
+    if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
+        bail!(Error::arg(
+            OP,
+            format!("embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        ));
+    }
+    let kv = kv.unwrap_or(num_heads);
+    if kv == 0 || !num_heads.is_multiple_of(kv) {
+        bail!(Error::arg(
+            OP,
+            format!("num_heads ({num_heads}) must be divisible by num_kv_heads ({kv})")
+        ));
+    }
+    Ok(kv)
 }
 
 /// A mask for the scores with causal masking added (bool keep masks are
@@ -579,7 +602,30 @@ fn weights_path(
     p: f64,
 ) -> Result<(Tensor, Tensor)> {
     let scale = 1.0 / (q.shape()[3] as f64).sqrt();
-    let mut s = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+    // Grouped-query heads: [B, Hkv, G, L, hd] against [B, Hkv, 1, S, hd],
+    // broadcast, so the key and value are not repeated.
+    let (b, h, l, hd) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+    let hkv = k.shape()[1];
+    let grouped = |t: &Tensor| -> Result<Tensor> {
+        if hkv == h {
+            return Ok(t.alias());
+        }
+        let s = t.shape();
+        t.reshape(&[b as isize, hkv as isize, -1, s[2] as isize, s[3] as isize])
+    };
+    let per_kv = |t: &Tensor| {
+        if hkv == h {
+            Ok(t.alias())
+        } else {
+            t.unsqueeze(2)
+        }
+    };
+    let (k, v) = (per_kv(k)?, per_kv(v)?);
+    let sl = k.shape()[k.rank() - 2];
+    let mut s = grouped(q)?
+        .matmul(&k.transpose(-2, -1)?)?
+        .mul_scalar(scale)?
+        .reshape(&[b as isize, h as isize, l as isize, sl as isize])?;
     let m = match (mask, causal) {
         (Some(m), _) => Some(m.alias()),
         (None, true) => {
@@ -602,7 +648,10 @@ fn weights_path(
         let keep = Tensor::rand(w.shape(), w.dtype(), w.device())?.ge_scalar(p)?;
         w = w.mul(&keep.to_dtype(w.dtype())?.mul_scalar(inv)?)?;
     }
-    Ok((w.matmul(v)?, w))
+    let y = grouped(&w)?
+        .matmul(&v)?
+        .reshape(&[b as isize, h as isize, l as isize, hd as isize])?;
+    Ok((y, w))
 }
 
 impl Module for MultiheadAttention {
@@ -645,47 +694,5 @@ impl Module for MultiheadAttention {
 
     fn is_training(&self) -> bool {
         self.training
-    }
-}
-
-/// The keys and values of the positions a [`MultiheadAttention`] has seen
-/// in [`forward_cached`](MultiheadAttention::forward_cached): two
-/// preallocated `[B, H, max_len, hd]` buffers and the length filled. A
-/// generation loop allocates them once; each step writes into them.
-pub struct KvCache {
-    k: Tensor,
-    v: Tensor,
-    len: usize,
-}
-
-impl KvCache {
-    /// The positions cached.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The most positions it holds.
-    pub fn capacity(&self) -> usize {
-        self.k.shape()[2]
-    }
-
-    /// Forgets the cached positions (the buffers stay allocated).
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// The cached keys `[B, H, len, hd]` (a view of the buffer).
-    pub fn keys(&self) -> Result<Tensor> {
-        self.k.narrow(2, 0, self.len)
-    }
-
-    /// The cached values `[B, H, len, hd]` (a view of the buffer).
-    pub fn values(&self) -> Result<Tensor> {
-        self.v.narrow(2, 0, self.len)
     }
 }

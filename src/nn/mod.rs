@@ -33,6 +33,7 @@ mod conv;
 mod dropout;
 mod embedding;
 pub mod init;
+mod kv_cache;
 mod linear;
 pub mod loss;
 mod mha;
@@ -58,13 +59,14 @@ pub use conv::{
 };
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
+pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use loss::{
     bce_with_logits, bce_with_logits_with, binary_cross_entropy, cross_entropy, cross_entropy_with,
     huber_loss, kl_div, kl_div_with, l1_loss, l1_loss_with, mse_loss, mse_loss_with, nll_loss,
     smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
-pub use mha::{KvCache, MhaForward, MhaOptions, MultiheadAttention};
+pub use mha::{MhaForward, MhaOptions, MultiheadAttention};
 pub use module::{module_scope, Module, ModuleScope};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm};
 pub use rms_norm::{rms_norm, rms_norm_default_eps, RMSNorm};

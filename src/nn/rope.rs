@@ -141,7 +141,7 @@ impl RotaryEmbedding {
         scaling: Option<RopeScaling>,
         device: Device,
     ) -> Result<RotaryEmbedding> {
-        if head_dim == 0 || head_dim % 2 != 0 || !(theta > 0.0 && theta.is_finite()) {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || !(theta > 0.0 && theta.is_finite()) {
             bail!(Error::arg(
                 OP,
                 format!("expected an even head_dim > 0 and a finite theta > 0, got head_dim {head_dim}, theta {theta}")

@@ -13,7 +13,7 @@ use common::devices::on_both;
 use common::{assert_close, read};
 use tensorscope::autograd::no_grad;
 use tensorscope::memory;
-use tensorscope::nn::{MhaForward, MhaOptions, Module, MultiheadAttention};
+use tensorscope::nn::{Linear, MhaForward, MhaOptions, Module, MultiheadAttention};
 use tensorscope::{manual_seed, DType, Device, Tensor};
 
 fn layer(dev: Device, dt: DType) -> MultiheadAttention {
@@ -172,6 +172,104 @@ fn causal_flag_and_masks_agree(dev: Device) {
     }
 }
 
+/// Grouped-query heads (4 query heads over 2 key/value heads): the layer
+/// equals a standard one whose key and value projections repeat each
+/// key/value head's rows for its query heads, in the SDPA path with masks,
+/// the need_weights path and the cached forward; the cache holds 2 heads.
+fn grouped_query_heads(dev: Device) {
+    let dt = DType::F64;
+    manual_seed(11);
+    let o = MhaOptions {
+        batch_first: true,
+        dtype: dt,
+        device: dev,
+        num_kv_heads: Some(2),
+        ..Default::default()
+    };
+    let mut gqa = MultiheadAttention::with_options(16, 4, o).unwrap();
+    assert_eq!(gqa.in_proj_weight.shape(), &[16 + 2 * 2 * 4, 16]);
+    assert_eq!(gqa.num_kv_heads(), 2);
+    let b = Tensor::randn(&[32], dt, dev).unwrap();
+    gqa.in_proj_bias = Some(b);
+    // The standard layer: kv head h / 2 for query head h, rows of 4.
+    let expand = |t: &Tensor| -> Tensor {
+        let mut parts = vec![t.narrow(0, 0, 16).unwrap()];
+        for base in [16, 24] {
+            for h in 0..4 {
+                parts.push(t.narrow(0, base + (h / 2) * 4, 4).unwrap());
+            }
+        }
+        Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0).unwrap()
+    };
+    let plain = MultiheadAttention::from_parts(
+        expand(&gqa.in_proj_weight),
+        gqa.in_proj_bias.as_ref().map(&expand),
+        Linear::from_parts(
+            gqa.out_proj.weight.alias(),
+            gqa.out_proj.bias.as_ref().map(|b| b.alias()),
+        )
+        .unwrap(),
+        4,
+        MhaOptions {
+            num_kv_heads: None,
+            ..o
+        },
+    )
+    .unwrap();
+    let x = Tensor::randn(&[2, 6, 16], dt, dev).unwrap();
+    let pad: Vec<bool> = (0..12).map(|i| i % 6 == 4).collect();
+    let pad = Tensor::from_slice(&pad, &[2, 6], Device::Cpu)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    for f in [
+        MhaForward::default(),
+        MhaForward {
+            is_causal: true,
+            key_padding_mask: Some(&pad),
+            ..Default::default()
+        },
+        MhaForward {
+            is_causal: true,
+            need_weights: true,
+            average_attn_weights: false,
+            ..Default::default()
+        },
+    ] {
+        let (y, w) = gqa.attend(&x, &x, &x, &f).unwrap();
+        let (want, want_w) = plain.attend(&x, &x, &x, &f).unwrap();
+        assert_close(&read(&y), &read(&want), 1e-12, "gqa vs repeated heads");
+        if let (Some(w), Some(want_w)) = (w, want_w) {
+            assert_eq!(w.shape(), &[2, 4, 6, 6]);
+            assert_close(&read(&w), &read(&want_w), 1e-12, "weights");
+        }
+    }
+    let causal = MhaForward {
+        is_causal: true,
+        ..Default::default()
+    };
+    let want = read(&no_grad(|| plain.attend(&x, &x, &x, &causal)).unwrap().0);
+    let mut cache = gqa.new_kv_cache(2, 8).unwrap();
+    assert_eq!(cache.dims(), (2, 2, 4));
+    let mut got = vec![Vec::new(); 2];
+    for (at, c) in [(0, 4), (4, 1), (5, 1)] {
+        let y = read(&no_grad(|| gqa.forward_cached(&x.narrow(1, at, c)?, &mut cache)).unwrap());
+        for (bi, g) in got.iter_mut().enumerate() {
+            g.extend_from_slice(&y[bi * c * 16..(bi + 1) * c * 16]);
+        }
+    }
+    assert_close(&got.concat(), &want, 1e-12, "cached gqa");
+    let bad = MhaOptions {
+        num_kv_heads: Some(3),
+        ..o
+    };
+    let e = MultiheadAttention::with_options(16, 4, bad)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("num_kv_heads (3)"), "{e}");
+}
+
 fn errors_name_the_layer(dev: Device) {
     assert!(MultiheadAttention::new(10, 3).is_err());
     let mha = layer(dev, DType::F32);
@@ -205,6 +303,7 @@ on_both!(
     cached_forward_is_causal_self_attention,
     decode_steps_leave_nothing_allocated,
     causal_flag_and_masks_agree,
+    grouped_query_heads,
     errors_name_the_layer,
 );
 
@@ -213,5 +312,6 @@ common::on_cpu!(
     cached_forward_is_causal_self_attention,
     decode_steps_leave_nothing_allocated,
     causal_flag_and_masks_agree,
+    grouped_query_heads,
     errors_name_the_layer,
 );

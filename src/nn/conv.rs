@@ -1,6 +1,7 @@
 //! `Conv1d` and `Conv2d` (over [`Tensor::conv1d`] / [`Tensor::conv2d`]),
 //! the pooling layers, and `Flatten`.
 
+use super::module::check_parts;
 use super::prune::{self, PruneMasks};
 use super::{init, Module};
 use crate::device::Device;
@@ -109,6 +110,61 @@ impl<const D: usize> Conv<D> {
         .map_err(|e| e.reported_as(name))
     }
 
+    /// A layer over the tensors given: `weight [out, in / groups, k...]`
+    /// of a float dtype and `bias [out]` of its dtype and device, used as
+    /// they are (not copied, `requires_grad` left as given). An `Err`
+    /// naming `Conv2d::from_parts` (or `Conv1d::`) for a weight of another
+    /// rank, groups that do not divide its out channels, or a bias of
+    /// another shape, dtype or device.
+    ///
+    /// ```
+    /// use tensorscope::nn::{Conv2d, Module};
+    /// use tensorscope::{ConvOptions, DType, Device, Tensor};
+    /// let w = Tensor::ones(&[4, 3, 1, 1], DType::F32, Device::Cpu)?;
+    /// let conv = Conv2d::from_parts(w, None, ConvOptions::default())?;
+    /// let y = conv.forward(&Tensor::ones(&[1, 3, 2, 2], DType::F32, Device::Cpu)?)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![3.0; 16]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn from_parts(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        options: ConvOptions<D>,
+    ) -> Result<Conv<D>> {
+        let op = if D == 1 {
+            "Conv1d::from_parts"
+        } else {
+            "Conv2d::from_parts"
+        };
+        if weight.rank() != D + 2 {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "expected a weight [out, in / groups, {}], got shape {:?}",
+                    if D == 1 { "k" } else { "kh, kw" },
+                    weight.shape()
+                )
+            ));
+        }
+        let out = weight.shape()[0];
+        let g = options.groups;
+        if g == 0 || !out.is_multiple_of(g) {
+            bail!(Error::arg(
+                op,
+                format!("groups ({g}) must divide the weight's out channels ({out})")
+            ));
+        }
+        let what = "the bias must be [out_channels], the weight's dim 0";
+        let shape = [out];
+        check_parts(op, &weight, bias.as_ref().map(|b| (b, &shape[..], what)))?;
+        Ok(Conv {
+            weight,
+            bias,
+            options,
+            pruning: PruneMasks::default(),
+        })
+    }
+
     const NAME: &'static str = if D == 1 { "Conv1d" } else { "Conv2d" };
 }
 
@@ -190,6 +246,47 @@ impl ConvTranspose2d {
             })
         })()
         .map_err(|e| e.reported_as(NAME))
+    }
+}
+
+impl ConvTranspose2d {
+    /// A layer over the tensors given: `weight [in, out / groups, kh, kw]`
+    /// of a float dtype and `bias [out]` of its dtype and device, used as
+    /// they are. An `Err` naming `ConvTranspose2d::from_parts` for a weight
+    /// of another rank, groups that do not divide its in channels, or a
+    /// bias of another shape, dtype or device.
+    pub fn from_parts(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        options: ConvTransposeOptions,
+    ) -> Result<ConvTranspose2d> {
+        const OP: &str = "ConvTranspose2d::from_parts";
+        if weight.rank() != 4 {
+            bail!(Error::arg(
+                OP,
+                format!(
+                    "expected a weight [in, out / groups, kh, kw], got shape {:?}",
+                    weight.shape()
+                )
+            ));
+        }
+        let (cin, g) = (weight.shape()[0], options.groups);
+        if g == 0 || !cin.is_multiple_of(g) {
+            bail!(Error::arg(
+                OP,
+                format!("groups ({g}) must divide the weight's in channels ({cin})")
+            ));
+        }
+        let out = weight.shape()[1] * g;
+        let what = "the bias must be [out_channels] = [weight dim 1 * groups]";
+        let shape = [out];
+        check_parts(OP, &weight, bias.as_ref().map(|b| (b, &shape[..], what)))?;
+        Ok(ConvTranspose2d {
+            weight,
+            bias,
+            options,
+            pruning: PruneMasks::default(),
+        })
     }
 }
 

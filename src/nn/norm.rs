@@ -378,6 +378,87 @@ impl<const D: usize> BatchNorm<D> {
         .map_err(|e| e.reported_as(name))
     }
 
+    /// A layer over the tensors given, `[C]` each, of one float dtype and
+    /// device: `weight` and `bias` (both, with `opts.affine`, or neither),
+    /// `running_mean` and `running_var` (both, with
+    /// `opts.track_running_stats`, or neither), used as they are;
+    /// `num_batches_tracked` starts at 0. In training mode, as built. An
+    /// `Err` naming `BatchNorm2d::from_parts` (or `1d`) for parts that do
+    /// not match the options or one another.
+    pub fn from_parts(
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        running_mean: Option<Tensor>,
+        running_var: Option<Tensor>,
+        opts: BatchNormOptions,
+    ) -> Result<BatchNorm<D>> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::VALID;
+        let op = if D == 1 {
+            "BatchNorm1d::from_parts"
+        } else {
+            "BatchNorm2d::from_parts"
+        };
+        let affine = (&weight, &bias);
+        let stats = (&running_mean, &running_var);
+        let pairs_ok = matches!(affine, (Some(_), Some(_))) == opts.affine
+            && matches!(affine, (Some(_), Some(_)) | (None, None))
+            && matches!(stats, (Some(_), Some(_))) == opts.track_running_stats
+            && matches!(stats, (Some(_), Some(_)) | (None, None));
+        if !pairs_ok {
+            bail!(Error::arg(
+                op,
+                format!(
+                    "weight and bias must both be given exactly when affine ({}), running_mean and running_var exactly when track_running_stats ({})",
+                    opts.affine, opts.track_running_stats
+                )
+            ));
+        }
+        let parts: Vec<&Tensor> = [&weight, &bias, &running_mean, &running_var]
+            .into_iter()
+            .flatten()
+            .collect();
+        let Some(&first) = parts.first() else {
+            bail!(Error::arg(
+                op,
+                "without affine and running statistics the layer has no parts: use with_config"
+            ));
+        };
+        if first.rank() != 1 {
+            bail!(Error::arg(
+                op,
+                format!("expected parts [C], got shape {:?}", first.shape())
+            ));
+        }
+        let c = first.shape()[0];
+        for p in &parts[1..] {
+            check_parts(op, first, Some((p, &[c][..], "every part must be [C]")))?;
+        }
+        check_parts(op, first, None)?;
+        check_eps(op, Some(opts.eps))?;
+        if !opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m)) {
+            bail!(Error::arg(
+                op,
+                format!("momentum must be in [0, 1], got {:?}", opts.momentum)
+            ));
+        }
+        let num_batches_tracked = opts
+            .track_running_stats
+            .then(|| Tensor::zeros(&[], DType::I64, first.device()))
+            .transpose()?;
+        Ok(BatchNorm {
+            num_features: c,
+            opts,
+            dtype: first.dtype(),
+            training: true,
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            num_batches_tracked,
+        })
+    }
+
     /// The options the layer was built with.
     pub fn options(&self) -> BatchNormOptions {
         self.opts
@@ -644,6 +725,45 @@ impl GroupNorm {
             })
         })()
         .map_err(|e| e.reported_as(OP))
+    }
+
+    /// A layer of `num_groups` groups over the tensors given: `weight` and
+    /// `bias` `[C]` of one float dtype and device, used as they are. An
+    /// `Err` naming `GroupNorm::from_parts` for parts of other shapes,
+    /// dtypes or devices, groups that do not divide `C`, or a bad `eps`.
+    pub fn from_parts(
+        num_groups: usize,
+        weight: Tensor,
+        bias: Tensor,
+        eps: f64,
+    ) -> Result<GroupNorm> {
+        const OP: &str = "GroupNorm::from_parts";
+        if weight.rank() != 1 {
+            bail!(Error::arg(
+                OP,
+                format!("expected a weight [C], got shape {:?}", weight.shape())
+            ));
+        }
+        let c = weight.shape()[0];
+        check_parts(
+            OP,
+            &weight,
+            Some((&bias, &[c][..], "the bias must be [C], as the weight")),
+        )?;
+        if num_groups == 0 || !c.is_multiple_of(num_groups) {
+            bail!(Error::arg(
+                OP,
+                format!("num_channels ({c}) must be divisible by num_groups ({num_groups})")
+            ));
+        }
+        check_eps(OP, Some(eps))?;
+        Ok(GroupNorm {
+            num_groups,
+            num_channels: c,
+            eps,
+            weight: Some(weight),
+            bias: Some(bias),
+        })
     }
 
     /// The number of groups.

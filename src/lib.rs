@@ -37,6 +37,7 @@ mod device;
 mod display;
 mod dtype;
 mod error;
+pub mod generation;
 #[cfg(test)]
 mod internal_tests;
 pub mod layout;

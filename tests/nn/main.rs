@@ -15,6 +15,7 @@ mod conv;
 mod conv_winograd;
 mod from_parts;
 mod fused;
+mod generation;
 mod kv_cache;
 mod mha;
 mod nn;

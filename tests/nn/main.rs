@@ -16,6 +16,7 @@ mod conv_winograd;
 mod from_parts;
 mod fused;
 mod generation;
+mod hf_models;
 mod kv_cache;
 mod mha;
 mod nn;

@@ -852,3 +852,33 @@ fn empty_shapes_whose_other_dims_overflow_are_refused_in_any_order() {
     }
     assert_eq!(one.expand(&[0, big, 2]).unwrap().numel(), 0);
 }
+
+/// Deviation 33: `Sampler` draws from tensorscope's generator. A seed
+/// repeats its tokens run after run (transformers' `generate` draws with
+/// `torch.multinomial`, whose stream is torch's); what is drawn from is
+/// transformers' processed distribution (tests/nn/generation.rs), and
+/// greedy decoding is the argmax, draw-free.
+#[test]
+fn sampled_tokens_follow_our_generator() {
+    use tensorscope::generation::{Sampler, SamplingOptions};
+    let _shared = crate::common::shared();
+    let logits: Vec<f32> = (0..50).map(|i| ((i * 37 % 11) as f32) / 3.0).collect();
+    let o = SamplingOptions {
+        do_sample: true,
+        temperature: 1.5,
+        seed: 2026,
+        ..Default::default()
+    };
+    let draws = |o: SamplingOptions| -> Vec<u32> {
+        let mut s = Sampler::new(o).unwrap();
+        (0..100).map(|_| s.pick(&logits, &[]).unwrap()).collect()
+    };
+    let a = draws(o);
+    assert_eq!(a, draws(o), "one seed, one sequence");
+    assert_ne!(a, draws(SamplingOptions { seed: 2027, ..o }));
+    let greedy = draws(SamplingOptions::default());
+    assert!(
+        greedy.iter().all(|&t| t == 8),
+        "the first of the largest: {greedy:?}"
+    );
+}

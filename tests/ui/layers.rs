@@ -37,6 +37,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("tensor", 5),
     // Built on tensors.
     ("data", 6),
+    ("generation", 6),
     ("nn", 6),
     ("optim", 6),
     // Checks over everything (test-only or compile-time).

@@ -62,7 +62,10 @@ pub use error::{Error, Result};
 pub use layout::Layout;
 pub use ops::conv::{ConvOptions, ConvTransposeOptions, Padding};
 pub use ops::pool::PoolOptions;
-pub use ops::{Interpolation, PendingHost, ScatterReduce, UniqueParts};
+pub use ops::{
+    InterpolateMode, InterpolateSize, Interpolation, PadMode, PendingHost, ScatterReduce,
+    UniqueParts,
+};
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;

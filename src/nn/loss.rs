@@ -100,6 +100,22 @@ fn check_ce_options(logits: &Tensor, opts: &CrossEntropyOptions<'_>) -> Result<(
     Ok(())
 }
 
+/// Class indices as i64: i64 itself, or i32 and u8 widened (PyTorch's
+/// losses take all three); any other dtype is an `Err` naming `op`.
+fn class_indices(op: &'static str, t: &Tensor, or: &str) -> Result<Tensor> {
+    match t.dtype() {
+        DType::I64 => Ok(t.alias()),
+        DType::I32 | DType::U8 => t.to_dtype(DType::I64),
+        other => bail!(Error::dtype(
+            op,
+            format!("class indices of i64, i32 or u8 {or}")
+                .trim_end()
+                .to_string(),
+            other
+        )),
+    }
+}
+
 /// Cross-entropy against class probabilities (targets of the logits' shape
 /// and dtype), PyTorch's formula: `-Σ_c w_c t_c log_softmax(x)_c` per
 /// sample, the targets smoothed to `(1 - ε) t + ε / C` first; `Mean`
@@ -187,7 +203,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// Shapes, as in PyTorch: logits `[N, C]` with targets `[N]`, logits
 /// `[N, C, d1, ...]` with targets `[N, d1, ...]` (the class dimension is 1),
 /// or unbatched logits `[C]` with a 0-D target. With `Reduction::None` the
-/// result has the targets' shape. Targets are i64 class indices in `0..C`
+/// result has the targets' shape. Targets are class indices in `0..C` (i64, i32 or u8)
 /// (or equal to `ignore_index`), or **class probabilities**: a float tensor
 /// of the logits' shape and dtype (soft labels, mixup), for which
 /// `ignore_index` must not name a class and `Mean` divides by the number of
@@ -236,17 +252,11 @@ pub fn cross_entropy_with(
             "logits must be [N, C] with targets [N], [N, C, d1, ...] with targets [N, d1, ...], or [C] with a 0-D target"
         ));
     }
-    if targets.dtype() != DType::I64 {
-        bail!(Error::dtype(
-            op,
-            "i64 class indices (or float class probabilities)",
-            targets.dtype()
-        ));
-    }
     if !logits.dtype().is_float() {
         bail!(Error::dtype(op, "float logits", logits.dtype()));
     }
     logits.same_device(op, targets)?;
+    let targets = &class_indices(op, targets, "(or float class probabilities)")?;
     let class_dim = if logits.rank() == 1 { 0 } else { 1 };
     let c = logits.shape()[class_dim];
     check_ce_options(logits, opts)?;
@@ -444,15 +454,7 @@ pub fn nll_loss(log_probs: &Tensor, target: &Tensor) -> Result<Tensor> {
             "needs log_probs [N, C] and target [N]"
         ));
     }
-    if !matches!(target.dtype(), DType::I64 | DType::I32) {
-        bail!(Error::arg(
-            op,
-            format!(
-                "the target must hold class indices (i64 or i32), got {}",
-                target.dtype()
-            )
-        ));
-    }
+    let target = class_indices(op, target, "")?;
     log_probs
         .gather(1, &target.unsqueeze(1)?)
         .map_err(|e| e.reported_as(op))?

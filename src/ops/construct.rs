@@ -1,6 +1,6 @@
 //! Tensors built from others' values, composed of the core ops so that they
-//! run on every device and autograd differentiates them: `one_hot` and
-//! `diag`.
+//! run on every device and autograd differentiates them: `one_hot`,
+//! `diag` and `meshgrid`.
 
 use crate::alloc::history::op_context;
 use crate::dtype::DType;
@@ -135,5 +135,69 @@ impl Tensor {
                 format!("expects a vector or a matrix, got shape {:?}", self.shape())
             )),
         }
+    }
+    /// `torch.meshgrid(*tensors, indexing)`: for `k` tensors of one dim
+    /// (or 0-d, counted as one element) of sizes `n1..nk`, `k` tensors of
+    /// shape `[n1, .., nk]`, the `i`-th varying along dim `i` (`"ij"`,
+    /// matrix indexing) or with the first two dims swapped (`"xy"`,
+    /// Cartesian: shape `[n2, n1, ..]`). Each is an expanded view of its
+    /// input (stride 0 elsewhere), as PyTorch's; differentiable.
+    ///
+    /// ```
+    /// use tensorscope::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1i64, 2, 3], &[3], Device::Cpu)?;
+    /// let y = Tensor::from_slice(&[10i64, 20], &[2], Device::Cpu)?;
+    /// let g = Tensor::meshgrid(&[&x, &y], "xy")?;
+    /// assert_eq!(g[0].shape(), &[2, 3]);
+    /// assert_eq!(g[0].to_vec::<i64>()?, [1, 2, 3, 1, 2, 3]);
+    /// assert_eq!(g[1].to_vec::<i64>()?, [10, 10, 10, 20, 20, 20]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn meshgrid(tensors: &[&Tensor], indexing: &str) -> Result<Vec<Tensor>> {
+        let _op = op_context("meshgrid");
+        const OP: &str = "meshgrid";
+        let xy = match indexing {
+            "ij" => false,
+            "xy" => true,
+            other => bail!(Error::arg(
+                OP,
+                format!("indexing must be \"ij\" or \"xy\", got {other:?}")
+            )),
+        };
+        let Some(first) = tensors.first() else {
+            bail!(Error::arg(OP, "expected at least one tensor"));
+        };
+        for t in tensors {
+            if t.rank() > 1 {
+                bail!(Error::arg(
+                    OP,
+                    format!("expected 0-d or 1-d tensors, got shape {:?}", t.shape())
+                ));
+            }
+            first.same_device(OP, t)?;
+            if t.dtype() != first.dtype() {
+                bail!(Error::dtype(OP, first.dtype().name(), t.dtype()));
+            }
+        }
+        let k = tensors.len();
+        // Under "xy" the first two inputs trade places in the grid's dims.
+        let place = |i: usize| match (xy && k > 1, i) {
+            (true, 0) => 1,
+            (true, 1) => 0,
+            _ => i,
+        };
+        let mut shape = vec![0isize; k];
+        for (i, t) in tensors.iter().enumerate() {
+            shape[place(i)] = t.numel() as isize;
+        }
+        tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut view = vec![1isize; k];
+                view[place(i)] = t.numel() as isize;
+                t.reshape(&view)?.expand(&shape)
+            })
+            .collect()
     }
 }

@@ -412,13 +412,16 @@ impl Tensor {
         Ok(self)
     }
 
-    /// `where(cond, a, b)`: elements of `a` where `cond` is true, of `b`
-    /// elsewhere; all three broadcast together; `a` and `b` promote.
+    /// `where(cond, a, b)`: elements of `a` where `cond` is true (bool, or
+    /// u8 nonzero, as PyTorch still takes), of `b` elsewhere; all three
+    /// broadcast together; `a` and `b` promote.
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let _op = crate::alloc::history::op_context("where");
-        if cond.dtype() != DType::Bool {
-            bail!(Error::dtype("where", "bool (the condition)", cond.dtype()));
-        }
+        let cond = &match cond.dtype() {
+            DType::Bool => cond.alias(),
+            DType::U8 => cond.ne_scalar(0.0)?,
+            other => bail!(Error::dtype("where", "bool or u8 (the condition)", other)),
+        };
         cond.same_device("where", a)?;
         cond.same_device("where", b)?;
         let shape = broadcast_shapes("where", cond.shape(), a.shape())?;

@@ -1,7 +1,7 @@
 //! Elementwise ops written with the ops below them, so they run on every
 //! device and autograd differentiates them: `isnan`, `isinf`, `isfinite`,
-//! `nan_to_num`, the `logical_*` ops, `lerp` and `clamp` with tensor
-//! bounds.
+//! `nan_to_num`, the `logical_*` ops, `lerp`, `clamp` with tensor
+//! bounds and `round` to decimals.
 
 use crate::alloc::history::op_context;
 use crate::autograd::formulas::sum_to;
@@ -11,6 +11,38 @@ use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
 impl Tensor {
+    /// `torch.round(x, decimals=d)`: halves to even at `d` decimals, as
+    /// PyTorch computes it: `round(x * 10^d) / 10^d`, or for `d < 0`
+    /// `round(x / 10^-d) * 10^-d`, in the tensor's dtype. Float tensors
+    /// only; its gradient is 0, as `round`'s.
+    ///
+    /// ```
+    /// use tensorscope::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.2345f64, -2.5, 1234.5], &[3], Device::Cpu)?;
+    /// assert_eq!(x.round_decimals(2)?.to_vec::<f64>()?, [1.23, -2.5, 1234.5]);
+    /// assert_eq!(x.round_decimals(-2)?.to_vec::<f64>()?, [0.0, -0.0, 1200.0]);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    pub fn round_decimals(&self, decimals: i32) -> Result<Tensor> {
+        let _op = op_context("round");
+        if !self.dtype().is_float() {
+            bail!(Error::dtype(
+                "round",
+                "a float tensor when decimals are given",
+                self.dtype()
+            ));
+        }
+        if decimals == 0 {
+            return self.round();
+        }
+        let p = 10f64.powi(decimals.abs());
+        if decimals > 0 {
+            self.mul_scalar(p)?.round()?.div_scalar(p)
+        } else {
+            self.div_scalar(p)?.round()?.mul_scalar(p)
+        }
+    }
+
     /// `true` where the element is NaN (never for integers and bool).
     pub fn isnan(&self) -> Result<Tensor> {
         let _op = op_context("isnan");

@@ -96,6 +96,15 @@ fn int32_indices_are_accepted_by_index_fill_and_index_copy() {
     y.index_copy_(0, &i, &Tensor::ones(&[1], DType::F32, CPU).unwrap())
         .unwrap();
     assert_eq!(v(&y), vec![0.0, 1.0, 0.0]);
+    // Class indices too: i32 targets give what i64 ones give, in both
+    // losses (PyTorch: "expected target dtype to be Long or Byte, but got Int").
+    let logits = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.0, 1.0, 3.0], &[2, 3], CPU).unwrap();
+    let t64 = Tensor::from_slice(&[2i64, 0], &[2], CPU).unwrap();
+    let t32 = t64.to_dtype(DType::I32).unwrap();
+    let ce = |t: &Tensor| v(&tensorscope::nn::cross_entropy(&logits, t).unwrap());
+    assert_eq!(ce(&t32), ce(&t64));
+    let nll = |t: &Tensor| v(&tensorscope::nn::nll_loss(&logits, t).unwrap());
+    assert_eq!(nll(&t32), nll(&t64));
 }
 
 /// Deviation 6: A float cast to an integer dtype from outside i64's range (or from an

@@ -36,7 +36,10 @@ use tensorscope::optim::{
     RMSpropConfig, Sgd, SgdConfig,
 };
 use tensorscope::{ConvOptions, ConvTransposeOptions, Padding, PoolOptions};
-use tensorscope::{DType, Device, Interpolation, Result, ScatterReduce, Tensor};
+use tensorscope::{
+    DType, Device, InterpolateMode, InterpolateSize, Interpolation, PadMode, Result, ScatterReduce,
+    Tensor,
+};
 
 const FIXTURE: &str = include_str!("../fixtures/differential.txt");
 
@@ -447,6 +450,40 @@ fn run(c: &Case, x: &[Tensor]) -> Result<Tensor> {
         "cat" => Tensor::cat(&[a, b()], c.f("dim") as isize)?,
         "stack" => Tensor::stack(&[a, b()], c.f("dim") as isize)?,
         "where" => Tensor::where_cond(a, b(), &x[2])?,
+        "meshgrid" => {
+            let g = Tensor::meshgrid(&x.iter().collect::<Vec<_>>(), c.param("indexing"))?;
+            Tensor::stack(&g.iter().collect::<Vec<_>>(), 0)?
+        }
+        "round_decimals" => a.round_decimals(c.f("decimals") as i32)?,
+        "pad" => {
+            let mode = match c.param("mode") {
+                "constant" => PadMode::Constant(c.f("value")),
+                "reflect" => PadMode::Reflect,
+                "replicate" => PadMode::Replicate,
+                _ => PadMode::Circular,
+            };
+            let pads: Vec<isize> = c
+                .param("pad")
+                .split(',')
+                .map(|d| d.parse().unwrap())
+                .collect();
+            a.pad(&pads, mode)?
+        }
+        "interpolate" => {
+            let list = |k: &str| c.param(k).split(',').map(num).collect::<Vec<f64>>();
+            let size = if c.params.iter().any(|(k, _)| k == "size") {
+                InterpolateSize::Size(list("size").iter().map(|&v| v as usize).collect())
+            } else {
+                InterpolateSize::Scale(list("scale"))
+            };
+            let mode = match c.param("mode") {
+                "nearest" => InterpolateMode::Nearest,
+                _ => InterpolateMode::Linear {
+                    align_corners: c.f("align") == 1.0,
+                },
+            };
+            a.interpolate(&size, mode)?
+        }
         "sgd" | "adam" | "adamw" | "rmsprop" | "adagrad" | "lion" => optimize(c, x)?,
         "conv2d" | "conv1d" => convolve(c, x)?,
         "mha" => attend(c, x)?,

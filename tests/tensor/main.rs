@@ -19,6 +19,7 @@ mod hostile;
 mod index;
 mod index_rows;
 mod init;
+mod pad_and_resize;
 mod reduce;
 mod reduce_compose;
 mod sampling;

@@ -101,7 +101,7 @@ def gmean(xs):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=("ops", "e2e"), required=True)
+    p.add_argument("--kind", choices=("ops", "e2e", "interop"), required=True)
     p.add_argument("--raw", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--name", help="the results' file name, NAME.md and NAME.json (default: the kind)")
@@ -143,6 +143,9 @@ def row_of(per, name):
             "samples_per_round": [x["samples"] for x in rounds],
             "what": rounds[0]["what"],
         }
+        peaks = [x["peak_bytes"] for x in rounds if x.get("peak_bytes") is not None]
+        if peaks:
+            r["libraries"][lib]["peak_bytes"] = max(peaks)
     ts, th = (r["libraries"].get(l, {}).get("median_s") for l in LIBS)
     r["ratio"] = ts / th if ts and th else None
     r["what"] = next(iter(r["libraries"].values()))["what"]
@@ -183,8 +186,11 @@ def main_doc(a, levels, head, per, rows):
         f.write("\n")
 
     c, v = doc["cpu"], doc["versions"]
-    title = "Op matrix: tensorscope against PyTorch (CPU, f32)" if a.kind == "ops" else \
-        "End-to-end programs: tensorscope against PyTorch (CPU, f32)"
+    title = {
+        "ops": "Op matrix: tensorscope against PyTorch (CPU, f32)",
+        "e2e": "End-to-end programs: tensorscope against PyTorch (CPU, f32)",
+        "interop": "Hugging Face models: tensorscope against PyTorch + transformers (CPU, f32)",
+    }[a.kind]
     lines = [
         f"# {title}",
         "",
@@ -205,6 +211,8 @@ def main_doc(a, levels, head, per, rows):
     ]
     if a.kind == "ops":
         lines += ops_table(rows, levels)
+    elif a.kind == "interop":
+        lines += interop_table(rows, levels)
     else:
         lines += e2e_table(rows, levels)
     if doc["busy_before"]:
@@ -273,6 +281,28 @@ def e2e_table(rows, levels):
             cells.append(f"{fmt_t(ts)} | {fmt_t(th)} | {'—' if ratio is None else f'{ratio:.2f}×'}")
             met.append(f"{lv} —" if ratio is None else (f"{lv} yes" if ratio <= 0.8 else f"**{lv} no**"))
         out.append(f"| {name} | {r['what']} | " + " | ".join(cells) + f" | {', '.join(met)} |")
+    return out
+
+
+def interop_table(rows, levels):
+    """Time and peak memory per row; the goals are time <= 1.0x and a peak
+    no higher than PyTorch's (peak: the growth of the process's resident
+    set during one call, VmHWM after a reset, largest over the rounds)."""
+    mib = lambda b: "—" if b is None else f"{b / 2**20:.1f} MiB"
+    out = ["| workload | what | " + " | ".join(f"tensorscope {lv} | PyTorch {lv} | ratio {lv}" for lv in levels)
+           + " | peak RSS growth, tensorscope | PyTorch | time ≤ 1.0×, peak ≤ PyTorch's |",
+           "|---|---|" + "---|---|---|" * len(levels) + "---|---|---|"]
+    for name, r in rows.items():
+        cells, met = [], []
+        for lv in levels:
+            ts, th, ratio = times(r, lv)
+            cells.append(f"{fmt_t(ts)} | {fmt_t(th)} | {'—' if ratio is None else f'{ratio:.2f}×'}")
+            met.append(f"{lv} —" if ratio is None else (f"{lv} yes" if ratio <= 1.0 else f"**{lv} no**"))
+        lv0 = r["levels"].get(levels[0], {}).get("libraries", {})
+        pt, pp = (lv0.get(l, {}).get("peak_bytes") for l in LIBS)
+        if pt is not None and pp is not None:
+            met.append("peak yes" if pt <= pp else "**peak no**")
+        out.append(f"| {name} | {r['what']} | " + " | ".join(cells) + f" | {mib(pt)} | {mib(pp)} | {', '.join(met)} |")
     return out
 
 

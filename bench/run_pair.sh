@@ -27,7 +27,8 @@ KIND=$1
 case "$KIND" in
 ops) BENCH=ops; TORCH=bench/torch_ops.py ;;
 e2e) BENCH=e2e; TORCH=bench/torch_e2e.py ;;
-*) echo "usage: $0 ops|e2e" >&2; exit 2 ;;
+interop) BENCH=interop; TORCH=bench/torch_interop.py ;;
+*) echo "usage: $0 ops|e2e|interop" >&2; exit 2 ;;
 esac
 ROUNDS=${ROUNDS:-2}
 FILTER=${FILTER:-}
@@ -51,6 +52,13 @@ echo "== load before: $LOAD_BEFORE"
 echo "$BUSY"
 
 source bench/torch_python.sh
+if [ "$KIND" = interop ]; then
+    # The models both sides load: random-init by transformers, saved with
+    # save_pretrained (bench/interop_models.py; not committed).
+    "$PY" -c "import transformers" 2>/dev/null || "$PY" -m pip install --quiet transformers safetensors
+    export INTEROP_MODELS=${INTEROP_MODELS:-target/interop-models}
+    "$PY" bench/interop_models.py "$INTEROP_MODELS"
+fi
 
 FEATURES=()
 echo "== building (${FEATURES[*]:-no extra features})"

@@ -24,6 +24,8 @@ pub struct Measured {
     pub name: &'static str,
     pub what: &'static str,
     pub samples: Vec<f64>,
+    /// The growth of the resident set during one call, where measured.
+    pub peak_bytes: Option<u64>,
 }
 
 impl Measured {
@@ -62,6 +64,7 @@ pub fn measure(
         name,
         what,
         samples,
+        peak_bytes: None,
     })
 }
 
@@ -111,13 +114,15 @@ pub fn write_json(
         .iter()
         .map(|m| {
             format!(
-                "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"}}",
+                "    \"{}\": {{\"median_s\": {:e}, \"min_s\": {:e}, \"max_s\": {:e}, \"samples\": {}, \"what\": \"{}\"{}}}",
                 m.name,
                 m.median(),
                 m.min(),
                 m.max(),
                 m.samples.len(),
-                json_escape(m.what)
+                json_escape(m.what),
+                m.peak_bytes
+                    .map_or(String::new(), |b| format!(", \"peak_bytes\": {b}"))
             )
         })
         .collect();

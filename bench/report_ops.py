@@ -286,11 +286,12 @@ def e2e_table(rows, levels):
 
 def interop_table(rows, levels):
     """Time and peak memory per row; the goals are time <= 1.0x and a peak
-    no higher than PyTorch's (peak: the growth of the process's resident
-    set during one call, VmHWM after a reset, largest over the rounds)."""
+    no higher than PyTorch's (peak: in a fresh process, the resident set's
+    high-water mark over loading the model and one call, less its size
+    before the load; the largest over the rounds, at the first level)."""
     mib = lambda b: "—" if b is None else f"{b / 2**20:.1f} MiB"
     out = ["| workload | what | " + " | ".join(f"tensorscope {lv} | PyTorch {lv} | ratio {lv}" for lv in levels)
-           + " | peak RSS growth, tensorscope | PyTorch | time ≤ 1.0×, peak ≤ PyTorch's |",
+           + " | peak (load + one call), tensorscope | PyTorch | time ≤ 1.0×, peak ≤ PyTorch's |",
            "|---|---|" + "---|---|---|" * len(levels) + "---|---|---|"]
     for name, r in rows.items():
         cells, met = [], []

@@ -25,6 +25,13 @@
 //! `load_state_dict` does. It allocates nothing for a tensor of the
 //! parameter's dtype and device (the test asserts the allocator's peak).
 //!
+//! [`Checkpoint::get_as`] onto a CUDA device copies each tensor's mapped
+//! bytes into a pinned block (the pinned allocator's, cached and reused)
+//! and queues an asynchronous copy from it on the device's stream, in the
+//! file's dtype: the device holds the tensor and, while a conversion runs
+//! there, its file-dtype upload; the host holds one tensor's pinned block
+//! per copy in flight.
+//!
 //! # A file changed under the mapping
 //!
 //! As for [`SafetensorsDataset`](crate::data::SafetensorsDataset): pages
@@ -351,13 +358,27 @@ impl Checkpoint {
     }
 
     /// Tensor `name` converted to `dtype` on `device` (the mapping's tensor
-    /// itself when both already match). Errors as [`get`](Checkpoint::get),
+    /// itself when both already match). For a CUDA device the file's bytes
+    /// go up in the file's dtype through a pinned staging block and an
+    /// asynchronous copy on the device's stream, and the conversion runs on
+    /// the device (see the module docs). Errors as [`get`](Checkpoint::get),
     /// and the conversion's or the copy's.
     pub fn get_as(&self, name: &str, dtype: DType, device: Device) -> Result<Tensor> {
-        // Both are the tensor itself (an alias) when nothing changes.
-        self.tensor("Checkpoint::get_as", name)?
-            .to_dtype(dtype)?
-            .to_device(device)
+        const OP: &str = "Checkpoint::get_as";
+        let t = self.tensor(OP, name)?;
+        if !device.is_cuda() {
+            // Both are the tensor itself (an alias) when nothing changes.
+            return t.to_dtype(dtype)?.to_device(device);
+        }
+        // A pinned block from the pinned allocator's cache (reused once its
+        // copy has run), so the copy is a DMA and not the driver's own
+        // staging of pageable memory; where pinning fails, the plain copy.
+        let up = match t.contiguous()?.pin_memory() {
+            Ok(pinned) => pinned.to_device_non_blocking(device),
+            Err(_) => t.to_device(device),
+        }
+        .map_err(|e| e.reported_as(OP))?;
+        up.to_dtype(dtype)
     }
 
     /// Writes `model`'s parameters and buffers from this checkpoint (module

@@ -472,11 +472,98 @@ fn a_checkpoint_loads_into_a_model_on_its_device(dev: Device) {
     std::fs::remove_dir_all(&d).ok();
 }
 
+/// A model's tensors fetched onto `dev` with `get_as`: the device peaks at
+/// their bytes exactly (at most 1.1x is the bound) when the dtype
+/// is the file's, and at their bytes plus the largest file-dtype upload
+/// when converting; on CUDA the pinned staging blocks are all returned
+/// once the copies have run; on the CPU a same-dtype fetch allocates
+/// nothing (the mapping).
+fn get_as_peaks_at_the_parameters(dev: Device) {
+    let d = dir(&format!("staged_{}", dev.is_cuda()));
+    let path = d.join("m.safetensors");
+    let shapes: [&[usize]; 3] = [&[256, 128], &[128], &[64, 256]];
+    let ts: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ramp(s, i as f64, DType::F32))
+        .collect();
+    let named: Vec<(String, &Tensor)> = ts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("t{i}"), t))
+        .collect();
+    let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+    save_tensors(&refs, &path).unwrap();
+    let ckpt = Checkpoint::open(&path).unwrap();
+    let round = tensorscope::memory::round_size;
+    for dt in [DType::F32, DType::BF16] {
+        let pinned_before = pinned(dev);
+        let base = memory_allocated(dev);
+        reset_peak_memory_stats(dev);
+        let got: Vec<Tensor> = (0..3)
+            .map(|i| ckpt.get_as(&format!("t{i}"), dt, dev).unwrap())
+            .collect();
+        let want: usize = if dev.is_cpu() && dt == DType::F32 {
+            0
+        } else {
+            shapes
+                .iter()
+                .map(|s| round(s.iter().product::<usize>() * dt.size_in_bytes()))
+                .sum()
+        };
+        assert_eq!(memory_allocated(dev) - base, want, "{dev} {dt}: what stays");
+        let staging = if dt == DType::F32 || dev.is_cpu() {
+            0
+        } else {
+            round(256 * 128 * 4)
+        };
+        assert!(
+            max_memory_allocated(dev) - base <= want + staging,
+            "{dev} {dt}: peak"
+        );
+        assert!((want as f64) * 1.1 >= (max_memory_allocated(dev) - base - staging) as f64);
+        for (g, t) in got.iter().zip(&ts) {
+            assert_eq!(
+                f32s(&g.to_device(CPU).unwrap()),
+                f32s(&t.to_dtype(dt).unwrap())
+            );
+        }
+        assert_eq!(
+            pinned(dev),
+            pinned_before,
+            "{dev} {dt}: staging blocks returned"
+        );
+    }
+    drop(ckpt);
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// The pinned allocator's bytes handed out (0 without CUDA).
 #[cfg(feature = "cuda")]
-common::devices::on_both!(a_checkpoint_loads_into_a_model_on_its_device);
+fn pinned(dev: Device) -> usize {
+    if dev.is_cuda() {
+        tensorscope::backend::cuda::pinned_memory_stats().allocated_bytes
+    } else {
+        0
+    }
+}
 
 #[cfg(not(feature = "cuda"))]
-common::on_cpu!(a_checkpoint_loads_into_a_model_on_its_device);
+fn pinned(_: Device) -> usize {
+    0
+}
+
+#[cfg(feature = "cuda")]
+common::devices::on_both!(
+    a_checkpoint_loads_into_a_model_on_its_device,
+    get_as_peaks_at_the_parameters
+);
+
+#[cfg(not(feature = "cuda"))]
+common::on_cpu!(
+    a_checkpoint_loads_into_a_model_on_its_device,
+    get_as_peaks_at_the_parameters
+);
 
 #[test]
 fn a_duplicate_key_is_listed_with_the_other_problems() {

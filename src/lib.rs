@@ -62,10 +62,8 @@ pub use error::{Error, Result};
 pub use layout::Layout;
 pub use ops::conv::{ConvOptions, ConvTransposeOptions, Padding};
 pub use ops::pool::PoolOptions;
-pub use ops::{
-    InterpolateMode, InterpolateSize, Interpolation, PadMode, PendingHost, ScatterReduce,
-    UniqueParts,
-};
+pub use ops::{InterpolateMode, InterpolateSize, Interpolation, PadMode};
+pub use ops::{PendingHost, ScatterReduce, UniqueParts};
 pub use random::{manual_seed, Generator};
 pub use scope::{scope, scope_with_stats, Scope, ScopeStats, Scoped};
 pub use tensor::Tensor;

@@ -2,6 +2,7 @@
 
 use super::prune::PruneTarget;
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
@@ -89,6 +90,38 @@ pub trait Module: Send {
                     moved.requires_grad_(true)?
                 } else {
                     moved
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts every float parameter and buffer to the float `dtype`
+    /// (PyTorch's `module.to(dtype)`, `half()`, `bfloat16()`): a copy per
+    /// tensor of another dtype, `requires_grad` kept, the old storages freed
+    /// as their handles are replaced; integer buffers
+    /// (`num_batches_tracked`) stay as they are. A dtype that is not a
+    /// float is an `Err` naming `Module::to_dtype`, and nothing changes.
+    ///
+    /// ```
+    /// use tensorscope::nn::{Linear, Module};
+    /// use tensorscope::DType;
+    /// let mut fc = Linear::new(4, 2)?;
+    /// fc.to_dtype(DType::BF16)?;
+    /// assert!(fc.parameters().iter().all(|p| p.dtype() == DType::BF16 && p.requires_grad()));
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        if !dtype.is_float() {
+            return Err(Error::dtype("Module::to_dtype", "a float dtype", dtype));
+        }
+        for (_, p) in self.named_parameters_mut() {
+            if p.dtype().is_float() && p.dtype() != dtype {
+                let cast = crate::autograd::no_grad(|| p.detach().to_dtype(dtype))?;
+                *p = if p.requires_grad() {
+                    cast.requires_grad_(true)?
+                } else {
+                    cast
                 };
             }
         }

@@ -515,10 +515,16 @@ impl<const D: usize> Module for BatchNorm<D> {
                 }
             ));
         }
-        if x.dtype() != self.dtype {
+        // The parts' dtype (they may have been converted: Module::to_dtype).
+        let dt = self
+            .weight
+            .as_ref()
+            .or(self.running_mean.as_ref())
+            .map_or(self.dtype, |t| t.dtype());
+        if x.dtype() != dt {
             bail!(Error::dtype(
                 op,
-                format!("{} (the layer's dtype) for the input", self.dtype),
+                format!("{dt} (the layer's dtype) for the input"),
                 x.dtype()
             ));
         }

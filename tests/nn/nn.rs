@@ -585,3 +585,74 @@ fn no_grad_forward_records_nothing() {
     // One fused node, as PyTorch's Linear records.
     assert_eq!(y.grad_fn_name(), Some("AddmmBackward"));
 }
+
+/// `Module::to_dtype` (PyTorch's `half()` / `bfloat16()`): every float
+/// parameter and buffer converted, `requires_grad` kept, the integer
+/// `num_batches_tracked` left, the f32 storages freed (the allocator holds
+/// the bf16 bytes only), and the converted model computes what the f32 one
+/// does to bf16 rounding. A non-float dtype is refused with nothing changed.
+fn module_to_dtype_converts_parameters_and_buffers(dev: tensorscope::Device) {
+    use tensorscope::memory::{memory_allocated, round_size};
+    use tensorscope::nn::{BatchNorm1d, Module, Sequential, GELU};
+    tensorscope::manual_seed(4);
+    let mut net = Sequential::new();
+    net.add(Linear::new(16, 32).unwrap())
+        .add(BatchNorm1d::new(32).unwrap())
+        .add(GELU)
+        .add(Linear::new(32, 8).unwrap());
+    net.eval();
+    net.to_device(dev).unwrap();
+    let x = Tensor::randn(&[5, 16], DType::F32, CPU)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let want = autograd::no_grad(|| net.forward(&x)).unwrap();
+    let e = net.to_dtype(DType::I32).unwrap_err().to_string();
+    assert!(e.starts_with("Module::to_dtype"), "{e}");
+    assert!(net.parameters().iter().all(|p| p.dtype() == DType::F32));
+    let before = memory_allocated(dev);
+    let f32_bytes: usize = net
+        .named_parameters_mut()
+        .iter()
+        .filter(|(_, t)| t.dtype() == DType::F32)
+        .map(|(_, t)| round_size(t.numel() * 4))
+        .sum();
+    net.to_dtype(DType::BF16).unwrap();
+    let state = net.named_parameters_mut();
+    let bf16_bytes: usize = state
+        .iter()
+        .filter(|(_, t)| t.dtype() == DType::BF16)
+        .map(|(_, t)| round_size(t.numel() * 2))
+        .sum();
+    assert_eq!(before - memory_allocated(dev), f32_bytes - bf16_bytes);
+    for (name, t) in &state {
+        let want = if name.ends_with("num_batches_tracked") {
+            DType::I64
+        } else {
+            DType::BF16
+        };
+        assert_eq!(t.dtype(), want, "{name}");
+    }
+    drop(state);
+    assert!(net.parameters().iter().all(|p| p.requires_grad()));
+    let got = autograd::no_grad(|| net.forward(&x.to_dtype(DType::BF16)?)).unwrap();
+    assert_eq!(got.dtype(), DType::BF16);
+    let (g, w) = (
+        got.to_dtype(DType::F32)
+            .unwrap()
+            .to_device(CPU)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        want.to_device(CPU).unwrap().to_vec::<f32>().unwrap(),
+    );
+    for (a, b) in g.iter().zip(&w) {
+        assert!((a - b).abs() <= 0.05 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+}
+
+#[cfg(feature = "cuda")]
+common::devices::on_both!(module_to_dtype_converts_parameters_and_buffers);
+
+#[cfg(not(feature = "cuda"))]
+common::on_cpu!(module_to_dtype_converts_parameters_and_buffers);

@@ -32,6 +32,8 @@ struct Reference {
     ids: Vec<Vec<u32>>,
     logits: Vec<f64>,
     greedy: Vec<u32>,
+    /// How far transformers' own bf16 run strays from its f32 logits.
+    bf16_dev: f64,
     #[allow(dead_code)] // read with the `tokenizers` feature
     text: String,
 }
@@ -55,6 +57,7 @@ fn reference(model: &str) -> Reference {
             .map(|x| x.as_f64().unwrap())
             .collect(),
         greedy: ids(&v["greedy"]),
+        bf16_dev: v["bf16_max_abs_deviation"].as_f64().unwrap(),
         text: v["prompt_text"][0].as_str().unwrap().to_string(),
     }
 }
@@ -95,6 +98,56 @@ fn llama_matches_transformers(dev: Device) {
     agrees(&m, &reference("llama-tiny"), "llama");
 }
 
+/// Both models load converted to bf16 (the file is f32) and run in it:
+/// the logits stray from transformers' f32 ones by at most twice what
+/// transformers' own bf16 run of the model strays (reference.json: 0.088
+/// for the GPT-2, 0.256 for the Llama), and greedy generation runs through
+/// a bf16 cache.
+fn models_run_in_bf16(dev: Device) {
+    let r = reference("gpt2-tiny");
+    let g = gpt2::Gpt2::load(dir("gpt2-tiny"), DType::BF16, dev).unwrap();
+    bf16_close(&g, &r, "gpt2");
+    let r = reference("llama-tiny");
+    let l = llama::Llama::load(dir("llama-tiny"), DType::BF16, dev).unwrap();
+    bf16_close(&l, &r, "llama");
+}
+
+fn bf16_close<M: CausalLm>(m: &M, r: &Reference, what: &str) {
+    let (b, l) = (r.ids.len(), r.ids[0].len());
+    let flat: Vec<i64> = r.ids.iter().flatten().map(|&x| x as i64).collect();
+    let ids = Tensor::from_vec(flat, &[b, l], Device::Cpu)
+        .unwrap()
+        .to_device(m.device())
+        .unwrap();
+    let logits = no_grad(|| {
+        let mut cache = m.new_cache(b, l)?;
+        m.forward(&ids, &mut cache)
+    })
+    .unwrap();
+    assert_eq!(logits.dtype(), DType::BF16, "{what}");
+    let got = read(&logits);
+    let worst = got
+        .iter()
+        .zip(&r.logits)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{what}: bf16 logits within {worst} (transformers' bf16: {})",
+        r.bf16_dev
+    );
+    assert!(
+        worst <= 2.0 * r.bf16_dev,
+        "{what}: bf16 logits off by {worst}, transformers' by {}",
+        r.bf16_dev
+    );
+    let o = GenerateOptions {
+        max_new_tokens: 8,
+        ..Default::default()
+    };
+    let out = generate(m, &r.ids[..1], &o, |_, _| {}).unwrap();
+    assert_eq!(out.tokens[0].len(), 8, "{what}");
+}
+
 /// The three shards hold every tensor of the single file, bit for bit.
 #[test]
 fn sharded_checkpoint_holds_the_single_files_tensors() {
@@ -128,7 +181,15 @@ fn tokenizer_gives_transformers_ids() {
 }
 
 #[cfg(feature = "cuda")]
-on_both!(gpt2_matches_transformers, llama_matches_transformers);
+on_both!(
+    gpt2_matches_transformers,
+    llama_matches_transformers,
+    models_run_in_bf16
+);
 
 #[cfg(not(feature = "cuda"))]
-common::on_cpu!(gpt2_matches_transformers, llama_matches_transformers);
+common::on_cpu!(
+    gpt2_matches_transformers,
+    llama_matches_transformers,
+    models_run_in_bf16
+);

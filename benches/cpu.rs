@@ -179,14 +179,6 @@ fn main() -> R<()> {
         );
     }
 
-    if let Some(path) = json {
-        write_json(
-            &path,
-            "tensorscope",
-            env!("CARGO_PKG_VERSION"),
-            threads,
-            &results,
-        )?;
-    }
+    write_json(json, threads, &results)?;
     Ok(())
 }

@@ -74,7 +74,7 @@ mod gpt_model;
 
 #[path = "../examples/models/cnn.rs"]
 mod cnn_model;
-use timing::{arg_after, measure_budget, write_json, Measured, R};
+use timing::{arg_after, filter_arg, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
 
@@ -548,9 +548,7 @@ fn mlp_service(rows: &mut Vec<Measured>, want: &dyn Fn(&str) -> bool) -> R<()> {
 
 fn main() -> R<()> {
     let json = arg_after("--json");
-    let filter: Vec<String> = arg_after("--filter")
-        .map(|f| f.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let filter = filter_arg();
     let want = |n: &str| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str()));
     let threads = rayon::current_num_threads();
     tensorscope::manual_seed(0);
@@ -597,14 +595,6 @@ fn main() -> R<()> {
     service(&mut rows, &want)?;
     fresh();
     mlp_service(&mut rows, &want)?;
-    if let Some(path) = json {
-        write_json(
-            &path,
-            "tensorscope",
-            env!("CARGO_PKG_VERSION"),
-            threads,
-            &rows,
-        )?;
-    }
+    write_json(json, threads, &rows)?;
     Ok(())
 }

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use tensorscope::autograd::no_grad;
 use tensorscope::generation::{generate, CausalLm, GenerateOptions};
 use tensorscope::{DType, Device, Tensor};
-use timing::{arg_after, fmt_s, measure_budget, write_json, Measured, R};
+use timing::{arg_after, filter_arg, fmt_s, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
 const VOCAB: i64 = 8192;
@@ -113,6 +113,9 @@ fn generate_64<M: CausalLm>(m: &M) -> R<()> {
     Ok(())
 }
 
+/// Each model's rows, after its name.
+const ROWS: [&str; 2] = ["forward_b4x128", "generate_64"];
+
 fn rows_for<M: CausalLm>(
     name: &str,
     m: &M,
@@ -120,21 +123,12 @@ fn rows_for<M: CausalLm>(
     out: &mut Vec<Measured>,
 ) -> R<()> {
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-    let rows = [
-        (
-            leak(format!("{name}_forward_b4x128")),
-            leak(format!("{name}: logits of 4 x 128 tokens (no_grad)")),
-            3.0,
-        ),
-        (
-            leak(format!("{name}_generate_64")),
-            leak(format!(
-                "{name}: 64 greedy tokens after 32 (batch 1, KV cache)"
-            )),
-            4.0,
-        ),
+    let what = [
+        "logits of 4 x 128 tokens (no_grad)",
+        "64 greedy tokens after 32 (batch 1, KV cache)",
     ];
-    for (row, what, budget) in rows {
+    for ((r, what), budget) in ROWS.iter().zip(what).zip([3.0, 4.0]) {
+        let (row, what) = (leak(format!("{name}_{r}")), leak(format!("{name}: {what}")));
         if !want(row) {
             continue;
         }
@@ -148,9 +142,7 @@ fn rows_for<M: CausalLm>(
 
 fn main() -> R<()> {
     let json = arg_after("--json");
-    let filter: Vec<String> = arg_after("--filter")
-        .map(|f| f.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let filter = filter_arg();
     let want = |n: &str| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str()));
     let dir = PathBuf::from(
         std::env::var("INTEROP_MODELS").unwrap_or_else(|_| "target/interop-models".into()),
@@ -166,22 +158,16 @@ fn main() -> R<()> {
         dir.display()
     );
     let mut rows = Vec::new();
-    if want("gpt2") {
+    // A model is loaded when one of its rows is wanted.
+    let any_row = |m: &str| ROWS.iter().any(|r| want(&format!("{m}_{r}")));
+    if any_row("gpt2") {
         let m = gpt2::Gpt2::load(dir.join("gpt2-bench"), DType::F32, CPU)?;
         rows_for("gpt2", &m, &want, &mut rows)?;
     }
-    if want("llama") {
+    if any_row("llama") {
         let m = llama::Llama::load(dir.join("llama-bench"), DType::F32, CPU)?;
         rows_for("llama", &m, &want, &mut rows)?;
     }
-    if let Some(path) = json {
-        write_json(
-            &path,
-            "tensorscope",
-            env!("CARGO_PKG_VERSION"),
-            threads,
-            &rows,
-        )?;
-    }
+    write_json(json, threads, &rows)?;
     Ok(())
 }

@@ -39,7 +39,7 @@ use tensorscope::{ConvOptions, DType, Device, Padding, PoolOptions, Tensor};
 
 #[path = "common/timing.rs"]
 mod timing;
-use timing::{arg_after, fmt_s, measure_budget, write_json, Measured, R};
+use timing::{arg_after, filter_arg, fmt_s, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
 const F32: DType = DType::F32;
@@ -641,9 +641,7 @@ fn fwd_bwd_rows(rows: &mut Rows) -> R<()> {
 
 fn main() -> R<()> {
     let json = arg_after("--json");
-    let filter: Vec<String> = arg_after("--filter")
-        .map(|f| f.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let filter = filter_arg();
     let threads = rayon::current_num_threads();
     tensorscope::manual_seed(0);
     // Issue 16's overhead check: the same matrix with the memory history on.
@@ -665,14 +663,6 @@ fn main() -> R<()> {
     }
     fixed_rows(&mut rows)?;
     fwd_bwd_rows(&mut rows)?;
-    if let Some(path) = json {
-        write_json(
-            &path,
-            "tensorscope",
-            env!("CARGO_PKG_VERSION"),
-            threads,
-            &rows.out,
-        )?;
-    }
+    write_json(json, threads, &rows.out)?;
     Ok(())
 }

@@ -276,6 +276,18 @@ impl Error {
             msg: msg.into(),
         }
     }
+    /// A file that could not be read or used: [`Error::Backend`] with the
+    /// path before the message.
+    pub(crate) fn file(
+        op: &'static str,
+        path: &std::path::Path,
+        msg: impl std::fmt::Display,
+    ) -> Self {
+        Error::Backend {
+            op,
+            msg: format!("{}: {msg}", path.display()),
+        }
+    }
     pub(crate) fn dtype(op: &'static str, expected: impl Into<String>, got: DType) -> Self {
         Error::DTypeMismatch {
             op,

@@ -102,14 +102,20 @@ fn json_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// Writes the results as the JSON that `bench/report.py` merges.
-pub fn write_json(
-    path: &str,
-    library: &str,
-    version: &str,
-    threads: usize,
-    results: &[Measured],
-) -> R<()> {
+/// The names of `--filter A,B,..` (empty: every row).
+pub fn filter_arg() -> Vec<String> {
+    arg_after("--filter")
+        .map(|f| f.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Writes tensorscope's results as the JSON that `bench/report.py`
+/// merges, when `--json PATH` gave a path.
+pub fn write_json(path: Option<String>, threads: usize, results: &[Measured]) -> R<()> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let (library, version) = ("tensorscope", env!("CARGO_PKG_VERSION"));
     let rows: Vec<String> = results
         .iter()
         .map(|m| {

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 use tensorscope::generation::{CausalLm, ModelConfig};
-use tensorscope::nn::{Checkpoint, Embedding, KvCache, Linear, Module, RMSNorm, RotaryEmbedding};
+use tensorscope::nn::{apply_rotary_pos_emb, Checkpoint, Embedding, KvCache, Linear, Module};
+use tensorscope::nn::{RMSNorm, RotaryEmbedding};
 use tensorscope::{DType, Device, Result, Tensor};
 
 /// Norms before attention and MLP; q, k, v, o; gate, up, down.
@@ -114,13 +115,17 @@ impl CausalLm for Llama {
 
     fn forward(&self, ids: &Tensor, cache: &mut Vec<KvCache>) -> Result<Tensor> {
         let mut x = self.embed.forward(ids)?;
+        // The angles of the positions after the cache, once for every layer.
+        let (past, t) = (cache[0].len(), ids.shape()[1]);
+        let pos = Tensor::arange(past as f64, (past + t) as f64, 1.0, DType::I64, self.device)?;
+        let (cos, sin) = self.rope.cos_sin(&pos, self.dtype)?;
         for (l, c) in self.layers.iter().zip(cache.iter_mut()) {
             let ([q, k, v, o], [gate, up, down]) = (&l.attn, &l.mlp);
             let h = l.norms[0].forward(&x)?;
-            // Heads [B, n, T, hd]; q and k rotated for positions after the cache.
+            // Heads [B, n, T, hd], q and k rotated.
             let heads = |p: &Linear, n: usize| self.split(&p.forward(&h)?, n);
-            let q = self.rope.apply(&heads(q, self.heads)?, c.len())?;
-            let k = self.rope.apply(&heads(k, self.kv_heads)?, c.len())?;
+            let q = apply_rotary_pos_emb(&heads(q, self.heads)?, &cos, &sin)?;
+            let k = apply_rotary_pos_emb(&heads(k, self.kv_heads)?, &cos, &sin)?;
             let y = c
                 .attend(&q, &k, &heads(v, self.kv_heads)?)?
                 .transpose(1, 2)?;

@@ -30,16 +30,8 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// Reads `path`, a `config.json` or a folder holding one.
     pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
-        let p = path.as_ref();
-        let file = if p.is_dir() {
-            p.join("config.json")
-        } else {
-            p.to_path_buf()
-        };
-        let text = std::fs::read_to_string(&file).map_err(|e| Error::Backend {
-            op: OP,
-            msg: format!("{}: {e}", file.display()),
-        })?;
+        let file = super::file_in(path.as_ref(), "config.json");
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::file(OP, &file, e))?;
         let mut c = ModelConfig::from_json(&text).map_err(|e| match e {
             Error::InvalidArgument { op, msg } => Error::InvalidArgument {
                 op,

@@ -22,12 +22,21 @@ pub use tokenizer::Tokenizer;
 
 use crate::autograd::no_grad;
 use crate::device::Device;
-use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 use std::time::{Duration, Instant};
 
 const OP: &str = "generate";
+
+/// `path` itself, or `path/name` when `path` is a folder (a model folder
+/// holds config.json and tokenizer.json).
+fn file_in(path: &std::path::Path, name: &str) -> std::path::PathBuf {
+    if path.is_dir() {
+        path.join(name)
+    } else {
+        path.to_path_buf()
+    }
+}
 
 /// A decoder-only language model as [`generate`] drives it.
 pub trait CausalLm {
@@ -182,21 +191,17 @@ pub fn generate<M: CausalLm>(
 
 /// The last position's logits `[B, V]` of a step's `[B, T, V]`.
 fn last_position(logits: &Tensor, b: usize) -> Result<Tensor> {
-    if logits.rank() != 3 || logits.shape()[0] != b || !logits.dtype().is_float() {
+    let s = logits.shape();
+    if logits.rank() != 3 || s[0] != b || s[1] == 0 || !logits.dtype().is_float() {
         bail!(Error::arg(
             OP,
             format!(
-                "the model's forward must give float logits [B, T, V] with B = {b}, got {:?} {}",
+                "the model's forward must give float logits [B, T, V] with B = {b} and T > 0, got {:?} {}",
                 logits.shape(),
                 logits.dtype()
             )
         ));
     }
-    let t = logits.shape()[1];
-    let last = logits.narrow(1, t - 1, 1)?.squeeze_dim(1)?;
-    if last.dtype() == DType::F64 {
-        Ok(last)
-    } else {
-        last.to_dtype(DType::F32)
-    }
+    // A view: the sampler reads it on the device (argmax) or widens it once.
+    logits.narrow(1, s[1] - 1, 1)?.squeeze_dim(1)
 }

@@ -106,25 +106,32 @@ impl Sampler {
     /// Applies the processors to one row of `scores` in place (what the
     /// draw or argmax then reads): the repetition penalty over the tokens
     /// of `history`, and when sampling temperature, top-k and top-p (the
-    /// removed get `-inf`). Tokens of `history` outside the row are an error.
+    /// removed get `-inf`). Tokens of `history` outside the row are an error
+    /// that leaves `scores` unchanged.
     pub fn process(&self, scores: &mut [f32], history: &[u32]) -> Result<()> {
         let o = &self.o;
         if o.repetition_penalty != 1.0 {
             let p = o.repetition_penalty as f32;
-            let mut seen = vec![false; scores.len()];
-            for &t in history {
-                let Some(s) = scores.get_mut(t as usize) else {
-                    bail!(Error::arg(
-                        OP,
-                        format!(
-                            "token {t} of the history is outside the vocabulary of {}",
-                            seen.len()
-                        )
-                    ));
-                };
-                if !std::mem::replace(&mut seen[t as usize], true) {
-                    *s = if *s < 0.0 { *s * p } else { *s / p };
-                }
+            // Each token once, however often it came (the history is short
+            // beside the vocabulary: sorted, not a vocabulary-sized mask).
+            let mut tokens = history.to_vec();
+            tokens.sort_unstable();
+            tokens.dedup();
+            // Checked before any score changes (the largest comes last).
+            if let Some(&t) = tokens.last()
+                && t as usize >= scores.len()
+            {
+                bail!(Error::arg(
+                    OP,
+                    format!(
+                        "token {t} of the history is outside the vocabulary of {}",
+                        scores.len()
+                    )
+                ));
+            }
+            for t in tokens {
+                let s = &mut scores[t as usize];
+                *s = if *s < 0.0 { *s * p } else { *s / p };
             }
         }
         if !o.do_sample {

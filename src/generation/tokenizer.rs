@@ -15,16 +15,9 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Reads `path`, a `tokenizer.json` or a folder holding one.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
-        let p = path.as_ref();
-        let file = if p.is_dir() {
-            p.join("tokenizer.json")
-        } else {
-            p.to_path_buf()
-        };
-        let inner = tokenizers::Tokenizer::from_file(&file).map_err(|e| Error::Backend {
-            op: OP,
-            msg: format!("{}: {e}", file.display()),
-        })?;
+        let file = super::file_in(path.as_ref(), "tokenizer.json");
+        let inner =
+            tokenizers::Tokenizer::from_file(&file).map_err(|e| Error::file(OP, &file, e))?;
         Ok(Tokenizer { inner })
     }
 

@@ -9,6 +9,21 @@ use super::{donation_verdict, Module, Verdict};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+/// An owned input that may be overwritten ([`donation_verdict`]) goes
+/// through the in-place kernel `op_`; any other through `m.forward`.
+fn in_place_or_forward(
+    m: &dyn Module,
+    mut x: Tensor,
+    op_: impl FnOnce(&mut Tensor) -> Result<()>,
+) -> Result<Tensor> {
+    if donation_verdict(&x) == Verdict::Taken {
+        op_(&mut x)?;
+        Ok(x)
+    } else {
+        m.forward(&x)
+    }
+}
+
 macro_rules! activation {
     ($(#[$doc:meta])* $name:ident, $op:ident, $op_:ident) => {
         $(#[$doc])*
@@ -20,13 +35,8 @@ macro_rules! activation {
                 x.$op()
             }
 
-            fn forward_owned(&self, mut x: Tensor) -> Result<Tensor> {
-                if donation_verdict(&x) == Verdict::Taken {
-                    x.$op_()?;
-                    Ok(x)
-                } else {
-                    self.forward(&x)
-                }
+            fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
+                in_place_or_forward(self, x, |x| x.$op_().map(drop))
             }
 
             fn can_work_in_place(&self) -> bool {
@@ -113,15 +123,14 @@ impl Module for GELU {
         }
     }
 
-    fn forward_owned(&self, mut x: Tensor) -> Result<Tensor> {
-        if donation_verdict(&x) != Verdict::Taken {
-            return self.forward(&x);
-        }
-        match self.approximate {
-            GeluApproximate::None => x.gelu_()?,
-            GeluApproximate::Tanh => x.gelu_tanh_()?,
-        };
-        Ok(x)
+    fn forward_owned(&self, x: Tensor) -> Result<Tensor> {
+        in_place_or_forward(self, x, |x| {
+            match self.approximate {
+                GeluApproximate::None => x.gelu_()?,
+                GeluApproximate::Tanh => x.gelu_tanh_()?,
+            };
+            Ok(())
+        })
     }
 
     fn can_work_in_place(&self) -> bool {

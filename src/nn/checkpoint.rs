@@ -139,13 +139,6 @@ impl std::fmt::Debug for Checkpoint {
     }
 }
 
-fn backend(op: &'static str, path: &Path, msg: impl std::fmt::Display) -> Error {
-    Error::Backend {
-        op,
-        msg: format!("{}: {msg}", path.display()),
-    }
-}
-
 /// Reads and checks one file's header with ordinary reads (nothing mapped
 /// yet): the parsed metadata, the offset of the data and the file's
 /// length. An `Err` saying what is wrong (unreadable, malformed or
@@ -194,7 +187,7 @@ impl Checkpoint {
                     };
                 }
             }
-            return Err(backend(
+            return Err(Error::file(
                 OP,
                 path,
                 format!("a folder without {INDEX} or {SINGLE}"),
@@ -211,9 +204,9 @@ impl Checkpoint {
     /// its file.
     fn open_index(index: &Path) -> Result<Checkpoint> {
         const OP: &str = "Checkpoint::open";
-        let text = std::fs::read(index).map_err(|e| backend(OP, index, e))?;
+        let text = std::fs::read(index).map_err(|e| Error::file(OP, index, e))?;
         let not_index =
-            |why: String| backend(OP, index, format!("not a safetensors index ({why})"));
+            |why: String| Error::file(OP, index, format!("not a safetensors index ({why})"));
         let json: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| not_index(e.to_string()))?;
         let map = json
@@ -244,7 +237,7 @@ impl Checkpoint {
             .collect();
         if !wrong.is_empty() {
             wrong.sort();
-            return Err(backend(
+            return Err(Error::file(
                 OP,
                 index,
                 format!(
@@ -266,19 +259,24 @@ impl Checkpoint {
         };
         for (k, path) in paths.iter().enumerate() {
             let path = path.as_ref();
-            let mut file = File::open(path).map_err(|e| backend(OP, path, e))?;
-            let (_, data_start, len) = read_header(&mut file).map_err(|e| backend(OP, path, e))?;
+            let mut file = File::open(path).map_err(|e| Error::file(OP, path, e))?;
+            let (_, data_start, len) =
+                read_header(&mut file).map_err(|e| Error::file(OP, path, e))?;
             // SAFETY: the file's length was checked against its header just
             // above; a truncation while the mapping lives is the hazard the
             // module docs state (tensorscope's own writers rename instead).
-            let map = unsafe { Mmap::map(&file) }.map_err(|e| backend(OP, path, e))?;
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::file(OP, path, e))?;
             if map.len() as u64 != len {
-                return Err(backend(OP, path, "the file changed while it was opened"));
+                return Err(Error::file(
+                    OP,
+                    path,
+                    "the file changed while it was opened",
+                ));
             }
             // The full validation (offsets contiguous, sizes matching the
             // shapes), over the mapped bytes.
             let (_, metadata) =
-                SafeTensors::read_metadata(&map).map_err(|e| backend(OP, path, e))?;
+                SafeTensors::read_metadata(&map).map_err(|e| Error::file(OP, path, e))?;
             for (name, info) in metadata.tensors() {
                 let (s, e) = info.data_offsets;
                 let entry = Entry {
@@ -290,7 +288,7 @@ impl Checkpoint {
                     len: e - s,
                 };
                 if let Some(other) = ckpt.entries.insert(name.clone(), entry) {
-                    return Err(backend(
+                    return Err(Error::file(
                         OP,
                         path,
                         format!(
@@ -453,7 +451,7 @@ impl Checkpoint {
             // SAFETY: the range is inside the file (validated against its
             // length at open); truncation is the hazard the module docs state.
             let storage = unsafe { mapped_storage(&shard.file, e.start as u64, e.len) }
-                .map_err(|err| backend(op, &shard.path, err))?;
+                .map_err(|err| Error::file(op, &shard.path, err))?;
             return Ok(Tensor::from_parts(storage, layout, dtype));
         }
         let out = Tensor::alloc(&e.shape, dtype, Device::Cpu)?;

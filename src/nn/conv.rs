@@ -136,27 +136,21 @@ impl<const D: usize> Conv<D> {
         } else {
             "Conv2d::from_parts"
         };
-        if weight.rank() != D + 2 {
-            bail!(Error::arg(
-                op,
-                format!(
-                    "expected a weight [out, in / groups, {}], got shape {:?}",
-                    if D == 1 { "k" } else { "kh, kw" },
-                    weight.shape()
-                )
-            ));
-        }
-        let out = weight.shape()[0];
-        let g = options.groups;
-        if g == 0 || !out.is_multiple_of(g) {
-            bail!(Error::arg(
-                op,
-                format!("groups ({g}) must divide the weight's out channels ({out})")
-            ));
-        }
-        let what = "the bias must be [out_channels], the weight's dim 0";
-        let shape = [out];
-        check_parts(op, &weight, bias.as_ref().map(|b| (b, &shape[..], what)))?;
+        let layout = if D == 1 {
+            "[out, in / groups, k]"
+        } else {
+            "[out, in / groups, kh, kw]"
+        };
+        // The groups split dim 0 (out), which is also the bias's length.
+        let (rank, g) = (D + 2, options.groups);
+        check_conv_parts(
+            op,
+            &weight,
+            bias.as_ref(),
+            (rank, layout),
+            (g, "out"),
+            |s| s[0],
+        )?;
         Ok(Conv {
             weight,
             bias,
@@ -261,26 +255,11 @@ impl ConvTranspose2d {
         options: ConvTransposeOptions,
     ) -> Result<ConvTranspose2d> {
         const OP: &str = "ConvTranspose2d::from_parts";
-        if weight.rank() != 4 {
-            bail!(Error::arg(
-                OP,
-                format!(
-                    "expected a weight [in, out / groups, kh, kw], got shape {:?}",
-                    weight.shape()
-                )
-            ));
-        }
-        let (cin, g) = (weight.shape()[0], options.groups);
-        if g == 0 || !cin.is_multiple_of(g) {
-            bail!(Error::arg(
-                OP,
-                format!("groups ({g}) must divide the weight's in channels ({cin})")
-            ));
-        }
-        let out = weight.shape()[1] * g;
-        let what = "the bias must be [out_channels] = [weight dim 1 * groups]";
-        let shape = [out];
-        check_parts(OP, &weight, bias.as_ref().map(|b| (b, &shape[..], what)))?;
+        // The groups split dim 0 (in); the bias is dim 1 times the groups.
+        let (layout, g) = ("[in, out / groups, kh, kw]", options.groups);
+        check_conv_parts(OP, &weight, bias.as_ref(), (4, layout), (g, "in"), |s| {
+            s[1] * g
+        })?;
         Ok(ConvTranspose2d {
             weight,
             bias,
@@ -288,6 +267,36 @@ impl ConvTranspose2d {
             pruning: PruneMasks::default(),
         })
     }
+}
+
+/// A convolution's `from_parts` checks: `weight` of `rank` dims (laid
+/// out as `layout`) and a float dtype, `groups` dividing its dim 0 (the
+/// `what` channels), and `bias` `[out(weight.shape())]` of its dtype and
+/// device. The errors name `op`.
+fn check_conv_parts(
+    op: &'static str,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    (rank, layout): (usize, &str),
+    (groups, what): (usize, &str),
+    out: impl Fn(&[usize]) -> usize,
+) -> Result<()> {
+    if weight.rank() != rank {
+        bail!(Error::arg(
+            op,
+            format!("expected a weight {layout}, got shape {:?}", weight.shape())
+        ));
+    }
+    let n = weight.shape()[0];
+    if groups == 0 || !n.is_multiple_of(groups) {
+        bail!(Error::arg(
+            op,
+            format!("groups ({groups}) must divide the weight's {what} channels ({n})")
+        ));
+    }
+    let shape = [out(weight.shape())];
+    let note = format!("the bias must be [out_channels] = {shape:?}");
+    check_parts(op, weight, bias.map(|b| (b, &shape[..], note.as_str())))
 }
 
 impl Module for ConvTranspose2d {

@@ -291,6 +291,22 @@ pub type BatchNorm1d = BatchNorm<1>;
 /// ```
 pub type BatchNorm2d = BatchNorm<2>;
 
+/// A finite, non-negative `eps` and a momentum in `[0, 1]`.
+fn check_batch_norm_options(op: &'static str, opts: &BatchNormOptions) -> Result<()> {
+    let eps = opts.eps;
+    let momentum_ok = opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m));
+    if !(eps.is_finite() && eps >= 0.0 && momentum_ok) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {:?}",
+                opts.momentum
+            )
+        ));
+    }
+    Ok(())
+}
+
 impl<const D: usize> BatchNorm<D> {
     const NAME: &'static str = if D == 1 { "BatchNorm1d" } else { "BatchNorm2d" };
     /// `BatchNorm<D>` exists for D = 1 and 2 only (a compile-time error
@@ -334,47 +350,40 @@ impl<const D: usize> BatchNorm<D> {
         #[allow(clippy::let_unit_value)]
         let () = Self::VALID;
         (|| -> Result<BatchNorm<D>> {
-        if !dtype.is_float() {
-            bail!(Error::dtype(name, "a float dtype", dtype));
-        }
-        let eps = opts.eps;
-        let momentum_ok = opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m));
-        if !(eps.is_finite() && eps >= 0.0 && momentum_ok) {
-            bail!(Error::arg(
-                name,
-                format!("eps must be finite and non-negative and momentum in [0, 1], got eps {eps}, momentum {:?}", opts.momentum)
-            ));
-        }
-        let c = [num_features];
-        let (weight, bias) = if opts.affine {
-            (
-                Some(Tensor::ones(&c, dtype, device)?.requires_grad_(true)?),
-                Some(Tensor::zeros(&c, dtype, device)?.requires_grad_(true)?),
-            )
-        } else {
-            (None, None)
-        };
-        let (running_mean, running_var, num_batches_tracked) = if opts.track_running_stats {
-            (
-                Some(Tensor::zeros(&c, dtype, device)?),
-                Some(Tensor::ones(&c, dtype, device)?),
-                Some(Tensor::zeros(&[], DType::I64, device)?),
-            )
-        } else {
-            (None, None, None)
-        };
-        Ok(BatchNorm {
-            num_features,
-            opts,
-            dtype,
-            training: true,
-            weight,
-            bias,
-            running_mean,
-            running_var,
-            num_batches_tracked,
-        })
-    })()
+            if !dtype.is_float() {
+                bail!(Error::dtype(name, "a float dtype", dtype));
+            }
+            check_batch_norm_options(name, &opts)?;
+            let c = [num_features];
+            let (weight, bias) = if opts.affine {
+                (
+                    Some(Tensor::ones(&c, dtype, device)?.requires_grad_(true)?),
+                    Some(Tensor::zeros(&c, dtype, device)?.requires_grad_(true)?),
+                )
+            } else {
+                (None, None)
+            };
+            let (running_mean, running_var, num_batches_tracked) = if opts.track_running_stats {
+                (
+                    Some(Tensor::zeros(&c, dtype, device)?),
+                    Some(Tensor::ones(&c, dtype, device)?),
+                    Some(Tensor::zeros(&[], DType::I64, device)?),
+                )
+            } else {
+                (None, None, None)
+            };
+            Ok(BatchNorm {
+                num_features,
+                opts,
+                dtype,
+                training: true,
+                weight,
+                bias,
+                running_mean,
+                running_var,
+                num_batches_tracked,
+            })
+        })()
         .map_err(|e| e.reported_as(name))
     }
 
@@ -435,13 +444,7 @@ impl<const D: usize> BatchNorm<D> {
             check_parts(op, first, Some((p, &[c][..], "every part must be [C]")))?;
         }
         check_parts(op, first, None)?;
-        check_eps(op, Some(opts.eps))?;
-        if !opts.momentum.is_none_or(|m| (0.0..=1.0).contains(&m)) {
-            bail!(Error::arg(
-                op,
-                format!("momentum must be in [0, 1], got {:?}", opts.momentum)
-            ));
-        }
+        check_batch_norm_options(op, &opts)?;
         let num_batches_tracked = opts
             .track_running_stats
             .then(|| Tensor::zeros(&[], DType::I64, first.device()))

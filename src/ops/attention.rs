@@ -328,58 +328,56 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &SdpaOptions<'_>) -> Result<Geom
     );
     let heads = |b: &[usize]| b.last().copied();
     let (hq, hk, hv) = (heads(qb), heads(kb), heads(vb));
-    let gqa = o.enable_gqa && hq.is_some() && hk.is_some() && hk != hq;
-    if gqa {
-        let (hq, hk) = (hq.unwrap_or(1), hk.unwrap_or(1));
-        if hk == 0 || hq % hk != 0 || hv != Some(hk) {
-            bail!(Error::shape(
-                OP,
-                qs,
-                ks,
-                format!(
-                    "grouped-query attention needs the key's and value's heads (dim -3) to be equal and to divide the query's: query {hq}, key {hk}, value {}",
-                    hv.map_or("none".to_string(), |h| h.to_string())
-                )
-            ));
-        }
+    // `(Hq, Hkv)` when the call is grouped-query.
+    let gqa = match (o.enable_gqa, hq, hk) {
+        (true, Some(q), Some(k)) if q != k => Some((q, k)),
+        _ => None,
+    };
+    if let Some((q, k)) = gqa
+        && (k == 0 || !q.is_multiple_of(k) || hv != Some(k))
+    {
+        bail!(Error::shape(
+            OP,
+            qs,
+            ks,
+            format!(
+                "grouped-query attention needs the key's and value's heads (dim -3) to be equal and to divide the query's: query {q}, key {k}, value {}",
+                hv.map_or("none".to_string(), |h| h.to_string())
+            )
+        ));
     }
-    // Under GQA the key's heads broadcast as if repeated to the query's.
-    let as_q = |b: &[usize]| -> Vec<usize> {
+    // `b` with `h` heads (its last dim).
+    let with_heads = |b: &[usize], h: usize| -> Vec<usize> {
         let mut b = b.to_vec();
-        if let (true, Some(last), Some(h)) = (gqa, b.last_mut(), hq) {
+        if let Some(last) = b.last_mut() {
             *last = h;
         }
         b
     };
-    let joined = broadcast_shapes(OP, qb, &as_q(kb))
-        .and_then(|b| broadcast_shapes(OP, &b, &as_q(vb)).map(|b| b.to_vec()));
-    let batch = match joined {
-        Ok(b) => b,
-        Err(_)
-            if !o.enable_gqa && matches!((hq, hk), (Some(q), Some(k)) if k > 0 && q % k == 0) =>
-        {
+    // Under GQA the key's heads broadcast as if repeated to the query's.
+    let (kq, vq) = match gqa {
+        Some((q, _)) => (with_heads(kb, q), with_heads(vb, q)),
+        None => (kb.to_vec(), vb.to_vec()),
+    };
+    let joined = broadcast_shapes(OP, qb, &kq)
+        .and_then(|b| broadcast_shapes(OP, &b, &vq).map(|b| b.to_vec()));
+    let batch = match (joined, hq, hk) {
+        (Ok(b), ..) => b,
+        (Err(_), Some(q), Some(k)) if !o.enable_gqa && k > 0 && q.is_multiple_of(k) => {
             bail!(Error::shape(
                 OP,
                 qs,
                 ks,
                 format!(
-                    "the query has {} heads (dim -3) and the key {}: set enable_gqa for grouped-query attention",
-                    hq.unwrap_or(0),
-                    hk.unwrap_or(0)
+                    "the query has {q} heads (dim -3) and the key {k}: set enable_gqa for grouped-query attention"
                 )
             ))
         }
-        Err(e) => return Err(e),
+        (Err(e), ..) => return Err(e),
     };
-    let (group, kv_batch) = if gqa {
-        let (hq, hk) = (hq.unwrap_or(1), hk.unwrap_or(1));
-        let mut kvb = batch.clone();
-        if let Some(last) = kvb.last_mut() {
-            *last = hk;
-        }
-        (hq / hk, kvb)
-    } else {
-        (1, batch.clone())
+    let (group, kv_batch) = match gqa {
+        Some((q, k)) => (q / k, with_heads(&batch, k)),
+        None => (1, batch.clone()),
     };
     if !(0.0..=1.0).contains(&o.dropout_p) {
         bail!(Error::arg(

@@ -9,7 +9,6 @@
 //! the gradient of a reflected or repeated element into its source) is
 //! autograd's.
 
-use crate::dtype::DType;
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
 
@@ -149,8 +148,6 @@ fn from_input(x: &Tensor, dim: usize, lo: isize, hi: isize, mode: PadMode) -> Re
         } as i64)
         .collect();
     let len = src.len();
-    let idx = Tensor::from_vec(src, &[len], crate::device::Device::Cpu)?
-        .to_dtype(DType::I64)?
-        .to_device(x.device())?;
+    let idx = Tensor::from_vec(src, &[len], crate::device::Device::Cpu)?.to_device(x.device())?;
     x.index_select(dim as isize, &idx)
 }

@@ -130,6 +130,15 @@ fn draws_are_seeded_and_follow_the_distribution() {
         2000,
     );
     assert!(top.iter().all(|&x| x < 2) && top.contains(&1));
+    // A token outside the vocabulary: an Err, the scores untouched.
+    let pen = Sampler::new(SamplingOptions {
+        repetition_penalty: 2.0,
+        ..o
+    })
+    .unwrap();
+    let mut row = logits.clone();
+    let e = pen.process(&mut row, &[0, 1, 7]).unwrap_err().to_string();
+    assert!(e.contains("token 7") && row == logits, "{e}");
     for bad in [
         SamplingOptions {
             temperature: 0.0,

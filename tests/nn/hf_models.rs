@@ -62,20 +62,25 @@ fn reference(model: &str) -> Reference {
     }
 }
 
-/// The logits of both prompts through a fresh cache, and the greedy
-/// continuation of the first, against the reference.
-fn agrees<M: CausalLm>(m: &M, r: &Reference, what: &str) {
+/// The logits of the reference's prompts, through a fresh cache.
+fn logits_of<M: CausalLm>(m: &M, r: &Reference) -> Tensor {
     let (b, l) = (r.ids.len(), r.ids[0].len());
     let flat: Vec<i64> = r.ids.iter().flatten().map(|&x| x as i64).collect();
     let ids = Tensor::from_vec(flat, &[b, l], Device::Cpu)
         .unwrap()
         .to_device(m.device())
         .unwrap();
-    let logits = no_grad(|| {
+    no_grad(|| {
         let mut cache = m.new_cache(b, l)?;
         m.forward(&ids, &mut cache)
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// The logits of both prompts through a fresh cache, and the greedy
+/// continuation of the first, against the reference.
+fn agrees<M: CausalLm>(m: &M, r: &Reference, what: &str) {
+    let logits = logits_of(m, r);
     assert_close(&read(&logits), &r.logits, 1e-4, &format!("{what}: logits"));
     let o = GenerateOptions {
         max_new_tokens: r.greedy.len(),
@@ -113,17 +118,7 @@ fn models_run_in_bf16(dev: Device) {
 }
 
 fn bf16_close<M: CausalLm>(m: &M, r: &Reference, what: &str) {
-    let (b, l) = (r.ids.len(), r.ids[0].len());
-    let flat: Vec<i64> = r.ids.iter().flatten().map(|&x| x as i64).collect();
-    let ids = Tensor::from_vec(flat, &[b, l], Device::Cpu)
-        .unwrap()
-        .to_device(m.device())
-        .unwrap();
-    let logits = no_grad(|| {
-        let mut cache = m.new_cache(b, l)?;
-        m.forward(&ids, &mut cache)
-    })
-    .unwrap();
+    let logits = logits_of(m, r);
     assert_eq!(logits.dtype(), DType::BF16, "{what}");
     let got = read(&logits);
     let worst = got

@@ -24,20 +24,9 @@ use tensorscope::{autograd, memory, Device, Generator, Result, Tensor};
 const BATCH: usize = 16;
 const STEPS: usize = 1000;
 
-/// `BATCH` windows of `SEQ + 1` tokens from `data` at random offsets:
-/// inputs `[BATCH, SEQ]` and next-token targets `[BATCH * SEQ]`.
+/// `BATCH` windows of the text: inputs and next-token targets.
 fn batch(data: &[i64], g: &mut Generator, dev: Device) -> Result<(Tensor, Tensor)> {
-    let mut x = Vec::with_capacity(BATCH * SEQ);
-    let mut y = Vec::with_capacity(BATCH * SEQ);
-    for _ in 0..BATCH {
-        let at = (g.next_u64() % (data.len() - SEQ - 1) as u64) as usize;
-        x.extend_from_slice(&data[at..at + SEQ]);
-        y.extend_from_slice(&data[at + 1..at + SEQ + 1]);
-    }
-    Ok((
-        Tensor::from_vec(x, &[BATCH, SEQ], dev)?,
-        Tensor::from_vec(y, &[BATCH * SEQ], dev)?,
-    ))
+    model::windows(data, BATCH, g, dev)
 }
 
 /// The mean loss over `n` batches of held-out text.

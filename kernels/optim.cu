@@ -5,6 +5,7 @@
 //   sgd_step_<dtype>(Geom<3> g, i64 n, T* p, const T* grad, T* buf, SgdK k)
 //   rule_step_<dtype>(Geom<5> g, i64 n, T* p, const T* grad, T* s0, T* s1, T* s2, RuleK k)
 //   sum_squares_<dtype>(Geom<1> g, i64 n, const T* x, double* partials)
+//   unscale_check_<dtype>(Geom<1> g, i64 n, T* x, float inv_scale, float* found_inf)
 //
 // The updates are those of src/backend/cpu/optim.rs (PyTorch's
 // `_single_tensor_adam` / `_single_tensor_sgd`), operation for operation and
@@ -136,6 +137,22 @@ DEV void sum_squares_impl(const Geom<1>& g, i64 n, const T* x, double* partials)
     if (threadIdx.x == 0) partials[blockIdx.x] = r;
 }
 
+// unscale_check: GradScaler's one pass over a gradient, PyTorch's
+// `_amp_non_finite_check_and_unscale_`: x *= inv_scale in the compute type
+// (float; double for f64), as the CPU,
+// and *found_inf = 1 if any element was inf or NaN (a racy store of the
+// same value: any thread that sees one writes 1.0, none writes 0).
+template <typename T>
+DEV void unscale_check_impl(const Geom<1>& g, i64 n, T* x, float inv, float* found) {
+    typedef decltype(load(T{})) C;
+    const C s = (C)inv;
+    for_each<1>(g, n, [&](const i64* o) {
+        const C v = load(x[o[0]]);
+        if (!isfinite(v)) *found = 1.0f;
+        x[o[0]] = Store<T>::from(r_mul(v, s));
+    });
+}
+
 // rule_step_<dtype>(Geom<5> g, i64 n, T* p, const T* grad, T* s0, T* s1, T* s2, RuleK k)
 //
 // The optimizers of `UpdateRule` (src/backend/optim.rs), each the update of
@@ -234,6 +251,9 @@ DEV void rule_impl(const Geom<5>& g, i64 n, T* p, const T* gr, T* s0, T* s1, T* 
     }                                                                                                 \
     KERNEL void sum_squares_##SUF(Geom<1> g, i64 n, const T* x, double* partials) {                  \
         sum_squares_impl<T>(g, n, x, partials);                                                       \
+    }                                                                                                 \
+    KERNEL void unscale_check_##SUF(Geom<1> g, i64 n, T* x, float inv, float* found) {               \
+        unscale_check_impl<T>(g, n, x, inv, found);                                                   \
     }
 
 OPTIM_KERNELS(f32, float)

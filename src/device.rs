@@ -16,7 +16,33 @@ pub enum Device {
     Cuda(usize),
 }
 
+/// A kind of device, without an ordinal: what an autocast region covers
+/// (PyTorch's `device_type`, `"cpu"` or `"cuda"`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// The host.
+    Cpu,
+    /// Every CUDA device.
+    Cuda,
+}
+
+impl fmt::Display for DeviceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceType::Cpu => "cpu",
+            DeviceType::Cuda => "cuda",
+        })
+    }
+}
+
 impl Device {
+    /// The kind of device, without the ordinal.
+    pub fn device_type(self) -> DeviceType {
+        match self {
+            Device::Cpu => DeviceType::Cpu,
+            Device::Cuda(_) => DeviceType::Cuda,
+        }
+    }
     /// `true` for [`Device::Cpu`].
     pub fn is_cpu(self) -> bool {
         matches!(self, Device::Cpu)

@@ -27,6 +27,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod alloc;
+pub mod autocast;
 pub mod autograd;
 pub mod backend;
 mod borrowed;
@@ -57,6 +58,7 @@ mod unary_table;
 
 pub use borrowed::{TensorView, TensorViewMut};
 pub use device::Device;
+pub use device::DeviceType;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use layout::Layout;

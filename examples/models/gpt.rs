@@ -7,7 +7,7 @@
 use tensorscope::nn::{
     Embedding, KvCache, Linear, MhaForward, MhaOptions, Module, MultiheadAttention, RMSNorm,
 };
-use tensorscope::{DType, Device, Result, Tensor};
+use tensorscope::{DType, Device, Generator, Result, Tensor};
 
 /// The model width.
 pub const D: usize = 128;
@@ -191,4 +191,25 @@ pub fn corpus() -> (Vec<i64>, Vec<char>) {
         .map(|c| chars.binary_search(&c).unwrap_or(0) as i64)
         .collect();
     (ids, chars)
+}
+
+/// `batch` windows of `SEQ + 1` tokens from `data` at random offsets:
+/// inputs `[batch, SEQ]` and next-token targets `[batch * SEQ]`.
+pub fn windows(
+    data: &[i64],
+    batch: usize,
+    g: &mut Generator,
+    dev: Device,
+) -> Result<(Tensor, Tensor)> {
+    let mut x = Vec::with_capacity(batch * SEQ);
+    let mut y = Vec::with_capacity(batch * SEQ);
+    for _ in 0..batch {
+        let at = (g.next_u64() % (data.len() - SEQ - 1) as u64) as usize;
+        x.extend_from_slice(&data[at..at + SEQ]);
+        y.extend_from_slice(&data[at + 1..at + SEQ + 1]);
+    }
+    Ok((
+        Tensor::from_vec(x, &[batch, SEQ], dev)?,
+        Tensor::from_vec(y, &[batch * SEQ], dev)?,
+    ))
 }

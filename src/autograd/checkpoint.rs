@@ -44,8 +44,10 @@ where
         .collect::<Result<_>>()?;
     let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
     let f = Arc::new(f);
+    let regions = crate::autocast::regions();
     let back: BackwardFn = Box::new(move |g| {
         let _grad = super::enable_grad_guard();
+        let _autocast = regions.enter();
         let xs: Vec<Tensor> = saved
             .iter()
             .zip(&wants)

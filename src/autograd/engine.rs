@@ -55,6 +55,8 @@ fn add_grad(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
 
 pub(crate) fn run_backward(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<()> {
     let _no_grad = super::no_grad_guard();
+    // Backward runs in the dtypes the forward chose, also inside a region.
+    let _no_autocast = crate::autocast::exclude();
     let Some(meta) = root.inner.autograd.as_ref() else {
         bail!(Error::Autograd {
             op: "backward",

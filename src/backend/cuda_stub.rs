@@ -35,6 +35,18 @@ pub fn device_count() -> usize {
     0
 }
 
+/// A device's compute capability: an `Err`, as this build has no CUDA
+/// backend.
+pub fn compute_capability(device: Device) -> Result<(i32, i32)> {
+    err(
+        "compute_capability",
+        match device {
+            Device::Cuda(i) => i,
+            Device::Cpu => 0,
+        },
+    )
+}
+
 /// Pinned tensors need the CUDA backend.
 pub(crate) mod pinned_tensor {
     use super::*;
@@ -260,6 +272,9 @@ pub(crate) fn argsort(
     _desc: bool,
 ) -> Result<()> {
     err("argsort", ordinal(x))
+}
+pub(crate) fn unscale_check(op: &'static str, x: &Operand, _s: f32, _f: &Operand) -> Result<()> {
+    err(op, ordinal(x))
 }
 pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     err(op, ordinal(src))

@@ -123,6 +123,29 @@ pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     }
 }
 
+/// GradScaler's pass over one float gradient: `x *= inv_scale` in place,
+/// and `found` (an f32 `[1]` on `x`'s device) set to 1 if an element was
+/// inf or NaN (left as it is otherwise). On CUDA nothing waits: `found` is
+/// read once per step.
+pub(crate) fn unscale_check(
+    op: &'static str,
+    x: &Operand,
+    inv_scale: f32,
+    found: &Operand,
+) -> Result<()> {
+    let d = device_of(op, &[x, found])?;
+    let _l = lock(&[], &[x.storage, found.storage]);
+    match d {
+        Device::Cpu => {
+            if cpu::optim::unscale_check(x, inv_scale) {
+                cpu::elementwise::fill(found, 1.0);
+            }
+            Ok(())
+        }
+        Device::Cuda(_) => cuda::unscale_check(op, x, inv_scale, found),
+    }
+}
+
 /// The optimizers whose update is one elementwise pass over the parameter,
 /// its gradient and up to three state buffers, with their step's constants
 /// (host doubles; each kernel converts them to its compute type). The

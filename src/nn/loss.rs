@@ -61,6 +61,10 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// # Ok::<(), tensorscope::Error>(())
 /// ```
 pub fn mse_loss_with(pred: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(&crate::autocast::MSE_LOSS, &[Some(pred), Some(target)])?
+    {
+        return mse_loss_with(c.get(0), c.get(1), reduction);
+    }
     same_shape("mse_loss", pred, target)?;
     reduce(pred.sub(target)?.square()?, reduction)
 }
@@ -231,6 +235,16 @@ pub fn cross_entropy_with(
     targets: &Tensor,
     opts: &CrossEntropyOptions<'_>,
 ) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(
+        &crate::autocast::CROSS_ENTROPY,
+        &[Some(logits), Some(targets), opts.weight],
+    )? {
+        let opts = CrossEntropyOptions {
+            weight: c.opt(2),
+            ..*opts
+        };
+        return cross_entropy_with(c.get(0), c.get(1), &opts);
+    }
     let op = "cross_entropy";
     if targets.dtype().is_float() {
         return cross_entropy_probs(logits, targets, opts);
@@ -328,6 +342,17 @@ pub fn bce_with_logits_with(
     targets: &Tensor,
     opts: &BceWithLogitsOptions<'_>,
 ) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(
+        &crate::autocast::BCE_WITH_LOGITS,
+        &[Some(logits), Some(targets), opts.weight, opts.pos_weight],
+    )? {
+        let opts = BceWithLogitsOptions {
+            weight: c.opt(2),
+            pos_weight: c.opt(3),
+            ..*opts
+        };
+        return bce_with_logits_with(c.get(0), c.get(1), &opts);
+    }
     let op = "bce_with_logits";
     same_shape(op, logits, targets)?;
     if !logits.dtype().is_float() {
@@ -385,6 +410,10 @@ pub fn l1_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 
 /// [`l1_loss`] with a [`Reduction`].
 pub fn l1_loss_with(pred: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(&crate::autocast::L1_LOSS, &[Some(pred), Some(target)])?
+    {
+        return l1_loss_with(c.get(0), c.get(1), reduction);
+    }
     let _op = crate::alloc::history::op_context("l1_loss");
     same_shape("l1_loss", pred, target)?;
     reduce(pred.sub(target)?.abs()?, reduction)
@@ -420,6 +449,12 @@ fn quadratic_then_linear(
 /// below `beta`, linear above, averaged. PyTorch's default `beta` is 1; 0
 /// gives the L1 loss; a negative `beta` is an `Err`.
 pub fn smooth_l1_loss(pred: &Tensor, target: &Tensor, beta: f64) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(
+        &crate::autocast::SMOOTH_L1_LOSS,
+        &[Some(pred), Some(target)],
+    )? {
+        return smooth_l1_loss(c.get(0), c.get(1), beta);
+    }
     let _op = crate::alloc::history::op_context("smooth_l1_loss");
     quadratic_then_linear("smooth_l1_loss", pred, target, beta, beta, 1.0)?.mean_all()
 }
@@ -429,6 +464,11 @@ pub fn smooth_l1_loss(pred: &Tensor, target: &Tensor, beta: f64) -> Result<Tenso
 /// `delta` is 1; a `delta` that is not positive is an `Err` (as in
 /// PyTorch).
 pub fn huber_loss(pred: &Tensor, target: &Tensor, delta: f64) -> Result<Tensor> {
+    if let Some(c) =
+        crate::autocast::cast(&crate::autocast::HUBER_LOSS, &[Some(pred), Some(target)])?
+    {
+        return huber_loss(c.get(0), c.get(1), delta);
+    }
     let _op = crate::alloc::history::op_context("huber_loss");
     if delta.is_nan() || delta <= 0.0 {
         bail!(Error::arg(
@@ -444,6 +484,11 @@ pub fn huber_loss(pred: &Tensor, target: &Tensor, delta: f64) -> Result<Tensor> 
 /// `target` `[N]` (i64 or i32). Every target must be a class: no index is
 /// ignored (as [`cross_entropy`]'s default here; PyTorch ignores -100).
 pub fn nll_loss(log_probs: &Tensor, target: &Tensor) -> Result<Tensor> {
+    if let Some(c) =
+        crate::autocast::cast(&crate::autocast::NLL_LOSS, &[Some(log_probs), Some(target)])?
+    {
+        return nll_loss(c.get(0), c.get(1));
+    }
     let op = "nll_loss";
     let _op = crate::alloc::history::op_context(op);
     if log_probs.rank() != 2 || target.rank() != 1 || target.shape()[0] != log_probs.shape()[0] {
@@ -473,6 +518,10 @@ pub fn kl_div(input: &Tensor, target: &Tensor) -> Result<Tensor> {
 
 /// [`kl_div`] with a [`Reduction`].
 pub fn kl_div_with(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(&crate::autocast::KL_DIV, &[Some(input), Some(target)])?
+    {
+        return kl_div_with(c.get(0), c.get(1), reduction);
+    }
     let op = "kl_div";
     let _op = crate::alloc::history::op_context(op);
     same_shape(op, input, target)?;
@@ -496,6 +545,12 @@ pub fn kl_div_with(input: &Tensor, target: &Tensor, reduction: Reduction) -> Res
 /// deviation 15). Prefer [`bce_with_logits`] on logits: it is exact where
 /// this saturates.
 pub fn binary_cross_entropy(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(
+        &crate::autocast::BINARY_CROSS_ENTROPY,
+        &[Some(pred), Some(target)],
+    )? {
+        return binary_cross_entropy(c.get(0), c.get(1));
+    }
     let op = "binary_cross_entropy";
     let _op = crate::alloc::history::op_context(op);
     same_shape(op, pred, target)?;

@@ -112,11 +112,32 @@ pub trait Module: Send {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.to_dtype_keeping(dtype, &|_| false)
+    }
+
+    /// [`to_dtype`](Module::to_dtype), except the parameters and buffers
+    /// whose dotted name `keep` accepts, which keep their dtype: a half
+    /// model whose norms stay f32 (`|n| n.contains("norm")`). A norm with
+    /// f32 parameters takes the half input and returns its dtype (GUIDE 17).
+    ///
+    /// ```
+    /// use tensorscope::nn::{LayerNorm, Linear, Module, Sequential};
+    /// use tensorscope::{DType, Device, Tensor};
+    /// let mut m = Sequential::new();
+    /// m.add(Linear::new(4, 4)?).add(LayerNorm::new(&[4])?);
+    /// m.to_dtype_keeping(DType::BF16, &|name| name.starts_with("1."))?;
+    /// let dtypes: Vec<DType> = m.parameters().iter().map(|p| p.dtype()).collect();
+    /// assert_eq!(dtypes, [DType::BF16, DType::BF16, DType::F32, DType::F32]);
+    /// let x = Tensor::ones(&[2, 4], DType::BF16, Device::Cpu)?;
+    /// assert_eq!(m.forward(&x)?.dtype(), DType::BF16);
+    /// # Ok::<(), tensorscope::Error>(())
+    /// ```
+    fn to_dtype_keeping(&mut self, dtype: DType, keep: &dyn Fn(&str) -> bool) -> Result<()> {
         if !dtype.is_float() {
             return Err(Error::dtype("Module::to_dtype", "a float dtype", dtype));
         }
-        for (_, p) in self.named_parameters_mut() {
-            if p.dtype().is_float() && p.dtype() != dtype {
+        for (name, p) in self.named_parameters_mut() {
+            if p.dtype().is_float() && p.dtype() != dtype && !keep(&name) {
                 let cast = crate::autograd::no_grad(|| p.detach().to_dtype(dtype))?;
                 *p = if p.requires_grad() {
                     cast.requires_grad_(true)?

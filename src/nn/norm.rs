@@ -110,11 +110,10 @@ impl LayerNorm {
             bias,
         })
     }
-}
 
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let _op = crate::alloc::history::op_context("layer_norm");
+    /// The forward over the given weight and bias (the layer's own, or
+    /// their autocast casts).
+    fn forward_parts(&self, x: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
         let k = self.normalized_shape.len();
         if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
             bail!(Error::shape(
@@ -128,7 +127,7 @@ impl Module for LayerNorm {
             bail!(Error::dtype("LayerNorm", "a float input", x.dtype()));
         }
         // The fields are public: a replaced weight or bias is checked here.
-        for (what, t) in [("weight", &self.weight), ("bias", &self.bias)] {
+        for (what, t) in [("weight", weight), ("bias", bias)] {
             if t.shape() != self.normalized_shape.as_slice() {
                 bail!(Error::shape(
                     "LayerNorm",
@@ -138,22 +137,58 @@ impl Module for LayerNorm {
                 ));
             }
         }
-        if x.dtype() == self.weight.dtype() && x.numel() > 0 {
-            let cols = crate::layout::numel(&self.normalized_shape);
-            let (w, b) = (Some(&self.weight), Some(&self.bias));
+        let cols = crate::layout::numel(&self.normalized_shape);
+        if x.numel() > 0 && x.dtype() == weight.dtype() {
+            let (w, b) = (Some(weight), Some(bias));
             return fused_norm("LayerNorm", x, w, b, cols, self.eps, NormKind::Layer);
         }
-        // An input of another dtype than the layer's (or an empty one): the
-        // composition of elementwise ops and reductions, which promotes.
+        if x.numel() > 0 && lower_than_params(x, weight, Some(bias)) {
+            // PyTorch's mixed-dtype kernel: the result has the input's dtype.
+            let w = crate::autocast::param_as(weight, x.dtype())?;
+            let b = crate::autocast::param_as(bias, x.dtype())?;
+            return fused_norm(
+                "LayerNorm",
+                x,
+                Some(&w),
+                Some(&b),
+                cols,
+                self.eps,
+                NormKind::Layer,
+            );
+        }
+        // Any other mix of dtypes (or an empty input): the composition of
+        // elementwise ops and reductions, which promotes.
         let dims: Vec<isize> = (1..=k as isize).map(|i| -i).collect();
         (|| {
             let mean = x.mean(&dims, true)?;
             let xc = x.sub(&mean)?;
             let var = xc.square()?.mean(&dims, true)?;
             let inv = var.add_scalar(self.eps)?.rsqrt()?;
-            xc.mul(&inv)?.mul(&self.weight)?.add(&self.bias)
+            xc.mul(&inv)?.mul(weight)?.add(bias)
         })()
         .map_err(|e| e.reported_as("LayerNorm"))
+    }
+}
+
+/// `true` for an f16 or bf16 input to a layer whose parameters are f32:
+/// the mix PyTorch's norm kernels accept, returning the input's dtype
+/// (the parameters are applied in it here: deviation 34).
+fn lower_than_params(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> bool {
+    matches!(x.dtype(), DType::F16 | DType::BF16)
+        && weight.dtype() == DType::F32
+        && bias.is_none_or(|b| b.dtype() == DType::F32)
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("layer_norm");
+        if let Some(c) = crate::autocast::cast(
+            &crate::autocast::LAYER_NORM,
+            &[Some(x), Some(&self.weight), Some(&self.bias)],
+        )? {
+            return self.forward_parts(c.get(0), c.get(1), c.get(2));
+        }
+        self.forward_parts(x, &self.weight, &self.bias)
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {
@@ -524,13 +559,18 @@ impl<const D: usize> Module for BatchNorm<D> {
             .as_ref()
             .or(self.running_mean.as_ref())
             .map_or(self.dtype, |t| t.dtype());
-        if x.dtype() != dt {
+        // An f16 or bf16 input to f32 parts is PyTorch's mixed-dtype batch
+        // norm: the result has the input's dtype, the running statistics
+        // stay f32.
+        let mixed = matches!(x.dtype(), DType::F16 | DType::BF16) && dt == DType::F32;
+        if x.dtype() != dt && !mixed {
             bail!(Error::dtype(
                 op,
                 format!("{dt} (the layer's dtype) for the input"),
                 x.dtype()
             ));
         }
+        let in_x = |t: &Tensor| crate::autocast::param_as(t, x.dtype());
         // Statistics over every dimension but the channels'; per-channel
         // tensors [C] seen as [C, 1, ...] against [N, C, ...].
         let dims: Vec<isize> = (0..x.rank() as isize).filter(|&d| d != 1).collect();
@@ -551,8 +591,8 @@ impl<const D: usize> Module for BatchNorm<D> {
         };
         let (xc, inv) = match running {
             Some((rm, rv)) => {
-                let inv = rv.add_scalar(self.opts.eps)?.rsqrt()?;
-                (x.sub(&chan(rm)?)?, chan(&inv)?)
+                let inv = in_x(&rv.add_scalar(self.opts.eps)?.rsqrt()?)?;
+                (x.sub(&chan(&in_x(rm)?)?)?, chan(&inv)?)
             }
             None => {
                 if n == 1 {
@@ -574,12 +614,9 @@ impl<const D: usize> Module for BatchNorm<D> {
                 (xc, var.add_scalar(self.opts.eps)?.rsqrt()?)
             }
         };
-        scale_shift(
-            xc.mul(&inv)?,
-            self.weight.as_ref(),
-            self.bias.as_ref(),
-            chan,
-        )
+        let w = self.weight.as_ref().map(in_x).transpose()?;
+        let b = self.bias.as_ref().map(in_x).transpose()?;
+        scale_shift(xc.mul(&inv)?, w.as_ref(), b.as_ref(), chan)
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {
@@ -779,12 +816,16 @@ impl GroupNorm {
     pub fn num_groups(&self) -> usize {
         self.num_groups
     }
-}
 
-impl Module for GroupNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// The forward over the given weight and bias (the layer's own, or
+    /// their autocast casts).
+    fn forward_parts(
+        &self,
+        x: &Tensor,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
         const OP: &str = "GroupNorm";
-        let _op = crate::alloc::history::op_context("group_norm");
         let c = self.num_channels;
         if x.rank() < 2 || x.shape()[1] != c {
             bail!(Error::shape(
@@ -794,8 +835,9 @@ impl Module for GroupNorm {
                 "the input must be [N, C, ...] with C = num_channels"
             ));
         }
-        if let Some(w) = &self.weight
+        if let Some(w) = weight
             && x.dtype() != w.dtype()
+            && !lower_than_params(x, w, bias)
         {
             bail!(Error::dtype(
                 OP,
@@ -816,7 +858,24 @@ impl Module for GroupNorm {
             .reshape(&x.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())?;
         let mut cs = vec![c as isize];
         cs.resize(x.rank() - 1, 1);
-        scale_shift(y, self.weight.as_ref(), self.bias.as_ref(), |t| t.view(&cs))
+        let w = weight
+            .map(|w| crate::autocast::param_as(w, x.dtype()))
+            .transpose()?;
+        let b = bias
+            .map(|b| crate::autocast::param_as(b, x.dtype()))
+            .transpose()?;
+        scale_shift(y, w.as_ref(), b.as_ref(), |t| t.view(&cs))
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _op = crate::alloc::history::op_context("group_norm");
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        if let Some(c) = crate::autocast::cast(&crate::autocast::GROUP_NORM, &[Some(x), w, b])? {
+            return self.forward_parts(c.get(0), c.opt(1), c.opt(2));
+        }
+        self.forward_parts(x, w, b)
     }
 
     fn named_parameters(&self) -> Vec<(String, &Tensor)> {

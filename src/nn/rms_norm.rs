@@ -61,6 +61,9 @@ fn rms_norm_op(
     weight: Option<&Tensor>,
     eps: Option<f64>,
 ) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(&crate::autocast::RMS_NORM, &[Some(x), weight])? {
+        return rms_norm_op(op, c.get(0), normalized_shape, c.opt(1), eps);
+    }
     check_normalized_shape(op, normalized_shape)?;
     check_eps(op, eps)?;
     if !x.dtype().is_float() {
@@ -90,8 +93,9 @@ fn rms_norm_op(
                 bail!(Error::dtype(op, "a float weight", w.dtype()));
             }
             x.same_device(op, w)?;
-            // The result has the input's dtype, as in PyTorch.
-            Some(w.to_dtype(x.dtype())?)
+            // The result has the input's dtype, as in PyTorch (from the
+            // autocast cache for an f32 parameter inside a region).
+            Some(crate::autocast::param_as(w, x.dtype())?)
         }
     };
     let eps = eps.unwrap_or_else(|| rms_norm_default_eps(x.dtype()));

@@ -156,6 +156,16 @@ pub fn scaled_dot_product_attention_with(
     v: &Tensor,
     o: &SdpaOptions<'_>,
 ) -> Result<Tensor> {
+    if let Some(c) = crate::autocast::cast(
+        &crate::autocast::SDPA,
+        &[Some(q), Some(k), Some(v), o.attn_mask],
+    )? {
+        let o = SdpaOptions {
+            attn_mask: c.opt(3),
+            ..*o
+        };
+        return scaled_dot_product_attention_with(c.get(0), c.get(1), c.get(2), &o);
+    }
     let _op = crate::alloc::history::op_context_with(OP, || {
         vec![q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec()]
     });

@@ -612,6 +612,11 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: &ConvOptions<2>,
     ) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::CONV2D, &[Some(self), Some(weight), bias])?
+        {
+            return c.get(0).conv2d(c.get(1), c.opt(2), opts);
+        }
         const OP: &str = "conv2d";
         let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
         check_ranks(OP, self, weight, 4)?;
@@ -648,6 +653,11 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: &ConvOptions<1>,
     ) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::CONV1D, &[Some(self), Some(weight), bias])?
+        {
+            return c.get(0).conv1d(c.get(1), c.opt(2), opts);
+        }
         const OP: &str = "conv1d";
         let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
         check_ranks(OP, self, weight, 3)?;
@@ -828,6 +838,12 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: &ConvTransposeOptions,
     ) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(
+            &crate::autocast::CONV_TRANSPOSE2D,
+            &[Some(self), Some(weight), bias],
+        )? {
+            return c.get(0).conv_transpose2d(c.get(1), c.opt(2), opts);
+        }
         const OP: &str = "conv_transpose2d";
         let _op = op_context_with(OP, || vec![self.shape().to_vec(), weight.shape().to_vec()]);
         check_ranks(OP, self, weight, 4)?;

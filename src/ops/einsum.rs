@@ -199,6 +199,10 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn einsum(equation: &str, operands: &[&Tensor]) -> Result<Tensor> {
+        let ts: Vec<Option<&Tensor>> = operands.iter().map(|&t| Some(t)).collect();
+        if let Some(c) = crate::autocast::cast(&crate::autocast::EINSUM, &ts)? {
+            return Tensor::einsum(equation, &c.all());
+        }
         let _op = op_context(OP);
         einsum_impl(equation, operands).map_err(|e| e.reported_as(OP))
     }

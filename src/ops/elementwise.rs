@@ -191,6 +191,12 @@ impl Tensor {
     }
 
     fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        if op == BinaryOp::Pow
+            && let Some(c) =
+                crate::autocast::cast(&crate::autocast::POW, &[Some(self), Some(other)])?
+        {
+            return c.get(0).binary_op(op, c.get(1));
+        }
         let _op = crate::alloc::history::op_context_with(op.name(), || {
             vec![self.shape().to_vec(), other.shape().to_vec()]
         });
@@ -252,6 +258,11 @@ impl Tensor {
     }
 
     fn scalar_op(&self, op: BinaryOp, s: f64) -> Result<Tensor> {
+        if op == BinaryOp::Pow
+            && let Some(c) = crate::autocast::cast(&crate::autocast::POW, &[Some(self)])?
+        {
+            return c.get(0).scalar_op(op, s);
+        }
         let _op = crate::alloc::history::op_context_with(op.name(), || vec![self.shape().to_vec()]);
         let dt = scalar_compute_dtype(op, self.dtype(), s)?;
         // Borrow the operand when it already has the compute dtype (no new handle).
@@ -349,6 +360,9 @@ impl Tensor {
     }
 
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast_unary(op.name(), self)? {
+            return c.get(0).unary_op(op);
+        }
         let _op = crate::alloc::history::op_context_with(op.name(), || vec![self.shape().to_vec()]);
         // Borrow the input when it already has the compute dtype (no new handle).
         let converted = self.unary_input(op)?;

@@ -617,6 +617,11 @@ impl Tensor {
     /// `self` gets the gradient as it is, `src` the gradient gathered at
     /// `index`.
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::SCATTER_ADD, &[Some(self), Some(src)])?
+        {
+            return c.get(0).scatter_add(dim, index, c.get(1));
+        }
         self.write_copy(
             Family::Scatter,
             "scatter_add",
@@ -772,6 +777,11 @@ impl Tensor {
     /// `self`'s gradient is zero in the overwritten slices, `src` gets the
     /// gradient's slices at `index`.
     pub fn index_copy(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::INDEX_COPY, &[Some(self), Some(src)])?
+        {
+            return c.get(0).index_copy(dim, index, c.get(1));
+        }
         self.write_copy(
             Family::IndexVector,
             "index_copy",

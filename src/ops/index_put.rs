@@ -249,6 +249,11 @@ impl Tensor {
         accumulate: bool,
     ) -> Result<Tensor> {
         const OP: &str = "index_put";
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::INDEX_PUT, &[Some(self), Some(values)])?
+        {
+            return c.get(0).index_put(indices, c.get(1), accumulate);
+        }
         let _op = op_context(OP);
         let t = no_grad(|| self.index_put_target(OP, indices)).map_err(|e| e.reported_as(OP))?;
         let run = || -> Result<Tensor> {

@@ -58,6 +58,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn interpolate(&self, size: &InterpolateSize, mode: InterpolateMode) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::INTERPOLATE, &[Some(self)])? {
+            return c.get(0).interpolate(size, mode);
+        }
         let _op = crate::alloc::history::op_context_with(OP, || vec![self.shape().to_vec()]);
         let r = self.rank();
         if !(r == 3 || r == 4) || !self.dtype().is_float() {

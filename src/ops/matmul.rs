@@ -136,6 +136,11 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::MATMUL, &[Some(self), Some(other)])?
+        {
+            return c.get(0).matmul(c.get(1));
+        }
         let _op = crate::alloc::history::op_context_with("matmul", || {
             vec![self.shape().to_vec(), other.shape().to_vec()]
         });
@@ -167,6 +172,11 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::LINEAR, &[Some(self), Some(weight), bias])?
+        {
+            return c.get(0).linear(c.get(1), c.opt(2));
+        }
         let op = "linear";
         let r = self.rank();
         if weight.rank() != 2 || r == 0 || self.shape()[r - 1] != weight.shape()[1] {

@@ -28,6 +28,9 @@ impl Tensor {
     /// The dot product of two vectors of one length and dtype (a rank-0
     /// tensor).
     pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::DOT, &[Some(self), Some(other)])? {
+            return c.get(0).dot(c.get(1));
+        }
         let op = "dot";
         let _op = op_context(op);
         rank_is(op, self, 1, "the first vector")?;
@@ -62,6 +65,9 @@ impl Tensor {
 
     /// Matrix product of two matrices (rank 2 each, no broadcasting).
     pub fn mm(&self, other: &Tensor) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::MM, &[Some(self), Some(other)])? {
+            return c.get(0).mm(c.get(1));
+        }
         let _op = op_context("mm");
         rank_is("mm", self, 2, "the first matrix")?;
         rank_is("mm", other, 2, "the second matrix")?;
@@ -71,6 +77,9 @@ impl Tensor {
     /// Batched matrix product of `[b, n, k]` and `[b, k, m]` (no
     /// broadcasting).
     pub fn bmm(&self, other: &Tensor) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::BMM, &[Some(self), Some(other)])? {
+            return c.get(0).bmm(c.get(1));
+        }
         let _op = op_context("bmm");
         rank_is("bmm", self, 3, "the first batch")?;
         rank_is("bmm", other, 3, "the second batch")?;
@@ -89,6 +98,11 @@ impl Tensor {
     /// product's dtype, broadcasting to its shape `[n, m]`; with `beta` 0
     /// `self` is not read (its NaNs do not propagate), as in PyTorch.
     pub fn addmm(&self, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        if let Some(c) =
+            crate::autocast::cast(&crate::autocast::ADDMM, &[Some(self), Some(m1), Some(m2)])?
+        {
+            return c.get(0).addmm(c.get(1), c.get(2), beta, alpha);
+        }
         let op = "addmm";
         let _op = op_context(op);
         let prod = m1.mm(m2).map_err(|e| e.reported_as(op))?;

@@ -49,6 +49,12 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn pad(&self, pad: &[isize], mode: PadMode) -> Result<Tensor> {
+        if matches!(mode, PadMode::Reflect | PadMode::Replicate)
+            && let Some(c) =
+                crate::autocast::cast(&crate::autocast::PAD_REFLECT_REPLICATE, &[Some(self)])?
+        {
+            return c.get(0).pad(pad, mode);
+        }
         let _op = crate::alloc::history::op_context_with(OP, || vec![self.shape().to_vec()]);
         let pairs = pad.len() / 2;
         if !pad.len().is_multiple_of(2) || pairs > self.rank() {

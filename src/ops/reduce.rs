@@ -157,6 +157,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::SUM, &[Some(self)])? {
+            return c.get(0).sum(dims, keepdim);
+        }
         let _op = crate::alloc::history::op_context_with("sum", || vec![self.shape().to_vec()]);
         self.reduction(Reduction::Sum, dims, keepdim)
     }
@@ -169,6 +172,9 @@ impl Tensor {
 
     /// Product over `dims` (empty: all). Bool and integer tensors multiply into i64.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::PROD, &[Some(self)])? {
+            return c.get(0).prod(dims, keepdim);
+        }
         let _op = crate::alloc::history::op_context("prod");
         self.reduction(Reduction::Prod, dims, keepdim)
     }
@@ -270,6 +276,9 @@ impl Tensor {
     ///
     /// Integer and bool inputs compute in f32, as PyTorch's.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::LOGSUMEXP, &[Some(self)])? {
+            return c.get(0).logsumexp(dims, keepdim);
+        }
         if !self.dtype().is_float() {
             return self.to_dtype(crate::dtype::DType::F32)?.reduction(
                 Reduction::LogSumExp,

@@ -109,6 +109,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn vector_norm(&self, ord: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::VECTOR_NORM, &[Some(self)])? {
+            return c.get(0).vector_norm(ord, dims, keepdim);
+        }
         let _op = op_context("vector_norm");
         self.norm_impl("vector_norm", ord, dims, keepdim)
     }
@@ -117,6 +120,9 @@ impl Tensor {
     /// [`vector_norm`](Tensor::vector_norm) (the Frobenius norm of a matrix
     /// is its 2-norm over both dimensions).
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::NORM, &[Some(self)])? {
+            return c.get(0).norm(p, dims, keepdim);
+        }
         let _op = op_context("norm");
         self.norm_impl("norm", p, dims, keepdim)
     }

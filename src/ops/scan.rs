@@ -26,6 +26,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::CUMSUM, &[Some(self)])? {
+            return c.get(0).cumsum(dim);
+        }
         let _op = op_context("cumsum");
         self.cumulative("cumsum", ScanKind::Sum, dim)
     }
@@ -45,6 +48,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn cumprod(&self, dim: isize) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::CUMPROD, &[Some(self)])? {
+            return c.get(0).cumprod(dim);
+        }
         let _op = op_context("cumprod");
         self.cumulative("cumprod", ScanKind::Prod, dim)
     }

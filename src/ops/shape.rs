@@ -32,6 +32,10 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let ts: Vec<Option<&Tensor>> = tensors.iter().map(|&t| Some(t)).collect();
+        if let Some(c) = crate::autocast::cast(&crate::autocast::CAT, &ts)? {
+            return Tensor::cat(&c.all(), dim);
+        }
         let _op = crate::alloc::history::op_context("cat");
         cat_impl("cat", tensors, dim)
     }
@@ -50,6 +54,10 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let ts: Vec<Option<&Tensor>> = tensors.iter().map(|&t| Some(t)).collect();
+        if let Some(c) = crate::autocast::cast(&crate::autocast::STACK, &ts)? {
+            return Tensor::stack(&c.all(), dim);
+        }
         let _op = crate::alloc::history::op_context("stack");
         let op = "stack";
         let Some(first) = tensors.first() else {

@@ -45,6 +45,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::SOFTMAX, &[Some(self)])? {
+            return c.get(0).softmax(dim);
+        }
         let _op = crate::alloc::history::op_context_with("softmax", || vec![self.shape().to_vec()]);
         let (out, d) = self.softmax_impl(dim, false)?;
         record(self, d, false, out)
@@ -52,6 +55,9 @@ impl Tensor {
 
     /// `x - logsumexp(x)` along `dim`, computed stably. Float tensors only.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::LOG_SOFTMAX, &[Some(self)])? {
+            return c.get(0).log_softmax(dim);
+        }
         let _op = crate::alloc::history::op_context("log_softmax");
         let (out, d) = self.softmax_impl(dim, true)?;
         record(self, d, true, out)

@@ -197,6 +197,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn quantile(&self, q: f64, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::QUANTILE, &[Some(self)])? {
+            return c.get(0).quantile(q, dim, keepdim);
+        }
         let _op = op_context("quantile");
         self.quantile_impl(&[q], dim, keepdim, Interpolation::Linear, false)
     }
@@ -213,6 +216,9 @@ impl Tensor {
         keepdim: bool,
         interpolation: Interpolation,
     ) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::QUANTILE, &[Some(self)])? {
+            return c.get(0).quantiles(q, dim, keepdim, interpolation);
+        }
         let _op = op_context("quantile");
         self.quantile_impl(q, dim, keepdim, interpolation, true)
     }
@@ -230,6 +236,9 @@ impl Tensor {
     /// # Ok::<(), tensorscope::Error>(())
     /// ```
     pub fn nanquantile(&self, q: f64, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::NANQUANTILE, &[Some(self)])? {
+            return c.get(0).nanquantile(q, dim, keepdim);
+        }
         let _op = op_context("nanquantile");
         self.nanquantile_impl(&[q], dim, keepdim, Interpolation::Linear, false)
     }
@@ -245,6 +254,9 @@ impl Tensor {
         keepdim: bool,
         interpolation: Interpolation,
     ) -> Result<Tensor> {
+        if let Some(c) = crate::autocast::cast(&crate::autocast::NANQUANTILE, &[Some(self)])? {
+            return c.get(0).nanquantiles(q, dim, keepdim, interpolation);
+        }
         let _op = op_context("nanquantile");
         self.nanquantile_impl(q, dim, keepdim, interpolation, true)
     }

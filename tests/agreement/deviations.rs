@@ -891,3 +891,44 @@ fn sampled_tokens_follow_our_generator() {
         "the first of the largest: {greedy:?}"
     );
 }
+
+/// Deviation 34: a norm with f32 parameters given a bf16 input rounds the
+/// parameters to bf16 and applies them in bf16 (PyTorch's mixed kernels
+/// apply them in f32 and round once). A weight of 1 + 2^-10, which bf16
+/// rounds to 1, gives exactly the output of a weight of 1.
+#[test]
+fn mixed_dtype_norms_apply_rounded_parameters() {
+    use tensorscope::nn::{LayerNorm, Module};
+    let _shared = crate::common::shared();
+    let x = Tensor::from_slice(&[0.5f32, -1.25, 3.0, 0.75, 2.0, -0.5], &[2, 3], CPU)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let near_one = Tensor::full(&[3], 1.0 + 2f64.powi(-10), DType::F32, CPU).unwrap();
+    let zero = Tensor::zeros(&[3], DType::F32, CPU).unwrap();
+    let mixed = LayerNorm::from_parts(near_one, zero, 1e-5).unwrap();
+    let y = mixed.forward(&x).unwrap();
+    assert_eq!(y.dtype(), DType::BF16);
+    let ones = Tensor::ones(&[3], DType::BF16, CPU).unwrap();
+    let zeros = Tensor::zeros(&[3], DType::BF16, CPU).unwrap();
+    let rounded = LayerNorm::from_parts(ones, zeros, 1e-5).unwrap();
+    assert_eq!(v(&y), v(&rounded.forward(&x).unwrap()));
+}
+
+/// Deviation 35: an autocast region in a dtype other than bf16 or f16 is
+/// an `Err` (PyTorch warns and runs with autocast disabled).
+#[test]
+fn autocast_in_a_full_precision_dtype_is_an_error() {
+    use tensorscope::autocast::{autocast_guard, is_autocast_enabled};
+    use tensorscope::DeviceType;
+    let _shared = crate::common::shared();
+    let e = autocast_guard(DeviceType::Cpu, DType::F32)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.starts_with("autocast") && e.contains("bf16 or f16") && e.contains("float32"),
+        "{e}"
+    );
+    assert!(!is_autocast_enabled(DeviceType::Cpu));
+}

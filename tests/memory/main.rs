@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod autocast_peak;
 mod long_running;
 mod memory;
 mod memory_history;

@@ -10,6 +10,8 @@ mod common;
 
 mod activations_losses;
 mod attention;
+mod autocast;
+mod autocast_fixture;
 mod checkpoint;
 mod conv;
 mod conv_winograd;

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("profiler", 4),
     ("threads", 4),
     // The tensor, its ops and its graph.
+    ("autocast", 5),
     ("autograd", 5),
     ("borrowed", 5),
     ("creation", 5),

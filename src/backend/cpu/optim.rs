@@ -473,6 +473,43 @@ unsafe fn sum_squares_t<T: Flt>(src: &Operand) -> f64 {
     }
 }
 
+/// GradScaler's pass over one float gradient (PyTorch's
+/// `_amp_non_finite_check_and_unscale_`): `x *= inv_scale` in the compute
+/// type, in place; `true` when an element was inf or NaN. Each element is
+/// read once and written once.
+pub(crate) fn unscale_check(x: &Operand, inv_scale: f32) -> bool {
+    with_float_dtype!(x.dtype, T => {
+        // SAFETY: the dispatcher holds the write lock; the layout fits.
+        unsafe { unscale_check_t::<T>(x, inv_scale) }
+    }, _ => unreachable!("unscale_check on a non-float tensor"))
+}
+
+/// # Safety
+/// A CPU storage of dtype `T`, write-locked, with a layout whose elements
+/// do not overlap (the caller checks `check_writable`).
+unsafe fn unscale_check_t<T: Flt>(x: &Operand, inv_scale: f32) -> bool {
+    let base = SendPtr(ptr::<T>(x.storage));
+    let s: T::C = c(inv_scale as f64);
+    let found = std::sync::atomic::AtomicBool::new(false);
+    let plan = Plan::new([&x.layout]);
+    // SAFETY: runs inside the layout, which fits the write-locked storage
+    // of `T`; the runs of different threads are disjoint elements.
+    plan.par_runs(|o, len, st| unsafe {
+        let p = base.get().add(o[0]);
+        let mut bad = false;
+        for i in 0..len {
+            let e = p.add(i * st[0]);
+            let v = e.read().up();
+            bad |= !v.is_finite();
+            e.write(T::down(v * s));
+        }
+        if bad {
+            found.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    found.into_inner()
+}
+
 /// The per-element step of an optimizer run by [`rule`], in the compute
 /// type.
 trait Rule<C: Float>: Copy + Send + Sync {

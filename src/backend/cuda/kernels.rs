@@ -299,6 +299,8 @@ pub(crate) type SgdArgs = (Geom<3>, i64, Ptr, Ptr, Ptr, SgdK);
 pub(crate) type RuleArgs = (Geom<5>, i64, Ptr, Ptr, Ptr, Ptr, Ptr, RuleK);
 /// `sum_squares_<dt>`: (geometry, n, x, one f64 partial per block).
 pub(crate) type SumSquaresArgs = (Geom<1>, i64, Ptr, Ptr);
+/// `unscale_check_<dt>`: (geometry, n, x, inverse scale, the f32 found-inf flag).
+pub(crate) type UnscaleCheckArgs = (Geom<1>, i64, Ptr, f32, Ptr);
 
 /// A kernel of `kernels/`: its file, its name, and its parameter types `A`
 /// (a tuple). Made only by the constructors of this table.
@@ -552,6 +554,11 @@ pub(crate) fn sum_squares(dt: DType) -> Kernel<SumSquaresArgs> {
     Kernel::new(Module::Optim, format!("sum_squares_{}", suffix(dt)))
 }
 
+/// `unscale_check_<dt>` (floats): GradScaler's unscale and inf check.
+pub(crate) fn unscale_check(dt: DType) -> Kernel<UnscaleCheckArgs> {
+    Kernel::new(Module::Optim, format!("unscale_check_{}", suffix(dt)))
+}
+
 /// `b<element bytes>`: the suffix of kernels that only move bits.
 fn bits_suffix(dt: DType) -> String {
     format!("b{}", dt.size_in_bytes())
@@ -680,6 +687,7 @@ pub fn expected_kernels(file: &str) -> Option<Vec<(String, Vec<usize>)>> {
                 v.push(sgd_step(dt).entry());
                 v.push(rule_step(dt).entry());
                 v.push(sum_squares(dt).entry());
+                v.push(unscale_check(dt).entry());
             }
         }
     }

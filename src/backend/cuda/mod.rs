@@ -77,7 +77,7 @@ pub(crate) use nn::{
     dropout, dropout_backward, layer_norm, layer_norm_backward, rand_bernoulli, rand_normal,
     rand_uniform, rms_norm, rms_norm_backward,
 };
-pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares};
+pub(crate) use optim::{adam_step, rule_step, sgd_step, sum_squares, unscale_check};
 pub(crate) use pool_im2col::{col2im, im2col, max_pool2d};
 pub(crate) use reduce::{arg_reduce, reduce};
 pub(crate) use scan::scan;

@@ -253,6 +253,36 @@ pub(crate) fn sum_squares(op: &'static str, src: &Operand) -> Result<f64> {
     Ok(host.iter().sum())
 }
 
+/// GradScaler's pass on CUDA (see [`crate::backend::optim::unscale_check`]):
+/// one launch, nothing waited for.
+pub(crate) fn unscale_check(
+    op: &'static str,
+    x: &Operand,
+    inv_scale: f32,
+    found: &Operand,
+) -> Result<()> {
+    let g = gpu_of(op, x.storage.device())?;
+    if !x.dtype.is_float() {
+        return Err(Error::dtype(op, "a float gradient", x.dtype));
+    }
+    if found.dtype != crate::dtype::DType::F32 || numel(found) != 1 {
+        return Err(Error::dtype(op, "an f32 [1] found-inf flag", found.dtype));
+    }
+    let n = numel(x);
+    if n == 0 {
+        return Ok(());
+    }
+    let geom = Geom::<1>::new(op, [&x.layout])?;
+    let f = g.kernel(op, &kernels::unscale_check(x.dtype))?;
+    let s = current(g);
+    let args = (geom, n, dptr(x), inv_scale, dptr(found));
+    // SAFETY: unscale_check_<dt>(Geom<1>, i64, T*, float, float*) over n
+    // elements of `x`, whose layout fits its storage and does not overlap
+    // (the caller checked it is writable), write-locked by the dispatcher
+    // with `found`, one f32 (checked above) that the kernel only sets to 1.
+    unsafe { f.launch(op, &s, g.grid(n), &args) }
+}
+
 /// The constants of an [`UpdateRule`], as `RuleK` in `kernels/optim.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]

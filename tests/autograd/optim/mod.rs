@@ -147,6 +147,8 @@ fn compare(
 mod reference;
 use reference::*;
 mod allocation;
+mod grad_scaler;
+mod master_weights;
 mod rules;
 mod torch_fixture;
 use allocation::*;

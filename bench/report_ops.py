@@ -101,7 +101,7 @@ def gmean(xs):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=("ops", "e2e", "interop"), required=True)
+    p.add_argument("--kind", choices=("ops", "e2e", "interop", "amp"), required=True)
     p.add_argument("--raw", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--name", help="the results' file name, NAME.md and NAME.json (default: the kind)")
@@ -190,6 +190,7 @@ def main_doc(a, levels, head, per, rows):
         "ops": "Op matrix: tensorscope against PyTorch (CPU, f32)",
         "e2e": "End-to-end programs: tensorscope against PyTorch (CPU, f32)",
         "interop": "Hugging Face models: tensorscope against PyTorch + transformers (CPU, f32)",
+        "amp": "Mixed precision: training steps in f32 and under bf16 autocast, tensorscope against PyTorch (CPU)",
     }[a.kind]
     lines = [
         f"# {title}",
@@ -213,6 +214,8 @@ def main_doc(a, levels, head, per, rows):
         lines += ops_table(rows, levels)
     elif a.kind == "interop":
         lines += interop_table(rows, levels)
+    elif a.kind == "amp":
+        lines += amp_table(rows, levels)
     else:
         lines += e2e_table(rows, levels)
     if doc["busy_before"]:
@@ -304,6 +307,45 @@ def interop_table(rows, levels):
         if pt is not None and pp is not None:
             met.append("peak yes" if pt <= pp else "**peak no**")
         out.append(f"| {name} | {r['what']} | " + " | ".join(cells) + f" | {mib(pt)} | {mib(pp)} | {', '.join(met)} |")
+    return out
+
+
+def amp_table(rows, levels):
+    """Each training row's time and peak against PyTorch, then each library's
+    bf16-autocast row over its f32 row (a row NAME_bf16 pairs with NAME).
+    Peak: in a fresh process, the resident set's high-water mark over 3
+    steps less its size before the model, at the first level."""
+    mib = lambda b: "—" if b is None else f"{b / 2**20:.1f} MiB"
+    ratio = lambda x, y: "—" if x is None or y is None else f"{x / y:.2f}×"
+
+    def peaks(r):
+        lv0 = r["levels"].get(levels[0], {}).get("libraries", {})
+        return tuple(lv0.get(l, {}).get("peak_bytes") for l in LIBS)
+
+    out = ["| program | what | " + " | ".join(f"tensorscope {lv} | PyTorch {lv} | ratio {lv}" for lv in levels)
+           + " | peak, tensorscope | PyTorch | ratio |",
+           "|---|---|" + "---|---|---|" * len(levels) + "---|---|---|"]
+    for name, r in rows.items():
+        cells = []
+        for lv in levels:
+            ts, th, rt = times(r, lv)
+            cells.append(f"{fmt_t(ts)} | {fmt_t(th)} | {'—' if rt is None else f'{rt:.2f}×'}")
+        pt, pp = peaks(r)
+        out.append(f"| {name} | {r['what']} | " + " | ".join(cells) + f" | {mib(pt)} | {mib(pp)} | {ratio(pt, pp)} |")
+    out += ["", "bf16 autocast over f32, within each library (below 1: autocast is faster or smaller):", "",
+            "| program | " + " | ".join(f"time, tensorscope {lv} | PyTorch {lv}" for lv in levels)
+            + " | peak, tensorscope | PyTorch |",
+            "|---|" + "---|---|" * len(levels) + "---|---|"]
+    for name, r in rows.items():
+        h = rows.get(f"{name}_bf16")
+        if h is None:
+            continue
+        cells = []
+        for lv in levels:
+            (fs, fh, _), (hs, hh, _) = times(r, lv), times(h, lv)
+            cells.append(f"{ratio(hs, fs)} | {ratio(hh, fh)}")
+        (fpt, fpp), (hpt, hpp) = peaks(r), peaks(h)
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {ratio(hpt, fpt)} | {ratio(hpp, fpp)} |")
     return out
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared body of bench/run_ops.sh (KIND=ops: benches/ops.rs against
-# bench/torch_ops.py) and bench/run_e2e.sh (KIND=e2e: benches/e2e.rs against
-# bench/torch_e2e.py): builds the bench in release, runs both sides ROUNDS
+# bench/torch_ops.py), bench/run_e2e.sh (KIND=e2e: benches/e2e.rs against
+# bench/torch_e2e.py), bench/run_interop.sh and bench/run_amp.sh (KIND=amp:
+# e2e's training rows with their peaks): builds the bench in release, runs both sides ROUNDS
 # times, interleaved, PyTorch at the thread count tensorscope reports, and
 # writes bench/results/NAME.{md,json,log} through bench/report_ops.py.
 #
@@ -24,11 +25,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KIND=$1
+EXTRA=()
 case "$KIND" in
 ops) BENCH=ops; TORCH=bench/torch_ops.py ;;
 e2e) BENCH=e2e; TORCH=bench/torch_e2e.py ;;
 interop) BENCH=interop; TORCH=bench/torch_interop.py ;;
-*) echo "usage: $0 ops|e2e|interop" >&2; exit 2 ;;
+# The proof models' training rows, f32 and bf16 autocast, with their peaks.
+amp) BENCH=e2e; TORCH=bench/torch_e2e.py; FILTER=${FILTER:-gpt_train_step,cnn_train_step}; EXTRA=(--peaks) ;;
+*) echo "usage: $0 ops|e2e|interop|amp" >&2; exit 2 ;;
 esac
 ROUNDS=${ROUNDS:-2}
 FILTER=${FILTER:-}
@@ -74,10 +78,10 @@ for r in $(seq 1 "$ROUNDS"); do
         mapfile -t CAPS < <(torch_caps "$lv")
         mkdir -p "$RAW/$lv"
         echo "== round $r, level $lv: tensorscope"
-        TENSORSCOPE_SIMD=$lv cargo bench --bench "$BENCH" "${FEATURES[@]}" -- --json "$RAW/$lv/tensorscope-r$r.json" "${FARGS[@]}"
+        TENSORSCOPE_SIMD=$lv cargo bench --bench "$BENCH" "${FEATURES[@]}" -- --json "$RAW/$lv/tensorscope-r$r.json" "${FARGS[@]}" "${EXTRA[@]}"
         THREADS_TS=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['threads'])" "$RAW/$lv/tensorscope-r$r.json")
         echo "== round $r, level $lv: torch (threads: $THREADS_TS, as tensorscope; ${CAPS[*]:-no cap})"
-        env "${CAPS[@]}" "$PY" "$TORCH" --threads "$THREADS_TS" --json "$RAW/$lv/torch-r$r.json" "${FARGS[@]}"
+        env "${CAPS[@]}" "$PY" "$TORCH" --threads "$THREADS_TS" --json "$RAW/$lv/torch-r$r.json" "${FARGS[@]}" "${EXTRA[@]}"
     done
 done
 LOAD_AFTER=$(cat /proc/loadavg)

@@ -20,6 +20,11 @@ measure_budget), on the CPU in float32.
     data/guide.txt, Adam lr 2e-3. CNN: three 3x3 'same' convolutions (1-16-32-32
     channels), two 2x2 max-pools, linear 128 -> 10; batch 64 of 1x8x8, Adam
     lr 3e-3.
+    gpt_train_step_bf16 / cnn_train_step_bf16 (issue 49 item 8): the same
+    with the forward and loss under torch.autocast("cpu", dtype=bfloat16).
+    --peaks: each training row's peak, in a fresh interpreter (--peak ROW):
+    the resident set's high-water mark over 3 steps, less its size before
+    the model was made (benches/e2e.rs measures its own the same way).
 """
 
 import argparse
@@ -34,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_timing import measure_budget
+from torch_timing import measure_budget, peak_in_fresh_process, status_bytes
 
 VOCAB, D, HEADS, SEQ, BATCH, LAYERS = 65, 128, 4, 64, 16, 2
 
@@ -143,18 +148,26 @@ class Gpt(nn.Module):
 PROFILE = [0]
 
 
-def train_row(out, name, what, model, lr, x, y, budget):
+def make_step(model, lr, x, y, region):
+    """One step: zero_grad, forward and the loss (under autocast("cpu",
+    region) when given), backward, Adam; returns the step function."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
+        with torch.autocast("cpu", dtype=region, enabled=region is not None):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
 
+    return step, losses
+
+
+def train_row(out, name, what, model, lr, x, y, budget, region=None):
+    step, losses = make_step(model, lr, x, y, region)
     s = measure_budget(budget, 10, step)
     if PROFILE[0]:
         # --profile N: N more steps under torch.profiler, its per-op table
@@ -172,7 +185,7 @@ def train_row(out, name, what, model, lr, x, y, budget):
     out[name] = row(s, what)
 
 
-def gpt(out):
+def gpt_setup():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "data", "guide.txt"), encoding="utf-8") as f:
         text = f.read()
@@ -183,21 +196,43 @@ def gpt(out):
     at = torch.randint(0, len(ids) - GPT_SEQ - 1, (GPT_BATCH,), generator=g)
     x = torch.stack([ids[a : a + GPT_SEQ] for a in at])
     y = torch.stack([ids[a + 1 : a + GPT_SEQ + 1] for a in at]).reshape(-1)
-    train_row(out, "gpt_train_step",
-              "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), "
-              "batch 16 x 128 characters: fwd + CE + bwd + Adam", Gpt(len(chars)), 2e-3, x, y, 4.0)
+    return Gpt(len(chars)), x, y
 
 
-def cnn(out):
+def cnn_setup():
     same = dict(kernel_size=3, padding="same")
     net = nn.Sequential(nn.Conv2d(1, 16, **same), nn.ReLU(), nn.Conv2d(16, 32, **same), nn.ReLU(),
                         nn.MaxPool2d(2), nn.Conv2d(32, 32, **same), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Flatten(), nn.Linear(32 * 2 * 2, 10))
     x = torch.rand(64, 1, 8, 8)
     y = torch.randint(0, 10, (64,))
-    train_row(out, "cnn_train_step",
-              "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: "
-              "fwd + CE + bwd + Adam", net, 3e-3, x, y, 2.0)
+    return net, x, y
+
+
+GPT_WHAT = ("examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), "
+            "batch 16 x 128 characters: fwd + CE + bwd + Adam")
+CNN_WHAT = ("examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: "
+            "fwd + CE + bwd + Adam")
+# benches/e2e.rs's PROGRAMS: (name, what, setup, budget, lr, autocast dtype).
+PROGRAMS = [
+    ("gpt_train_step", GPT_WHAT, gpt_setup, 4.0, 2e-3, None),
+    ("gpt_train_step_bf16", GPT_WHAT, gpt_setup, 4.0, 2e-3, torch.bfloat16),
+    ("cnn_train_step", CNN_WHAT, cnn_setup, 2.0, 3e-3, None),
+    ("cnn_train_step_bf16", CNN_WHAT, cnn_setup, 2.0, 3e-3, torch.bfloat16),
+]
+PEAK_STEPS = 3
+
+
+def peak_mode(program):
+    """--peak PROGRAM: the model and batch made, PEAK_STEPS steps, and the
+    resident set's high-water mark over its size before, printed."""
+    _, _, setup, _, lr, region = next(p for p in PROGRAMS if p[0] == program)
+    before = status_bytes("VmRSS:")
+    model, x, y = setup()
+    step, _ = make_step(model, lr, x, y, region)
+    for _ in range(PEAK_STEPS):
+        step()
+    print(max(0, status_bytes("VmHWM:") - before))
 
 
 def row(s, what):
@@ -269,10 +304,14 @@ def main():
     p.add_argument("--json")
     p.add_argument("--filter")
     p.add_argument("--profile", type=int, default=0)
+    p.add_argument("--peaks", action="store_true", help="the training rows' peaks, each in a fresh interpreter")
+    p.add_argument("--peak", help="one training row's peak in this process (printed)")
     a = p.parse_args()
     PROFILE[0] = a.profile
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    if a.peak:
+        return peak_mode(a.peak)
     flt = [f for f in (a.filter or "").split(",") if f]
     want = lambda n: not flt or any(f in n for f in flt)
     print(f"torch {torch.__version__} end-to-end (intra-op threads: {torch.get_num_threads()})", file=sys.stderr)
@@ -281,10 +320,13 @@ def main():
         name = "transformer_train_step_sdpa" if sdpa else "transformer_train_step"
         if not flt or any(name == f or (f != "transformer_train_step" and f in name) for f in flt):
             transformer(out, sdpa)
-    if want("gpt_train_step"):
-        gpt(out)
-    if want("cnn_train_step"):
-        cnn(out)
+    for name, what, setup, budget, lr, region in PROGRAMS:
+        if want(name):
+            torch.manual_seed(0)
+            model, x, y = setup()
+            train_row(out, name, what, model, lr, x, y, budget, region)
+            if a.peaks:
+                out[name]["peak_bytes"] = peak_in_fresh_process(__file__, a.threads, name, "the model")
     service(out, want)
     mlp_service(out, want)
     if a.json:

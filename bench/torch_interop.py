@@ -26,33 +26,13 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from torch_timing import measure_budget
+from torch_timing import measure_budget, peak_in_fresh_process, status_bytes
 
 VOCAB = 8192
 
 
 def ids(b, t):
     return torch.tensor([(i * 7919 + 13) % VOCAB for i in range(b * t)], dtype=torch.int64).reshape(b, t)
-
-
-def status_bytes(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def peak_in_fresh_process(workload, threads):
-    """The peak memory of `workload` in a fresh interpreter (--peak): its
-    resident set's peak over loading the model and one call, less its
-    size before the load, as benches/interop.rs measures its own."""
-    import subprocess
-    out = subprocess.run([sys.executable, __file__, "--threads", str(threads), "--peak", workload],
-                         capture_output=True, text=True, check=True)
-    peak = int(out.stdout.strip().splitlines()[-1])
-    print(f"    peak over the process before loading: {peak / 2**20:.1f} MiB", file=sys.stderr)
-    return peak
 
 
 def workloads(name, root):
@@ -104,7 +84,7 @@ def main():
             s = measure_budget(budget, 3, op)
             print(f"  {w}: {statistics.median(s) * 1e3:.3f} ms", file=sys.stderr)
             rows[w] = {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "samples": len(s),
-                       "what": what, "peak_bytes": peak_in_fresh_process(w, a.threads)}
+                       "what": what, "peak_bytes": peak_in_fresh_process(__file__, a.threads, w, "loading")}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"library": "torch", "version": torch.__version__, "threads": torch.get_num_threads(),

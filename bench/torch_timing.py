@@ -2,6 +2,8 @@
 (bench/torch_ops.py, bench/torch_e2e.py): same warm-up, batching and
 sample counts, so both sides of a row are timed alike."""
 import math
+import subprocess
+import sys
 import time
 
 
@@ -28,3 +30,22 @@ def measure_budget(budget_s, min_reps, op):
     batch = min(max(math.ceil(1e-3 / est), 1), 10_000)
     reps = min(max(int(budget_s / (est * batch)), min_reps), 50)
     return measure(batch - 1, reps, batch, op)
+
+
+def status_bytes(field):
+    """A /proc/self/status field ("VmRSS:", "VmHWM:") in bytes; 0 if absent."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_in_fresh_process(script, threads, row, over):
+    """benches/common/peak.rs's peak_in_fresh_process: `script --peak ROW`
+    in a fresh interpreter prints its resident set's peak growth."""
+    out = subprocess.run([sys.executable, script, "--threads", str(threads), "--peak", row],
+                         capture_output=True, text=True, check=True)
+    peak = int(out.stdout.strip().splitlines()[-1])
+    print(f"    peak over the process before {over}: {peak / 2**20:.1f} MiB", file=sys.stderr)
+    return peak

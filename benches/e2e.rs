@@ -45,9 +45,19 @@
 //!     backward, Adam (lr 2e-3). CNN: a batch of 64 8x8 digits (fixed
 //!     values in [0, 1), labels 0-9), the same (Adam lr 3e-3).
 //!
+//!     `gpt_train_step_bf16` and `cnn_train_step_bf16` (issue 49 item 8):
+//!     the same steps with the forward and the loss under
+//!     `autocast(Cpu, bf16)`; `bench/run_amp.sh` runs the four with
+//!     `--peaks`.
+//!
 //! ```text
-//! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..] [--profile N]
+//! cargo bench --bench e2e -- [--json PATH] [--filter A,B,..] [--profile N] [--peaks]
 //! ```
+//!
+//! `--peaks`: each training row also records its peak, measured as
+//! PyTorch's side measures it: in a fresh process (this binary with
+//! `--peak ROW`), the resident set's high-water mark over 3 steps, less its
+//! size before the model was made.
 //!
 //! `--profile N`: after each training row, N more steps under
 //! [`tensorscope::profiler`], printed per op and per op and input shapes
@@ -55,6 +65,7 @@
 //! `torch.profiler`'s tables for the same steps.
 
 use std::hint::black_box;
+use tensorscope::autocast::autocast_guard;
 use tensorscope::autograd::no_grad_guard;
 use tensorscope::nn::{
     cross_entropy, scaled_dot_product_attention_with, Embedding, LayerNorm, Linear, Module, ReLU,
@@ -62,8 +73,10 @@ use tensorscope::nn::{
 };
 use tensorscope::optim::{Adam, AdamConfig, Optimizer};
 use tensorscope::profiler::{self, ProfileOptions, SortBy};
-use tensorscope::{DType, Device, Result, Tensor};
+use tensorscope::{DType, Device, DeviceType, Result, Tensor};
 
+#[path = "common/peak.rs"]
+mod peak;
 #[path = "common/timing.rs"]
 mod timing;
 
@@ -74,6 +87,7 @@ mod gpt_model;
 
 #[path = "../examples/models/cnn.rs"]
 mod cnn_model;
+use peak::{peak_in_fresh_process, print_peak_since, status_bytes};
 use timing::{arg_after, filter_arg, measure_budget, write_json, Measured, R};
 
 const CPU: Device = Device::Cpu;
@@ -297,15 +311,14 @@ fn transformer(rows: &mut Vec<Measured>, sdpa: bool) -> R<()> {
             "char LM, d128, 4 heads, 2 blocks, seq 64, batch 16, vocab 65: fwd + CE + bwd + Adam",
         )
     };
-    rows.push(train_row(name, what, 4.0, &mut model, 3e-4, &x, &y)?);
+    rows.push(train_row(name, what, 4.0, &mut model, 3e-4, &x, &y, None)?);
     Ok(())
 }
 
-/// `gpt_train_step`: one step of `examples/gpt.rs`'s model on a fixed batch.
-fn gpt(rows: &mut Vec<Measured>) -> R<()> {
+/// `gpt_train_step`: `examples/gpt.rs`'s model and a fixed batch.
+fn gpt_setup() -> Result<(gpt_model::Gpt, Tensor, Tensor)> {
     const GPT_BATCH: usize = 16;
     let (ids, chars) = gpt_model::corpus();
-    let vocab = chars.len();
     let seq = gpt_model::SEQ;
     let mut rng = Lcg(5);
     let (mut x, mut y) = (Vec::new(), Vec::new());
@@ -316,22 +329,11 @@ fn gpt(rows: &mut Vec<Measured>) -> R<()> {
     }
     let x = Tensor::from_vec(x, &[GPT_BATCH, seq], CPU)?;
     let y = Tensor::from_vec(y, &[GPT_BATCH * seq], CPU)?;
-    let mut model = gpt_model::Gpt::new(vocab, CPU)?;
-    rows.push(train_row(
-        "gpt_train_step",
-        "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, 2 blocks), \
-         batch 16 x 128 characters: fwd + CE + bwd + Adam",
-        4.0,
-        &mut model,
-        2e-3,
-        &x,
-        &y,
-    )?);
-    Ok(())
+    Ok((gpt_model::Gpt::new(chars.len(), CPU)?, x, y))
 }
 
-/// `cnn_train_step`: one step of `examples/cnn.rs`'s model on a fixed batch.
-fn cnn(rows: &mut Vec<Measured>) -> R<()> {
+/// `cnn_train_step`: `examples/cnn.rs`'s model and a fixed batch.
+fn cnn_setup() -> Result<(Sequential, Tensor, Tensor)> {
     const CNN_BATCH: usize = 64;
     let mut rng = Lcg(9);
     let x: Vec<f32> = (0..CNN_BATCH * 64)
@@ -340,17 +342,80 @@ fn cnn(rows: &mut Vec<Measured>) -> R<()> {
     let y: Vec<i64> = (0..CNN_BATCH).map(|_| (rng.next() % 10) as i64).collect();
     let x = Tensor::from_vec(x, &[CNN_BATCH, 1, 8, 8], CPU)?;
     let y = Tensor::from_vec(y, &[CNN_BATCH], CPU)?;
-    let mut net = cnn_model::model(CPU)?;
-    rows.push(train_row(
-        "cnn_train_step",
-        "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: \
-         fwd + CE + bwd + Adam",
+    Ok((cnn_model::model(CPU)?, x, y))
+}
+
+const GPT_WHAT: &str =
+    "examples/gpt.rs's model (RMSNorm, causal MHA, GELU MLP, tied head; d128, 4 heads, \
+                        2 blocks), batch 16 x 128 characters: fwd + CE + bwd + Adam";
+const CNN_WHAT: &str =
+    "examples/cnn.rs's model (3 convs 3x3 same, 2 max-pools, linear), batch 64 of 1x8x8: \
+                        fwd + CE + bwd + Adam";
+
+/// The training rows of the proof models: (name, what, budget in seconds,
+/// Adam's lr, the autocast dtype of the forward). The `_bf16` rows are
+/// issue 49's: the forward and loss under `autocast(Cpu, bf16)`, as
+/// `torch.autocast("cpu", dtype=torch.bfloat16)` on PyTorch's side.
+const PROGRAMS: [(&str, &str, f64, f64, Option<DType>); 4] = [
+    ("gpt_train_step", GPT_WHAT, 4.0, 2e-3, None),
+    (
+        "gpt_train_step_bf16",
+        GPT_WHAT,
+        4.0,
+        2e-3,
+        Some(DType::BF16),
+    ),
+    ("cnn_train_step", CNN_WHAT, 2.0, 3e-3, None),
+    (
+        "cnn_train_step_bf16",
+        CNN_WHAT,
         2.0,
-        &mut net,
         3e-3,
-        &x,
-        &y,
-    )?);
+        Some(DType::BF16),
+    ),
+];
+
+/// Runs `f` on the model and batch of `program` (a `PROGRAMS` name).
+fn with_program<T>(
+    program: &str,
+    f: &mut dyn FnMut(&mut dyn Module, &Tensor, &Tensor) -> R<T>,
+) -> R<T> {
+    if program.starts_with("gpt") {
+        let (mut m, x, y) = gpt_setup()?;
+        f(&mut m, &x, &y)
+    } else {
+        let (mut m, x, y) = cnn_setup()?;
+        f(&mut m, &x, &y)
+    }
+}
+
+/// `--peak PROGRAM`: the model and batch made, then `PEAK_STEPS` steps,
+/// and the resident set's high-water mark over its size before, printed
+/// (bench/torch_e2e.py --peak measures PyTorch the same way). The
+/// allocator's own peak of the last step goes to stderr.
+fn peak_mode(program: &str) -> R<()> {
+    const PEAK_STEPS: usize = 3;
+    let &(_, _, _, lr, region) = PROGRAMS
+        .iter()
+        .find(|p| p.0 == program)
+        .ok_or_else(|| format!("--peak {program}: not a training row"))?;
+    let before = status_bytes("VmRSS:");
+    let step_peak = with_program(program, &mut |model, x, y| {
+        let mut opt = Adam::new(AdamConfig {
+            lr,
+            ..Default::default()
+        })?;
+        let mut peak = 0;
+        for _ in 0..PEAK_STEPS {
+            let (r, m) =
+                tensorscope::memory::measure(CPU, || train_step(model, &mut opt, x, y, region))?;
+            r?;
+            peak = m.peak_delta;
+        }
+        Ok(peak)
+    })?;
+    eprintln!("{program}: allocator peak of step {PEAK_STEPS} over its start: {step_peak} B");
+    print_peak_since(before);
     Ok(())
 }
 
@@ -358,14 +423,16 @@ fn cnn(rows: &mut Vec<Measured>) -> R<()> {
 /// cross-entropy of the logits flattened to `[-1, classes]` against `y`,
 /// backward, Adam at `lr`), with the median and the loss at the first and
 /// last timed step printed.
-fn train_row<M: Module>(
+#[allow(clippy::too_many_arguments)]
+fn train_row(
     name: &'static str,
     what: &'static str,
     budget: f64,
-    model: &mut M,
+    model: &mut dyn Module,
     lr: f64,
     x: &Tensor,
     y: &Tensor,
+    region: Option<DType>,
 ) -> R<Measured> {
     let mut opt = Adam::new(AdamConfig {
         lr,
@@ -373,7 +440,7 @@ fn train_row<M: Module>(
     })?;
     let mut losses = Vec::new();
     let m = measure_budget(name, what, budget, 10, || {
-        let loss = train_step(model, &mut opt, x, y)?;
+        let loss = train_step(model, &mut opt, x, y, region)?;
         losses.push(loss.item::<f32>()?);
         Ok(())
     })?;
@@ -387,7 +454,7 @@ fn train_row<M: Module>(
         };
         let (r, prof) = profiler::profile(opts, || -> Result<()> {
             for _ in 0..steps {
-                train_step(model, &mut opt, x, y)?;
+                train_step(model, &mut opt, x, y, region)?;
             }
             Ok(())
         })?;
@@ -418,15 +485,26 @@ fn train_row<M: Module>(
 }
 
 /// One step: zero_grad, forward, the cross-entropy of the logits
-/// flattened to `[-1, classes]` against `y`, backward, the optimizer step;
-/// returns the loss.
-fn train_step<M: Module>(model: &mut M, opt: &mut Adam, x: &Tensor, y: &Tensor) -> Result<Tensor> {
-    opt.zero_grad(&*model);
-    let logits = model.forward(x)?;
-    let classes = logits.shape()[logits.rank() - 1] as isize;
-    let loss = cross_entropy(&logits.reshape(&[-1, classes])?, y)?;
+/// flattened to `[-1, classes]` against `y` (both under an autocast region
+/// of `region` when given), backward, the optimizer step; returns the loss.
+fn train_step(
+    model: &mut dyn Module,
+    opt: &mut Adam,
+    x: &Tensor,
+    y: &Tensor,
+    region: Option<DType>,
+) -> Result<Tensor> {
+    opt.zero_grad(model);
+    let loss = {
+        let _ac = region
+            .map(|dt| autocast_guard(DeviceType::Cpu, dt))
+            .transpose()?;
+        let logits = model.forward(x)?;
+        let classes = logits.shape()[logits.rank() - 1] as isize;
+        cross_entropy(&logits.reshape(&[-1, classes])?, y)?
+    };
     loss.backward()?;
-    opt.step(&mut *model)?;
+    opt.step(model)?;
     Ok(loss)
 }
 
@@ -547,6 +625,9 @@ fn mlp_service(rows: &mut Vec<Measured>, want: &dyn Fn(&str) -> bool) -> R<()> {
 }
 
 fn main() -> R<()> {
+    if let Some(program) = arg_after("--peak") {
+        return peak_mode(&program);
+    }
     let json = arg_after("--json");
     let filter = filter_arg();
     let want = |n: &str| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str()));
@@ -583,13 +664,18 @@ fn main() -> R<()> {
             transformer(&mut rows, sdpa)?;
         }
     }
-    if want("gpt_train_step") {
-        fresh();
-        gpt(&mut rows)?;
-    }
-    if want("cnn_train_step") {
-        fresh();
-        cnn(&mut rows)?;
+    let peaks = std::env::args().any(|a| a == "--peaks");
+    for &(name, what, budget, lr, region) in &PROGRAMS {
+        if want(name) {
+            fresh();
+            let mut m = with_program(name, &mut |model, x, y| {
+                train_row(name, what, budget, model, lr, x, y, region)
+            })?;
+            if peaks {
+                m.peak_bytes = Some(peak_in_fresh_process(name, "the model")?);
+            }
+            rows.push(m);
+        }
     }
     fresh();
     service(&mut rows, &want)?;

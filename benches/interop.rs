@@ -21,9 +21,12 @@
 mod gpt2;
 #[path = "../examples/hf_llama/model.rs"]
 mod llama;
+#[path = "common/peak.rs"]
+mod peak;
 #[path = "common/timing.rs"]
 mod timing;
 
+use peak::{peak_in_fresh_process, print_peak_since, status_bytes};
 use std::path::PathBuf;
 use tensorscope::autograd::no_grad;
 use tensorscope::generation::{generate, CausalLm, GenerateOptions};
@@ -38,38 +41,9 @@ fn ids(b: usize, t: usize) -> Vec<i64> {
     (0..b * t).map(|i| (i as i64 * 7919 + 13) % VOCAB).collect()
 }
 
-/// A `/proc/self/status` field in bytes.
-fn status_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
-}
-
-/// The peak memory of `workload` (a row's name): this binary again, in a
-/// fresh process that loads the model, runs the workload once and reports
-/// its resident set's peak over its size before the load (`--peak`).
-fn peak_in_fresh_process(workload: &str) -> R<u64> {
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args(["--peak", workload])
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let bytes = text
-        .trim()
-        .parse::<u64>()
-        .map_err(|e| format!("--peak {workload}: {e}: {text:?}"))?;
-    eprintln!(
-        "    peak over the process before loading: {:.1} MiB",
-        bytes as f64 / 1048576.0
-    );
-    Ok(bytes)
-}
-
 /// `--peak WORKLOAD`: load, one call, and the peak growth printed.
 fn peak_mode(dir: &std::path::Path, workload: &str) -> R<()> {
-    let before = status_kib("VmRSS:");
+    let before = status_bytes("VmRSS:");
     let model = workload.split('_').next().unwrap_or("");
     match model {
         "gpt2" => run_once(
@@ -81,7 +55,7 @@ fn peak_mode(dir: &std::path::Path, workload: &str) -> R<()> {
             workload,
         )?,
     }
-    println!("{}", status_kib("VmHWM:").saturating_sub(before));
+    print_peak_since(before);
     Ok(())
 }
 
@@ -134,7 +108,7 @@ fn rows_for<M: CausalLm>(
         }
         let mut r = measure_budget(row, what, budget, 3, || run_once(m, row))?;
         eprintln!("  {row}: {}", fmt_s(r.median()));
-        r.peak_bytes = Some(peak_in_fresh_process(row)?);
+        r.peak_bytes = Some(peak_in_fresh_process(row, "loading")?);
         out.push(r);
     }
     Ok(())

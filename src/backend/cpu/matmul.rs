@@ -15,7 +15,7 @@
 //! products of at least [`SPLIT_FLOPS`] use its own threads).
 
 use super::gemm::Parallelism;
-use super::numeric_traits::Num;
+use super::numeric_traits::{Flt, Num};
 use super::ptr;
 use super::strided::{Plan, SendPtr};
 use super::thread_pool::{install, kernel_pool, par_for};
@@ -373,59 +373,134 @@ fn gemm_batched<T: 'static + Copy + Default + Send + Sync>(
     });
 }
 
-/// A half type's conversions to and from f32.
-type Convert<T> = (fn(T) -> f32, fn(f32) -> T);
-
 /// A half type (bf16, and f16 on aarch64) as f32: convert one matrix
-/// pair to f32, multiply with gemm, round back. `(to, from)` are the
-/// type's conversions.
-fn half_batched<T: Copy>(
+/// pair to f32 in this thread's reusable scratch, multiply with gemm,
+/// round back. A dense operand (row- or column-major) converts as one
+/// run and keeps its layout; anything else is gathered row-major.
+fn half_batched<T: Flt<C = f32>>(
     g: &Geom,
     plan: &Plan<3>,
     (pd, pa, pb): (SendPtr<T>, SendPtr<T>, SendPtr<T>),
-    (to, from): Convert<T>,
     acc: bool,
 ) {
     let (m, n, k) = (g.m, g.n, g.k);
+    let (la, lb) = (dense_strides(g.a, m, k), dense_strides(g.b, k, n));
     let gf = Geom {
-        a: (k as isize, 1),
-        b: (n as isize, 1),
+        a: la.unwrap_or((k as isize, 1)),
+        b: lb.unwrap_or((n as isize, 1)),
         d: (n as isize, 1),
         ..*g
     };
+    let d_dense = g.d == (n as isize, 1);
     run_batches(plan, g, g.splits(), |o, threads| {
-        let (mut a, mut b, mut c) = (vec![0f32; m * k], vec![0f32; k * n], vec![0f32; m * n]);
-        // SAFETY: as in `gemm_batched`; the f32 buffers are dense and private.
-        unsafe {
-            let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
-            for i in 0..m {
-                for p in 0..k {
-                    a[i * k + p] = to(pa.offset(i as isize * g.a.0 + p as isize * g.a.1).read());
+        let words = (m * k + k * n + m * n).div_ceil(2);
+        with_scratch(&HALF_SCRATCH, words * 8, |buf| {
+            // SAFETY: as in `gemm_batched` for the operands; `buf` holds
+            // `m*k + k*n + m*n` f32s (u64-aligned), is this call's alone,
+            // and its three parts are disjoint.
+            unsafe {
+                let (pa, pb, pd) = (pa.get().add(o[1]), pb.get().add(o[2]), pd.get().add(o[0]));
+                let fa = buf as *mut f32;
+                let (fb, fc) = (fa.add(m * k), fa.add(m * k + k * n));
+                match la {
+                    Some(_) => widen(pa, fa, m * k),
+                    None => gather(pa, g.a, m, k, fa),
+                }
+                match lb {
+                    Some(_) => widen(pb, fb, k * n),
+                    None => gather(pb, g.b, k, n, fb),
+                }
+                gemm_product(
+                    &gf,
+                    SendPtr(fc),
+                    SendPtr(fa),
+                    SendPtr(fb),
+                    (1f32, 0f32),
+                    false,
+                    threads,
+                );
+                if d_dense && acc {
+                    for i in 0..m * n {
+                        let d = pd.add(i);
+                        d.write(T::down(d.read().up() + fc.add(i).read()));
+                    }
+                } else if d_dense {
+                    for i in 0..m * n {
+                        pd.add(i).write(T::down(fc.add(i).read()));
+                    }
+                } else {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let d = pd.offset(i as isize * g.d.0 + j as isize * g.d.1);
+                            let old = if acc { d.read().up() } else { 0.0 };
+                            d.write(T::down(old + fc.add(i * n + j).read()));
+                        }
+                    }
                 }
             }
-            for p in 0..k {
-                for j in 0..n {
-                    b[p * n + j] = to(pb.offset(p as isize * g.b.0 + j as isize * g.b.1).read());
-                }
-            }
-            gemm_product(
-                &gf,
-                SendPtr(c.as_mut_ptr()),
-                SendPtr(a.as_mut_ptr()),
-                SendPtr(b.as_mut_ptr()),
-                (1f32, 0f32),
-                false,
-                threads,
-            );
-            for i in 0..m {
-                for j in 0..n {
-                    let d = pd.offset(i as isize * g.d.0 + j as isize * g.d.1);
-                    let old = if acc { to(d.read()) } else { 0.0 };
-                    d.write(from(old + c[i * n + j]));
-                }
+        })
+    });
+}
+
+/// The strides an `[r, c]` operand keeps when converted as one dense run:
+/// its own if it is dense row- or column-major, else `None`.
+fn dense_strides((rs, cs): (isize, isize), r: usize, c: usize) -> Option<(isize, isize)> {
+    let (ri, ci) = (r as isize, c as isize);
+    let row_major = (cs == 1 || c == 1) && (rs == ci || r == 1);
+    let col_major = (rs == 1 || r == 1) && (cs == ri || c == 1);
+    if row_major {
+        Some((ci, 1))
+    } else if col_major {
+        Some((1, ri))
+    } else {
+        None
+    }
+}
+
+thread_local! {
+    /// [`half_batched`]'s f32 copies of one product's operands and result.
+    static HALF_SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// `dst[..len] = src[..len]` widened to f32 (one loop the compiler
+/// vectorizes).
+///
+/// # Safety
+/// `src` and `dst` hold `len` elements and do not overlap.
+unsafe fn widen<T: Flt<C = f32>>(src: *const T, dst: *mut f32, len: usize) {
+    // SAFETY: the caller's contract.
+    let (s, d) = unsafe {
+        (
+            std::slice::from_raw_parts(src, len),
+            std::slice::from_raw_parts_mut(dst, len),
+        )
+    };
+    for (d, &s) in d.iter_mut().zip(s) {
+        *d = s.up();
+    }
+}
+
+/// The `[r, c]` operand at strides `(rs, cs)` widened into a dense
+/// row-major `dst`.
+///
+/// # Safety
+/// The strides address in-bounds elements of `src`; `dst` holds `r * c`.
+unsafe fn gather<T: Flt<C = f32>>(
+    src: *const T,
+    (rs, cs): (isize, isize),
+    r: usize,
+    c: usize,
+    dst: *mut f32,
+) {
+    for i in 0..r {
+        for j in 0..c {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let x = src.offset(i as isize * rs + j as isize * cs).read();
+                dst.add(i * c + j).write(x.up());
             }
         }
-    });
+    }
 }
 
 /// Integers: a wrapping triple loop (rows of dst in parallel when large).
@@ -561,8 +636,8 @@ fn matmul_impl(a: &Operand, b: &Operand, dst: &Operand, acc: bool) {
             gemm_batched(&g, &plan, d, a, b, (f16::ONE, f16::ZERO), acc)
         }
         #[cfg(target_arch = "aarch64")]
-        DType::F16 => half_batched(&g, &plan, ptrs!(f16), (f16::to_f32, f16::from_f32), acc),
-        DType::BF16 => half_batched(&g, &plan, ptrs!(bf16), (bf16::to_f32, bf16::from_f32), acc),
+        DType::F16 => half_batched(&g, &plan, ptrs!(f16), acc),
+        DType::BF16 => half_batched(&g, &plan, ptrs!(bf16), acc),
         DType::I64 => {
             let (d, a, b) = ptrs!(i64);
             int_batched(&g, &plan, d, a, b, acc)
@@ -811,6 +886,24 @@ mod tests {
         // Matrix-vector products: direct.
         assert!(!column_major_product(1, 1024, k, k));
         assert!(!column_major_product(1024, 1, k, k));
+    }
+
+    #[test]
+    fn half_operands_keep_only_a_dense_layout() {
+        // [3, 4]: row-major, column-major, then padded or sliced (gathered).
+        assert_eq!(dense_strides((4, 1), 3, 4), Some((4, 1)));
+        assert_eq!(dense_strides((1, 3), 3, 4), Some((1, 3)));
+        assert_eq!(dense_strides((5, 1), 3, 4), None);
+        assert_eq!(dense_strides((1, 4), 3, 4), None);
+        assert_eq!(dense_strides((8, 2), 3, 4), None);
+        // A row or a column ignores the stride of its length-1 side.
+        assert_eq!(dense_strides((99, 1), 1, 4), Some((4, 1)));
+        assert_eq!(dense_strides((1, 99), 3, 1), Some((1, 1)));
+        assert_eq!(
+            dense_strides((0, 1), 3, 4),
+            None,
+            "a broadcast row is gathered"
+        );
     }
 
     #[test]

@@ -171,6 +171,18 @@ pub enum Error {
         /// What happened (the dataset's own error, a panic's message).
         msg: String,
     },
+    /// A collective across processes failed: the ranks called it
+    /// differently, a rank did not answer in time, or the engine (MPI)
+    /// reported an error.
+    #[error("{op}: rank {rank}: {msg}")]
+    Collective {
+        /// The operation.
+        op: &'static str,
+        /// This process's rank in the group.
+        rank: usize,
+        /// What happened.
+        msg: String,
+    },
     /// A backend (driver, compiler, library) reported an error.
     #[error("{op}: backend error: {msg}")]
     Backend {
@@ -229,6 +241,7 @@ impl Error {
             | Error::DeviceUnavailable { op, .. }
             | Error::Autograd { op, .. }
             | Error::Data { op, .. }
+            | Error::Collective { op, .. }
             | Error::Backend { op, .. } => Some(op),
             Error::OutOfMemory { .. } => None,
         }

@@ -36,6 +36,7 @@ mod creation;
 pub mod data;
 mod device;
 mod display;
+pub mod distributed;
 mod dtype;
 mod error;
 pub mod generation;

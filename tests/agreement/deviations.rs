@@ -932,3 +932,34 @@ fn autocast_in_a_full_precision_dtype_is_an_error() {
     );
     assert!(!is_autocast_enabled(DeviceType::Cpu));
 }
+
+/// Deviation 37: `ReduceOp::Avg` of an integer or bool tensor is an `Err`
+/// naming the op and dtype (NCCL divides integers; gloo and MPI refuse
+/// AVG), and the tensor is left as it was.
+#[test]
+fn an_integer_average_across_ranks_is_an_error() {
+    use tensorscope::distributed::{ProcessGroup, ReduceOp};
+    let _shared = crate::common::shared();
+    let pg = ProcessGroup::single();
+    for dt in [DType::I64, DType::I32, DType::U8, DType::Bool] {
+        let mut t = Tensor::ones(&[3], dt, Device::Cpu).unwrap();
+        let e = pg
+            .all_reduce(&mut t, ReduceOp::Avg)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("all_reduce") && e.contains("float") && e.contains(dt.name()),
+            "{e}"
+        );
+        assert_eq!(t.to_vec::<f64>().unwrap(), [1.0; 3]);
+        let e = pg
+            .reduce_scatter(&t, ReduceOp::Avg)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("reduce_scatter"), "{e}");
+    }
+    // Floats average.
+    let mut t = Tensor::ones(&[3], DType::F32, Device::Cpu).unwrap();
+    pg.all_reduce(&mut t, ReduceOp::Avg).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), [1.0; 3]);
+}

@@ -38,6 +38,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("tensor", 5),
     // Built on tensors.
     ("data", 6),
+    ("distributed", 6),
     ("generation", 6),
     ("nn", 6),
     ("optim", 6),

@@ -118,17 +118,7 @@ fn main() -> tensorscope::Result<()> {
     let (xs, ys) = digits::load();
     let n = ys.len();
     let (order, n_train) = digits::split(n);
-    let pick = |ids: &[usize]| -> tensorscope::Result<(Tensor, Tensor)> {
-        let x: Vec<f32> = ids
-            .iter()
-            .flat_map(|&i| xs[i * 64..(i + 1) * 64].iter().copied())
-            .collect();
-        let y: Vec<i64> = ids.iter().map(|&i| ys[i]).collect();
-        Ok((
-            Tensor::from_vec(x, &[ids.len(), 1, 8, 8], dev)?,
-            Tensor::from_vec(y, &[ids.len()], dev)?,
-        ))
-    };
+    let pick = |ids: &[usize]| digits::pick(&xs, &ys, ids, &[ids.len(), 1, 8, 8], dev);
     let (x_train, y_train) = pick(&order[..n_train])?;
     let (x_test, y_test) = pick(&order[n_train..])?;
     let mut net = model(dev)?;

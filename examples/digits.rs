@@ -57,6 +57,26 @@ pub fn split(n: usize) -> (Vec<usize>, usize) {
     (order, n * 4 / 5)
 }
 
+/// Samples `ids` of (`xs`, `ys`) on `dev`: the pixels as `shape`, the
+/// labels as `[ids.len()]`.
+pub fn pick(
+    xs: &[f32],
+    ys: &[i64],
+    ids: &[usize],
+    shape: &[usize],
+    dev: Device,
+) -> tensorscope::Result<(Tensor, Tensor)> {
+    let x: Vec<f32> = ids
+        .iter()
+        .flat_map(|&i| xs[i * 64..(i + 1) * 64].iter().copied())
+        .collect();
+    let y: Vec<i64> = ids.iter().map(|&i| ys[i]).collect();
+    Ok((
+        Tensor::from_vec(x, shape, dev)?,
+        Tensor::from_vec(y, &[ids.len()], dev)?,
+    ))
+}
+
 /// Accuracy of `net` on (x, y), without a graph.
 pub fn accuracy(net: &Sequential, x: &Tensor, y: &Tensor) -> tensorscope::Result<f64> {
     autograd::no_grad(|| {
@@ -97,17 +117,7 @@ pub fn run() -> tensorscope::Result<f64> {
     let (xs, ys) = load();
     let n = ys.len();
     let (order, n_train) = split(n);
-    let pick = |ids: &[usize]| -> tensorscope::Result<(Tensor, Tensor)> {
-        let x: Vec<f32> = ids
-            .iter()
-            .flat_map(|&i| xs[i * 64..(i + 1) * 64].iter().copied())
-            .collect();
-        let y: Vec<i64> = ids.iter().map(|&i| ys[i]).collect();
-        Ok((
-            Tensor::from_vec(x, &[ids.len(), 64], dev())?,
-            Tensor::from_vec(y, &[ids.len()], dev())?,
-        ))
-    };
+    let pick = |ids: &[usize]| pick(&xs, &ys, ids, &[ids.len(), 64], dev());
     let (x_train, y_train) = pick(&order[..n_train])?;
     let (x_test, y_test) = pick(&order[n_train..])?;
     println!(

@@ -2,6 +2,7 @@
 //! root, gradients summed per node, leaves accumulated, saved tensors released
 //! as soon as their node has run (unless the graph is retained).
 
+use super::leaf_sink::{key_of, observing, with_sink};
 use super::{Edge, Node};
 use crate::error::{bail, Error, Result};
 use crate::tensor::Tensor;
@@ -20,6 +21,9 @@ fn accumulate_leaf(leaf: &TensorImpl, g: Tensor) -> Result<()> {
     let Some(m) = leaf.autograd.as_ref() else {
         return Ok(());
     };
+    if let Some(r) = with_sink(|s| s.accumulating(key_of(leaf))) {
+        r?;
+    }
     if g.shape() != leaf.layout.shape() {
         bail!(Error::shape(
             "backward",
@@ -53,7 +57,26 @@ fn add_grad(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Tells the sink that `leaf` has all its gradient (Note [leaf sink]).
+fn finished(leaf: &TensorImpl) -> Result<()> {
+    let grad = leaf.autograd.as_ref().and_then(|m| {
+        let slot = m.grad.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().map(Tensor::alias)
+    });
+    with_sink(|s| s.finished(key_of(leaf), grad)).unwrap_or(Ok(()))
+}
+
 pub(crate) fn run_backward(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<()> {
+    run(root, grad, retain_graph, false)
+}
+
+/// [`run_backward`] as the outermost backward of an observed one: it tells
+/// the sink when each leaf is finished (Note [leaf sink]).
+pub(super) fn run_backward_observed(root: &Tensor, grad: Tensor) -> Result<()> {
+    run(root, grad, false, observing())
+}
+
+fn run(root: &Tensor, grad: Tensor, retain_graph: bool, report: bool) -> Result<()> {
     let _no_grad = super::no_grad_guard();
     // Backward runs in the dtypes the forward chose, also inside a region.
     let _no_autocast = crate::autocast::exclude();
@@ -65,21 +88,32 @@ pub(crate) fn run_backward(root: &Tensor, grad: Tensor, retain_graph: bool) -> R
     };
     let Some(root_node) = meta.grad_fn.clone() else {
         // A leaf: its gradient is the given one.
-        return accumulate_leaf(&root.inner, grad);
+        accumulate_leaf(&root.inner, grad)?;
+        return if report {
+            finished(&root.inner)
+        } else {
+            Ok(())
+        };
     };
 
-    // Count, for every node, how many edges from reachable nodes point at it.
+    // Count, for every node, how many edges from reachable nodes point at
+    // it (and, when reporting, at every leaf).
     let mut deps: HashMap<usize, usize> = HashMap::new();
+    let mut leaf_deps: HashMap<usize, usize> = HashMap::new();
     let mut seen: HashMap<usize, ()> = HashMap::new();
     let mut stack = vec![Arc::clone(&root_node)];
     seen.insert(key(&root_node), ());
     while let Some(n) = stack.pop() {
         for e in n.next.iter().flatten() {
-            if let Edge::Node(c) = e {
-                *deps.entry(key(c)).or_insert(0) += 1;
-                if seen.insert(key(c), ()).is_none() {
-                    stack.push(Arc::clone(c));
+            match e {
+                Edge::Node(c) => {
+                    *deps.entry(key(c)).or_insert(0) += 1;
+                    if seen.insert(key(c), ()).is_none() {
+                        stack.push(Arc::clone(c));
+                    }
                 }
+                Edge::Leaf(l) if report => *leaf_deps.entry(key_of(l)).or_insert(0) += 1,
+                Edge::Leaf(_) => {}
             }
         }
     }
@@ -128,6 +162,13 @@ pub(crate) fn run_backward(root: &Tensor, grad: Tensor, retain_graph: bool) -> R
                 Some(Edge::Leaf(leaf)) => {
                     if let Some(ig) = ig {
                         accumulate_leaf(leaf, ig)?;
+                    }
+                    if report {
+                        let d = leaf_deps.get_mut(&key_of(leaf)).expect("counted above");
+                        *d -= 1;
+                        if *d == 0 {
+                            finished(leaf)?;
+                        }
                     }
                 }
                 Some(Edge::Node(c)) => {

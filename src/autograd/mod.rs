@@ -32,6 +32,7 @@ pub(crate) mod formulas_index;
 pub(crate) mod formulas_matmul;
 pub(crate) mod formulas_reduce;
 pub(crate) mod formulas_unary;
+pub(crate) mod leaf_sink;
 pub mod mode;
 
 pub use checkpoint::checkpoint;

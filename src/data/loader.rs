@@ -24,7 +24,7 @@
 //! `next` waits for each).
 
 use super::device_ring::DeviceRing;
-use super::sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};
+use super::sampler::{BatchSampler, DistributedSampler, RandomSampler, Sampler, SequentialSampler};
 use super::{Dataset, Field, Slot};
 use crate::borrowed::TensorView;
 use crate::device::Device;
@@ -42,6 +42,8 @@ pub struct DataLoaderBuilder<D: Dataset + 'static> {
     batch_size: usize,
     sampler: Option<Box<dyn Sampler>>,
     shuffle: Option<u64>,
+    /// `(rank, world_size)`: this rank's share only.
+    distributed: Option<(usize, usize)>,
     drop_last: bool,
     num_workers: usize,
     buffers: usize,
@@ -64,6 +66,16 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
     /// The order of the samples (instead of `shuffle`).
     pub fn sampler(mut self, s: impl Sampler + 'static) -> Self {
         self.sampler = Some(Box::new(s));
+        self
+    }
+    /// Only rank `rank`'s share of the samples, of `world_size` ranks
+    /// training data-parallel: a [`DistributedSampler`](super::DistributedSampler)
+    /// over the dataset, shuffled the same on every rank if `shuffle` is
+    /// given, padded to equal shares (or cut, with `drop_last`), so that
+    /// every rank runs the same number of steps. With a group at hand:
+    /// `.distributed(pg.rank(), pg.world_size())`.
+    pub fn distributed(mut self, rank: usize, world_size: usize) -> Self {
+        self.distributed = Some((rank, world_size));
         self
     }
     /// Drop the last batch when it is short (default: keep it).
@@ -127,11 +139,23 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D> {
             )));
         }
         let n = self.dataset.len();
-        let sampler: Box<dyn Sampler> = match (self.sampler, self.shuffle) {
-            (Some(_), Some(_)) => return Err(bad("both a sampler and shuffle".into())),
-            (Some(s), None) => s,
-            (None, Some(seed)) => Box::new(RandomSampler::new(n, seed)),
-            (None, None) => Box::new(SequentialSampler::new(n)),
+        let sampler: Box<dyn Sampler> = match (self.sampler, self.shuffle, self.distributed) {
+            (Some(_), Some(_), _) => return Err(bad("both a sampler and shuffle".into())),
+            (Some(_), _, Some(_)) => return Err(bad("both a sampler and distributed".into())),
+            (Some(s), None, None) => s,
+            (None, shuffle, Some((rank, world))) => Box::new(
+                DistributedSampler::new(
+                    n,
+                    rank,
+                    world,
+                    shuffle.is_some(),
+                    shuffle.unwrap_or(0),
+                    self.drop_last,
+                )
+                .map_err(|e| e.reported_as(OP))?,
+            ),
+            (None, Some(seed), None) => Box::new(RandomSampler::new(n, seed)),
+            (None, None, None) => Box::new(SequentialSampler::new(n)),
         };
         let batches = BatchSampler::new(sampler, self.batch_size, self.drop_last)
             .map_err(|_| bad("batch_size 0".into()))?;
@@ -228,6 +252,7 @@ impl<D: Dataset + 'static> DataLoader<D> {
             batch_size: 1,
             sampler: None,
             shuffle: None,
+            distributed: None,
             drop_last: false,
             num_workers: 0,
             buffers: 2,

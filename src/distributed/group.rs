@@ -30,7 +30,9 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// A set of ranks that run collectives together, on CPU tensors (this
 /// engine is MPI, or a single process). Every rank calls the same
-/// collectives in the same order, as in `torch.distributed`.
+/// collectives in the same order, as in `torch.distributed`. A clone is
+/// another handle to the same group.
+#[derive(Clone)]
 pub struct ProcessGroup {
     inner: Arc<Mutex<Inner>>,
     rank: usize,
@@ -438,6 +440,55 @@ impl ProcessGroup {
     }
 }
 
+/// The pieces [`DistributedDataParallel`](super::DistributedDataParallel)
+/// builds its reduction from: it agrees on its buckets once, then sums
+/// them in place every step with no per-call agreement.
+impl ProcessGroup {
+    /// Note [collective agreement] for a sequence of calls the caller
+    /// fingerprinted itself: an `Err` on every rank unless all passed `fp`
+    /// and their own checks (`local`).
+    pub(crate) fn agree(&self, op: &'static str, local: &Result<()>, fp: u64) -> Result<()> {
+        self.agreed(op, local, fp).map(|_| ())
+    }
+
+    /// Starts summing `t` across the ranks in place.
+    ///
+    /// # Safety
+    /// `t` is a contiguous f32 or f64 CPU tensor, and nothing reads or
+    /// writes its elements, nor frees them, until [`finish`](Self::finish)
+    /// returns `Ok` for the result (forever, if it returns an `Err`). Every
+    /// rank starts the same sums in the same order.
+    pub(crate) unsafe fn start_sum(&self, op: &'static str, t: &Tensor) -> Result<Pending> {
+        let wire = match t.dtype() {
+            DType::F32 => Wire::F32,
+            DType::F64 => Wire::F64,
+            d => return Err(Error::dtype(op, "an f32 or f64 bucket", d)),
+        };
+        let mut g = self.ready(op)?;
+        let p = host(t);
+        // SAFETY: the caller's contract; send and receive are the same buffer.
+        unsafe { g.start(op, |e| e.all_reduce(p, p, t.numel(), wire, Reduce::Sum)) }
+    }
+
+    /// Whether a started sum is done, letting the engine progress.
+    pub(crate) fn poll(&self, op: &'static str, p: &Pending) -> Result<bool> {
+        let mut g = self.lock();
+        match g.engine.test(p) {
+            Ok(Progress::Done(_)) => Ok(true),
+            Ok(Progress::Running) => Ok(false),
+            Err(e) => {
+                g.fail(format!("{op}: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for a started sum, within the group's timeout.
+    pub(crate) fn finish(&self, op: &'static str, p: &Pending) -> Result<()> {
+        self.lock().wait(op, p).map(|_| ())
+    }
+}
+
 impl Inner {
     /// At least `bytes` of this group's staging, as a pointer.
     fn stage(&mut self, _op: &'static str, bytes: usize) -> Result<*mut u8> {
@@ -637,7 +688,7 @@ fn exclusive(op: &'static str, t: &Tensor) -> Result<()> {
 }
 
 /// The first byte of a CPU tensor's elements.
-fn host(t: &Tensor) -> *mut u8 {
+pub(super) fn host(t: &Tensor) -> *mut u8 {
     let s = t.storage();
     (s.addr() + t.storage_offset() * t.dtype().size_in_bytes()) as *mut u8
 }
@@ -732,15 +783,15 @@ unsafe fn scale(buf: *mut u8, n: usize, wire: Wire, s: f64) {
 }
 
 /// FNV-1a over 64-bit words: a call's fingerprint.
-struct Fnv(u64);
+pub(super) struct Fnv(pub(super) u64);
 
 impl Fnv {
-    fn new(op: &str) -> Fnv {
+    pub(super) fn new(op: &str) -> Fnv {
         let mut f = Fnv(0xcbf2_9ce4_8422_2325);
         op.bytes().for_each(|b| f.add(b.into()));
         f
     }
-    fn add(&mut self, x: u64) {
+    pub(super) fn add(&mut self, x: u64) {
         for b in x.to_le_bytes() {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }

@@ -25,9 +25,12 @@
 //! than the group's timeout returns an `Err` and stops the group, leaking
 //! (never freeing) the buffers the engine may still write.
 
+mod ddp;
 mod group;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod reducer;
 mod transport;
 
+pub use ddp::{DdpOptions, DistributedDataParallel};
 pub use group::{ProcessGroup, ReduceOp, Work};

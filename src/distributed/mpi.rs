@@ -32,6 +32,11 @@ pub(crate) struct Mpi {
     // Dropped before `_runtime`: a communicator is freed before MPI stops.
     comm: SimpleCommunicator,
     requests: Vec<Option<ffi::MPI_Request>>,
+    /// Per request slot: the copy an in-place reduction sends from, where
+    /// this MPI's `MPI_IN_PLACE` is unknown.
+    copies: Vec<Option<Vec<u8>>>,
+    /// This MPI's `MPI_IN_PLACE`, if known ([`in_place_marker`]).
+    in_place: Option<usize>,
     rank: usize,
     size: usize,
     _runtime: Arc<Runtime>,
@@ -83,6 +88,8 @@ impl Mpi {
         let m = Mpi {
             comm,
             requests: Vec::new(),
+            copies: Vec::new(),
+            in_place: in_place_marker(),
             rank,
             size,
             _runtime: runtime,
@@ -127,7 +134,24 @@ impl Mpi {
             }
         };
         self.requests[slot] = Some(req);
+        if self.copies.len() < self.requests.len() {
+            self.copies.resize_with(self.requests.len(), || None);
+        }
         Ok(Pending(slot))
+    }
+}
+
+/// How this MPI spells `MPI_IN_PLACE`, which rsmpi does not export: the
+/// value its `mpi.h` defines, a fixed part of each implementation's ABI
+/// (Open MPI `(void *) 1`; MPICH and its derivatives `(void *) -1`).
+fn in_place_marker() -> Option<usize> {
+    let v = mpi::environment::library_version().ok()?;
+    if v.starts_with("Open MPI") {
+        Some(1)
+    } else if v.contains("MPICH") || v.contains("Intel(R) MPI") {
+        Some(usize::MAX)
+    } else {
+        None
     }
 }
 
@@ -181,21 +205,35 @@ impl Transport for Mpi {
         wire: Wire,
         op: Reduce,
     ) -> Result<Pending> {
-        let n = count("all_reduce", self.rank, n)?;
-        self.start("all_reduce", |comm, req| {
-            // SAFETY: the trait's contract on the buffers; valid handles.
+        let c = count("all_reduce", self.rank, n)?;
+        let mut copy = None;
+        let send = if send != recv.cast_const() {
+            send
+        } else if let Some(marker) = self.in_place {
+            marker as *const u8
+        } else {
+            // SAFETY: the trait's contract: `send` holds n elements.
+            let v = unsafe { std::slice::from_raw_parts(send, n * wire.size()) }.to_vec();
+            copy.insert(v).as_ptr()
+        };
+        let p = self.start("all_reduce", |comm, req| {
+            // SAFETY: the trait's contract on the buffers (or MPI_IN_PLACE,
+            // or a copy kept with the request until it is done); valid
+            // handles.
             unsafe {
                 ffi::MPI_Iallreduce(
                     send.cast(),
                     recv.cast(),
-                    n,
+                    c,
                     datatype(wire),
                     reduction(op),
                     comm,
                     req,
                 )
             }
-        })
+        })?;
+        self.copies[p.0] = copy;
+        Ok(p)
     }
     unsafe fn broadcast(&mut self, buf: *mut u8, bytes: usize, root: usize) -> Result<Pending> {
         let n = count("broadcast", self.rank, bytes)?;
@@ -299,12 +337,15 @@ impl Transport for Mpi {
         let rc = unsafe { ffi::MPI_Test(req, &mut flag, status.as_mut_ptr()) };
         if rc != ffi::MPI_SUCCESS as c_int {
             self.requests[p.0] = None;
+            // MPI may still read a failed request's copy: never free it.
+            std::mem::forget(self.copies[p.0].take());
             self.check("test", rc)?;
         }
         if flag == 0 {
             return Ok(Progress::Running);
         }
         self.requests[p.0] = None;
+        self.copies[p.0] = None;
         let mut got: c_int = 0;
         // SAFETY: the status of a completed request; for operations other
         // than a receive MPI reports a count of 0, which is not used.
@@ -342,5 +383,7 @@ impl Drop for Mpi {
             // SAFETY: a live request; freeing it leaves completion to MPI.
             unsafe { ffi::MPI_Request_free(&mut r) };
         }
+        // ... still reading the copies of in-place reductions.
+        std::mem::forget(std::mem::take(&mut self.copies));
     }
 }

@@ -54,7 +54,8 @@ pub(crate) trait Transport: Send {
     fn rank(&self) -> usize;
     /// The number of ranks.
     fn size(&self) -> usize;
-    /// `recv[..count] = op over ranks of send[..count]`.
+    /// `recv[..count] = op over ranks of send[..count]`; `send == recv`
+    /// reduces in place, and otherwise the two do not overlap.
     ///
     /// # Safety
     /// The trait's pointer contract (above).
@@ -148,9 +149,11 @@ impl Transport for Single {
         wire: Wire,
         _: Reduce,
     ) -> Result<Pending> {
-        // SAFETY: the trait's contract: both hold `count` elements of `wire`;
-        // the group passes distinct buffers.
-        unsafe { std::ptr::copy_nonoverlapping(send, recv, count * wire.size()) };
+        if send != recv.cast_const() {
+            // SAFETY: the trait's contract: both hold `count` elements of
+            // `wire`, and do not overlap unless they are the same.
+            unsafe { std::ptr::copy_nonoverlapping(send, recv, count * wire.size()) };
+        }
         Ok(Pending(0))
     }
     unsafe fn broadcast(&mut self, _: *mut u8, _: usize, _: usize) -> Result<Pending> {

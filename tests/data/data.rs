@@ -255,6 +255,56 @@ fn distributed_shares_are_disjoint_equal_and_padded_like_pytorch() {
 }
 
 #[test]
+fn a_distributed_loader_reads_its_ranks_share_in_the_shared_order() {
+    let _l = lock();
+    let ds = Arc::new(dataset(10));
+    let mut seen = Vec::new();
+    for r in 0..3 {
+        let want = DistributedSampler::new(10, r, 3, true, 5, false)
+            .unwrap()
+            .indices(2);
+        let mut loader = DataLoader::builder(ds.clone())
+            .batch_size(3)
+            .shuffle(5)
+            .distributed(r, 3)
+            .build()
+            .unwrap();
+        assert_eq!(loader.len(), 2, "4 samples a rank: batches of 3 and 1");
+        let mut got = Vec::new();
+        let mut epoch = loader.epoch_at(2);
+        while let Some(b) = epoch.next() {
+            got.extend_from_slice(b.unwrap().indices());
+        }
+        assert_eq!(got, want, "rank {r}");
+        seen.extend(got);
+    }
+    assert_eq!(
+        seen.iter().collect::<HashSet<_>>().len(),
+        10,
+        "every sample, 2 twice"
+    );
+    let e = DataLoader::builder(ds.clone())
+        .distributed(3, 3)
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().starts_with("DataLoader::build") && e.to_string().contains("rank 3"),
+        "{e}"
+    );
+    let e = DataLoader::builder(ds)
+        .sampler(SequentialSampler::new(10))
+        .distributed(0, 2)
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("both a sampler and distributed"),
+        "{e}"
+    );
+}
+
+#[test]
 fn batches_keep_or_drop_the_short_last_batch() {
     let _l = lock();
     let b = BatchSampler::new(SequentialSampler::new(7), 3, false).unwrap();

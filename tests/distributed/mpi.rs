@@ -10,7 +10,7 @@ use tensorscope::{DType, Device, Tensor};
 /// Whether this process is the launcher: outside `mpirun` it runs
 /// `mpirun -np np` over this binary, filtered to `test`, and asserts that
 /// every rank passed; inside, it returns false and the rank runs the body.
-fn launched(np: usize, test: &str) -> bool {
+pub(crate) fn launched(np: usize, test: &str) -> bool {
     if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() {
         return false;
     }
@@ -55,12 +55,14 @@ macro_rules! mpi_test {
         fn $name() {
             // One job at a time: ranks oversubscribe the cores already.
             let _g = crate::common::serial();
-            if launched($np, concat!("mpi::", stringify!($name))) {
+            // This test's path as the harness names it (no crate prefix).
+            let path = module_path!().split_once("::").map_or("", |p| p.1);
+            if crate::mpi::launched($np, &format!("{path}::{}", stringify!($name))) {
                 return;
             }
-            let $pg = ProcessGroup::mpi().unwrap();
+            let $pg = tensorscope::distributed::ProcessGroup::mpi().unwrap();
             // A rank that fails leaves the others waiting: they give up.
-            $pg.set_timeout(Duration::from_secs(30));
+            $pg.set_timeout(std::time::Duration::from_secs(30));
             assert_eq!($pg.world_size(), $np);
             $body
         }

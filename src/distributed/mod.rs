@@ -31,6 +31,8 @@ mod group;
 mod mpi;
 mod reducer;
 mod transport;
+mod zero;
 
 pub use ddp::{DdpOptions, DistributedDataParallel};
 pub use group::{ProcessGroup, ReduceOp, Work};
+pub use zero::ZeroRedundancyOptimizer;

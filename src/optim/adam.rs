@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use super::{check_grad, check_range, check_state, writable_with_grad, zeros_for, Optimizer};
 use crate::backend::optim::{adam_step, AdamHyper};
 use crate::backend::Operand;
-use crate::error::Result;
+use crate::device::Device;
+use crate::error::{bail, Error, Result};
 use crate::nn::Module;
 use crate::tensor::Tensor;
 
@@ -207,10 +208,100 @@ impl AdamW {
     }
 }
 
+impl Adam {
+    fn save_state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut names: Vec<&String> = self.state.keys().collect();
+        names.sort();
+        let mut out = Vec::with_capacity(4 * names.len());
+        for name in names {
+            let st = &self.state[name];
+            let step = Tensor::from_slice(&[st.step as i64], &[], Device::Cpu)?;
+            out.push((format!("{name}.step"), step));
+            out.push((format!("{name}.exp_avg"), st.m.deep_clone()?));
+            out.push((format!("{name}.exp_avg_sq"), st.v.deep_clone()?));
+            if let Some(x) = &st.vmax {
+                out.push((format!("{name}.max_exp_avg_sq"), x.deep_clone()?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn load_state(&mut self, op: &'static str, state: &[(String, Tensor)]) -> Result<()> {
+        type Parts<'a> = (
+            Option<u64>,
+            Option<&'a Tensor>,
+            Option<&'a Tensor>,
+            Option<&'a Tensor>,
+        );
+        let mut parts: HashMap<&str, Parts> = HashMap::new();
+        for (key, t) in state {
+            let (name, buf) = super::split_state_key(op, key)?;
+            let e = parts.entry(name).or_default();
+            match buf {
+                "step" => e.0 = Some(super::state_count(op, key, t)?),
+                "exp_avg" => e.1 = Some(t),
+                "exp_avg_sq" => e.2 = Some(t),
+                "max_exp_avg_sq" if self.cfg.amsgrad => e.3 = Some(t),
+                _ => bail!(Error::arg(
+                    op,
+                    format!(
+                        "{key:?} is no buffer of this Adam (step, exp_avg, exp_avg_sq{})",
+                        if self.cfg.amsgrad {
+                            ", max_exp_avg_sq"
+                        } else {
+                            ""
+                        }
+                    )
+                )),
+            }
+        }
+        let mut next = HashMap::with_capacity(parts.len());
+        for (name, (step, m, v, vmax)) in parts {
+            let (Some(step), Some(m), Some(v)) = (step, m, v) else {
+                bail!(Error::arg(
+                    op,
+                    format!("parameter {name:?} lacks one of step, exp_avg, exp_avg_sq")
+                ));
+            };
+            if self.cfg.amsgrad && vmax.is_none() {
+                bail!(Error::arg(
+                    op,
+                    format!("parameter {name:?} lacks max_exp_avg_sq (amsgrad)")
+                ));
+            }
+            for b in [Some(v), vmax].into_iter().flatten() {
+                if b.shape() != m.shape() || b.dtype() != m.dtype() || b.device() != m.device() {
+                    bail!(Error::shape(
+                        op,
+                        m.shape(),
+                        b.shape(),
+                        format!("parameter {name:?}'s buffers differ in shape, dtype or device")
+                    ));
+                }
+            }
+            let st = AdamState {
+                step,
+                m: m.deep_clone()?,
+                v: v.deep_clone()?,
+                vmax: vmax.map(Tensor::deep_clone).transpose()?,
+            };
+            next.insert(name.to_string(), st);
+        }
+        self.state = next;
+        Ok(())
+    }
+}
+
 impl Optimizer for Adam {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
         let _op = crate::alloc::history::op_context("Adam::step");
         self.step_impl(model, "Adam::step")
+    }
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        self.save_state()
+    }
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        self.load_state("Adam::load_state_dict", state)
     }
     fn lr(&self) -> f64 {
         self.cfg.lr
@@ -224,6 +315,12 @@ impl Optimizer for AdamW {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
         let _op = crate::alloc::history::op_context("AdamW::step");
         self.0.step_impl(model, "AdamW::step")
+    }
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        self.0.save_state()
+    }
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        self.0.load_state("AdamW::load_state_dict", state)
     }
     fn lr(&self) -> f64 {
         self.0.cfg.lr

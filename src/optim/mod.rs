@@ -67,11 +67,65 @@ pub trait Optimizer {
         model.zero_grad()
     }
 
+    /// The optimizer's state as named tensors for a checkpoint, copies
+    /// taken now: each parameter's name, a dot, and PyTorch's name for the
+    /// buffer (`"0.weight.exp_avg"`, `"0.weight.step"`). An `Err` for an
+    /// optimizer that cannot save its state yet (Adam, AdamW and SGD can).
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        Err(Error::arg(
+            "Optimizer::state_dict",
+            "this optimizer cannot save its state yet (Adam, AdamW and SGD can)",
+        ))
+    }
+
+    /// Restores a [`state_dict`](Optimizer::state_dict), replacing the
+    /// whole state. Everything is checked first: on an `Err` nothing
+    /// changed. A state that does not fit the parameters is an `Err` at the
+    /// next step, as for a parameter that changed.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        let _ = state;
+        Err(Error::arg(
+            "Optimizer::load_state_dict",
+            "this optimizer cannot load a state yet (Adam, AdamW and SGD can)",
+        ))
+    }
+
     /// The current learning rate.
     fn lr(&self) -> f64;
 
     /// Sets the learning rate (used by the schedules).
     fn set_lr(&mut self, lr: f64);
+}
+
+/// A state key as (parameter name, buffer name): split at the last dot.
+pub(crate) fn split_state_key<'a>(op: &'static str, key: &'a str) -> Result<(&'a str, &'a str)> {
+    key.rsplit_once('.').ok_or_else(|| {
+        Error::arg(
+            op,
+            format!("state key {key:?} is not \"<parameter>.<buffer>\""),
+        )
+    })
+}
+
+/// A state tensor holding one step count.
+pub(crate) fn state_count(op: &'static str, key: &str, t: &Tensor) -> Result<u64> {
+    let v = if t.numel() == 1 {
+        t.to_dtype(crate::dtype::DType::F64)?
+            .reshape(&[])?
+            .item::<f64>()?
+    } else {
+        -1.0
+    };
+    if !(v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53)) {
+        bail!(Error::arg(
+            op,
+            format!(
+                "{key:?} must be one step count, got a tensor of shape {:?}",
+                t.shape()
+            )
+        ));
+    }
+    Ok(v as u64)
 }
 
 /// A state buffer of `p`'s shape and dtype, filled with zeros.

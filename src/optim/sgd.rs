@@ -112,6 +112,52 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut names: Vec<&String> = self.state.keys().collect();
+        names.sort();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(b) = self.state[name]
+                .buf
+                .as_ref()
+                .filter(|_| self.state[name].started)
+            {
+                out.push((format!("{name}.momentum_buffer"), b.deep_clone()?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        const OP: &str = "Sgd::load_state_dict";
+        let mut next = HashMap::with_capacity(state.len());
+        for (key, t) in state {
+            let (name, buf) = super::split_state_key(OP, key)?;
+            if buf != "momentum_buffer" || self.cfg.momentum == 0.0 {
+                bail!(Error::arg(
+                    OP,
+                    format!(
+                        "{key:?} is no buffer of this SGD ({})",
+                        if self.cfg.momentum == 0.0 {
+                            "without momentum it has none"
+                        } else {
+                            "momentum_buffer"
+                        }
+                    )
+                ));
+            }
+            let st = SgdState {
+                buf: Some(t.deep_clone()?),
+                started: true,
+            };
+            if next.insert(name.to_string(), st).is_some() {
+                bail!(Error::arg(OP, format!("{key:?} is given twice")));
+            }
+        }
+        self.state = next;
+        Ok(())
+    }
+
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
         let _op = crate::alloc::history::op_context("SGD::step");
         let _g = crate::autograd::no_grad_guard();

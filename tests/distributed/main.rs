@@ -18,3 +18,4 @@ mod mpi;
 #[cfg(feature = "mpi")]
 mod ddp_mpi;
 mod single;
+mod zero;

@@ -153,3 +153,4 @@ mod rules;
 mod torch_fixture;
 use allocation::*;
 mod schedules;
+mod state;

@@ -22,20 +22,21 @@ use tensorscope::nn::{cross_entropy, Linear, ReLU, Sequential};
 use tensorscope::optim::{Optimizer, Sgd, SgdConfig};
 use tensorscope::{DType, Device, Result, Tensor};
 
+// Only the resident-set reader is used: a job's peak is the ranks' maximum,
+// gathered over MPI, not a fresh single process's.
+#[allow(dead_code)]
+#[path = "common/peak.rs"]
+mod peak;
+#[path = "common/timing.rs"]
+mod timing;
+
+use peak::status_bytes;
+
 const CPU: Device = Device::Cpu;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn status_bytes(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
 }
 
 fn all_reduce_rows(pg: &ProcessGroup) -> Result<()> {

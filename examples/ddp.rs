@@ -44,11 +44,14 @@ fn group() -> Result<ProcessGroup> {
     Ok(ProcessGroup::single())
 }
 
-/// Runs `f` on each rank in turn, so that their lines do not interleave.
+/// Runs `f` on each rank in turn, flushing, so that the ranks' lines do
+/// not interleave (mpirun may still forward them in another order).
 fn in_rank_order(pg: &ProcessGroup, f: impl Fn()) -> Result<()> {
+    use std::io::Write;
     for r in 0..pg.world_size() {
         if r == pg.rank() {
             f();
+            std::io::stdout().flush().ok();
         }
         pg.barrier()?;
     }
